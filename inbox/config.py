@@ -1,0 +1,59 @@
+"""Configuration, read once from the environment.
+
+Every setting is documented in the README's configuration table.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return int(raw) if raw not in (None, "") else default
+
+
+def _bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw in (None, ""):
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = ""
+    redis_url: str = ""
+    broker_url: str = ""
+    max_body_bytes: int = 1024 * 1024
+    key_ttl_hours: int = 24
+    db_timeout_ms: int = 2000
+    pool_size: int = 10
+    sweep_seconds: int = 30
+    lease_seconds: int = 60
+    batch_size: int = 100
+    playbook_modules: tuple[str, ...] = field(default_factory=tuple)
+    allow_private_targets: bool = False
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        redis_url = os.environ.get("REDIS_URL", "")
+        return cls(
+            database_url=os.environ.get("DATABASE_URL", ""),
+            redis_url=redis_url,
+            broker_url=os.environ.get("BROKER_URL", "") or redis_url,
+            max_body_bytes=_int("INBOX_MAX_BODY_BYTES", 1024 * 1024),
+            key_ttl_hours=_int("INBOX_KEY_TTL_HOURS", 24),
+            db_timeout_ms=_int("INBOX_DB_TIMEOUT_MS", 2000),
+            pool_size=_int("INBOX_DB_POOL_SIZE", 10),
+            sweep_seconds=_int("INBOX_SWEEP_SECONDS", 30),
+            lease_seconds=_int("INBOX_LEASE_SECONDS", 60),
+            batch_size=_int("INBOX_BATCH_SIZE", 100),
+            playbook_modules=tuple(
+                m.strip() for m in os.environ.get("INBOX_PLAYBOOKS", "").split(",") if m.strip()
+            ),
+            allow_private_targets=_bool("INBOX_ALLOW_PRIVATE_TARGETS"),
+            log_level=os.environ.get("INBOX_LOG_LEVEL", "INFO"),
+        )

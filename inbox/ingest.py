@@ -1,0 +1,206 @@
+"""The ingest contract, minus HTTP and SQL: from a verified request to the row to store.
+
+The web view finds the route, enforces the method and size, and calls ``prepare``;
+``prepare`` applies the rest of the order of operations (415, 401, 400) and
+builds everything the one INSERT needs. Nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+from inbox import jsonpath
+from inbox.errors import BadRequest, Unauthorized, UnsupportedMediaType
+from inbox.idempotency import body_sha256, business_key_digest, key_digest, validate_key
+from inbox.signatures import SchemeConfig, SignatureError, SignedRequest, get_scheme
+from inbox.store.sources import Source
+
+log = logging.getLogger(__name__)
+
+FORM = "application/x-www-form-urlencoded"
+MAX_WAIT_SECONDS = 30
+# Providers that want 200 rather than 202.
+ACCEPT_STATUS = {"slack": 200}
+# Never stored: credentials, signatures, and headers that carry keys or provider ids.
+_SECRET_HEADER = re.compile(r"signature|hmac|token|secret|auth|cookie|key|challenge", re.I)
+_ID_HEADERS = frozenset(
+    {
+        "webhook-id",
+        "svix-id",
+        "x-github-delivery",
+        "x-shopify-webhook-id",
+        "x-shopify-event-id",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One event, ready for the claiming INSERT."""
+
+    public_id: str
+    key_digest: bytes | None
+    key_expires_hours: int
+    event_type: str | None
+    business_key_digest: bytes | None
+    content_type: str
+    body: bytes
+    body_sha256: bytes
+    headers: dict[str, str]
+    response_status: int
+    response_body: bytes
+    wait_seconds: float | None
+
+
+@dataclass(frozen=True)
+class Handshake:
+    """A provider's verification request, answered without storing anything."""
+
+    status: int
+    body: dict[str, Any]
+
+
+def media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def scheme_config(source: Source) -> SchemeConfig:
+    opts = source.options
+    return SchemeConfig(
+        secrets=source.secrets,
+        tolerance=opts.tolerance,
+        header=opts.header,
+        public_url=opts.public_url,
+    )
+
+
+def signed_request(method: str, url: str, headers: dict[str, str], body: bytes) -> SignedRequest:
+    form: dict[str, list[str]] = {}
+    if media_type(headers.get("content-type")) == FORM:
+        form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    return SignedRequest(method=method, url=url, headers=headers, body=body, form=form)
+
+
+def handshake_get(source: Source, req: SignedRequest, now: float) -> Handshake | None:
+    """A GET is only a provider's verification handshake (Okta), or nothing."""
+    scheme = get_scheme(source.scheme)
+    try:
+        answer = scheme.get_challenge(req, scheme_config(source))
+    except SignatureError as exc:
+        log.info("verification GET refused: %s", exc.__class__.__name__)
+        raise Unauthorized() from None
+    return Handshake(*answer) if answer else None
+
+
+def parse_wait(prefer: str | None) -> float | None:
+    """``Prefer: wait=N`` (RFC 7240), capped at 30 seconds."""
+    if not prefer:
+        return None
+    for part in prefer.split(","):
+        name, _, value = part.strip().partition("=")
+        if name.strip().lower() == "wait":
+            try:
+                seconds = float(value.strip().strip('"'))
+            except ValueError:
+                return None
+            return min(max(seconds, 0.0), MAX_WAIT_SECONDS) or None
+    return None
+
+
+def _parse_body(content_type: str, body: bytes, form: dict[str, list[str]]) -> Any:
+    if content_type == FORM:
+        return form
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("The body is not valid JSON.") from None
+
+
+def _stored_headers(headers: dict[str, str], token_header: str | None) -> dict[str, str]:
+    return {
+        name: value
+        for name, value in headers.items()
+        if name not in _ID_HEADERS and name != token_header and not _SECRET_HEADER.search(name)
+    }
+
+
+def _redacted_body(body: bytes, parsed: Any, paths: tuple[str, ...], content_type: str) -> bytes:
+    if not paths or content_type == FORM:
+        return body
+    hit = False
+    for path in paths:
+        hit = jsonpath.redact(parsed, path) or hit
+    return json.dumps(parsed, separators=(",", ":")).encode() if hit else body
+
+
+def prepare(
+    source: Source,
+    req: SignedRequest,
+    now: float,
+    default_key_ttl_hours: int,
+) -> Prepared | Handshake:
+    """Apply 415, 401 and 400 in that order, then build the event. Raises InboxError."""
+    scheme = get_scheme(source.scheme)
+    opts = source.options
+    ctype = media_type(req.headers.get("content-type"))
+    if not scheme.accepts(ctype):
+        raise UnsupportedMediaType(f"This source accepts {', '.join(sorted(scheme.content_types))}.")
+    try:
+        verified = scheme.verify(req, scheme_config(source), now)
+    except SignatureError as exc:
+        # The reason goes to the log (never the signature); the client sees one uniform body.
+        log.info("signature refused for %s: %s", source.path, exc)
+        raise Unauthorized() from None
+
+    raw_key = req.headers.get("idempotency-key")
+    key = validate_key(raw_key) if raw_key is not None else None
+    parsed = _parse_body(ctype, req.body, req.form)
+    challenge = scheme.challenge(req, parsed)
+    if challenge is not None:
+        return Handshake(*challenge)
+
+    provider_id = verified.event_id
+    id_path = opts.event_id_path or scheme.event_id_path
+    if provider_id is None and id_path:
+        provider_id = jsonpath.get_text(parsed, id_path)
+    dedup = key or provider_id
+    if dedup is None and opts.require_idempotency_key:
+        raise BadRequest("This source requires an Idempotency-Key header.")
+
+    if opts.event_type_path:
+        event_type = jsonpath.get_text(parsed, opts.event_type_path)
+    else:
+        event_type = verified.event_type
+        if event_type is None and scheme.event_type_path:
+            event_type = jsonpath.get_text(parsed, scheme.event_type_path)
+
+    bk_values = [jsonpath.get_text(parsed, p) for p in opts.business_key_paths]
+    bk = (
+        business_key_digest(source.tenant_id, [v or "" for v in bk_values])
+        if bk_values and any(v is not None for v in bk_values)
+        else None
+    )
+
+    public_id = "evt_" + secrets.token_hex(12)
+    status = ACCEPT_STATUS.get(source.scheme, 202)
+    response = json.dumps({"id": public_id, "status": "accepted"}, separators=(",", ":"))
+    return Prepared(
+        public_id=public_id,
+        key_digest=key_digest(source.tenant_id, source.id, dedup) if dedup else None,
+        key_expires_hours=opts.key_ttl_hours or default_key_ttl_hours,
+        event_type=event_type,
+        business_key_digest=bk,
+        content_type=ctype,
+        body=_redacted_body(req.body, parsed, opts.redact_paths, ctype),
+        body_sha256=body_sha256(req.body),
+        headers=_stored_headers(dict(req.headers), opts.header),
+        response_status=status,
+        response_body=response.encode(),
+        wait_seconds=parse_wait(req.headers.get("prefer")),
+    )

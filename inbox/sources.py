@@ -1,0 +1,73 @@
+"""A source's options: one provider endpoint of one tenant, and how to read its events.
+
+Pure: validated with marshmallow, stored as JSON in ``sources.options``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from marshmallow import Schema, ValidationError, fields, validate
+
+from inbox.errors import BadRequest
+
+
+class _OptionsSchema(Schema):
+    tolerance = fields.Integer(validate=validate.Range(min=1, max=86400))
+    max_body_bytes = fields.Integer(validate=validate.Range(min=1, max=64 * 1024 * 1024))
+    header = fields.String(validate=validate.Length(min=1, max=100))
+    public_url = fields.String(validate=validate.Regexp(r"^https?://[^/\s]+$"))
+    event_type_path = fields.String(validate=validate.Length(min=1))
+    event_id_path = fields.String(validate=validate.Length(min=1))
+    business_key_paths = fields.List(fields.String(validate=validate.Length(min=1)))
+    redact_paths = fields.List(fields.String(validate=validate.Length(min=1)))
+    require_idempotency_key = fields.Boolean()
+    max_attempts = fields.Integer(validate=validate.Range(min=1, max=100))
+    playbook = fields.String(validate=validate.Length(min=1))
+    serialize_by_business_key = fields.Boolean()
+    key_ttl_hours = fields.Integer(validate=validate.Range(min=1))
+    retention_days = fields.Integer(validate=validate.Range(min=1))
+    # A marshmallow-style field spec the body must satisfy ({"name": "str", ...}).
+    body_schema = fields.Dict(keys=fields.String(), values=fields.String())
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    tolerance: int = 300
+    max_body_bytes: int | None = None  # None: the process-wide default
+    header: str | None = None
+    public_url: str | None = None
+    event_type_path: str | None = None
+    event_id_path: str | None = None
+    business_key_paths: tuple[str, ...] = ()
+    redact_paths: tuple[str, ...] = ()
+    require_idempotency_key: bool = False
+    max_attempts: int = 5
+    playbook: str | None = None
+    serialize_by_business_key: bool = False
+    key_ttl_hours: int | None = None  # None: the process-wide default
+    retention_days: int = 30
+    body_schema: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> SourceOptions:
+        try:
+            data = _OptionsSchema().load(raw)
+        except ValidationError as exc:
+            raise BadRequest("Invalid source options.", fields=exc.messages) from exc
+        for name in ("business_key_paths", "redact_paths"):
+            if name in data:
+                data[name] = tuple(data[name])
+        if "header" in data:
+            data["header"] = data["header"].lower()
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Only the options that differ from the defaults."""
+        default = SourceOptions()
+        out: dict[str, Any] = {}
+        for key, value in asdict(self).items():
+            if value != getattr(default, key):
+                out[key] = list(value) if isinstance(value, tuple) else value
+        return out

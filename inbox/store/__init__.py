@@ -1,0 +1,1 @@
+"""The only package that talks SQL. Callers get frozen dataclasses back."""

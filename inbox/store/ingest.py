@@ -1,0 +1,127 @@
+"""The one ingest transaction: claim the key, or answer as the first delivery was answered."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+from sqlalchemy import Connection, func, select, text
+from sqlalchemy.dialects.postgresql import insert
+
+from inbox.ingest import Prepared
+from inbox.store.sources import Source
+from inbox.store.tables import events, idempotency_conflicts
+
+Outcome = Literal["accepted", "duplicate", "conflict", "in_flight"]
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    outcome: Outcome
+    event_id: int
+    public_id: str
+    status: int
+    body: bytes
+
+
+def _claim(conn: Connection, source: Source, ev: Prepared) -> IngestResult | None:
+    """INSERT ... ON CONFLICT DO NOTHING RETURNING: a row back means this request owns the key.
+
+    When another transaction holds the same key uncommitted, PostgreSQL waits for it
+    to finish before deciding, so exactly one of any number of racing copies inserts.
+    """
+    stmt = (
+        insert(events)
+        .values(
+            public_id=ev.public_id,
+            tenant_id=source.tenant_id,
+            source_id=source.id,
+            key_digest=ev.key_digest,
+            key_expires_at=(
+                func.now() + timedelta(hours=ev.key_expires_hours) if ev.key_digest else None
+            ),
+            event_type=ev.event_type,
+            business_key_digest=ev.business_key_digest,
+            content_type=ev.content_type,
+            body=ev.body,
+            body_sha256=ev.body_sha256,
+            headers=ev.headers,
+            response_status=ev.response_status,
+            response_body=ev.response_body,
+            sync=ev.wait_seconds is not None,
+            max_attempts=source.options.max_attempts,
+        )
+        .on_conflict_do_nothing(
+            index_elements=["tenant_id", "source_id", "key_digest"],
+            index_where=text("key_digest IS NOT NULL"),
+        )
+        .returning(events.c.id)
+    )
+    event_id = conn.execute(stmt).scalar_one_or_none()
+    if event_id is None:
+        return None
+    return IngestResult("accepted", event_id, ev.public_id, ev.response_status, ev.response_body)
+
+
+# A duplicate: count it on the original row (no row per copy) and read back what the
+# first delivery was answered. The body-hash test decides duplicate vs conflict in the
+# same statement, so no second round trip is needed for the common case.
+_DUPLICATE = text(
+    """
+    UPDATE events
+       SET duplicate_count = duplicate_count + 1,
+           first_duplicate_at = coalesce(first_duplicate_at, now()),
+           last_duplicate_at = now()
+     WHERE tenant_id = :tenant_id AND source_id = :source_id AND key_digest = :key_digest
+       AND body_sha256 = :body_sha256
+    RETURNING id, public_id, response_status, response_body, sync, state
+    """
+)
+
+
+def _conflict(conn: Connection, source: Source, ev: Prepared) -> IngestResult | None:
+    original = conn.execute(
+        select(events.c.id, events.c.public_id).where(
+            events.c.tenant_id == source.tenant_id,
+            events.c.source_id == source.id,
+            events.c.key_digest == ev.key_digest,
+        )
+    ).first()
+    if original is None:
+        return None  # the key was pruned in between: the caller claims it afresh
+    stmt = insert(idempotency_conflicts).values(
+        event_id=original.id, other_body_sha256=ev.body_sha256
+    )
+    conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["event_id", "other_body_sha256"],
+            set_={"count": idempotency_conflicts.c.count + 1, "last_at": func.now()},
+        )
+    )
+    return IngestResult("conflict", original.id, original.public_id, 422, b"")
+
+
+def ingest(conn: Connection, source: Source, ev: Prepared) -> IngestResult:
+    """Run inside one transaction; the caller commits, then answers."""
+    for _ in range(3):
+        claimed = _claim(conn, source, ev)
+        if claimed is not None:
+            return claimed
+        params = {
+            "tenant_id": source.tenant_id,
+            "source_id": source.id,
+            "key_digest": ev.key_digest,
+            "body_sha256": ev.body_sha256,
+        }
+        dup = conn.execute(_DUPLICATE, params).first()
+        if dup is not None:
+            if dup.sync and dup.state not in ("completed", "quarantined"):
+                return IngestResult("in_flight", dup.id, dup.public_id, 409, b"")
+            return IngestResult(
+                "duplicate", dup.id, dup.public_id, dup.response_status, bytes(dup.response_body)
+            )
+        conflict = _conflict(conn, source, ev)
+        if conflict is not None:
+            return conflict
+    raise RuntimeError("the idempotency key kept changing hands")  # pragma: no cover

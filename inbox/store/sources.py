@@ -1,0 +1,164 @@
+"""Tenants, sources and their secrets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, and_, func, insert, select, update
+
+from inbox.errors import BadRequest, NotFound
+from inbox.sources import SourceOptions
+from inbox.store.tables import source_secrets, sources, tenants
+
+
+@dataclass(frozen=True)
+class Tenant:
+    id: int
+    name: str
+    disabled: bool
+
+
+@dataclass(frozen=True)
+class Source:
+    id: int
+    tenant_id: int
+    tenant: str
+    name: str
+    scheme: str
+    enabled: bool
+    options: SourceOptions
+    secrets: tuple[str, ...]
+
+    @property
+    def path(self) -> str:
+        return f"/hooks/{self.tenant}/{self.name}"
+
+
+def create_tenant(conn: Connection, name: str) -> Tenant:
+    if not name or "/" in name or len(name) > 100:
+        raise BadRequest("A tenant name is 1-100 characters without '/'.")
+    exists = conn.execute(select(tenants.c.id).where(tenants.c.name == name)).first()
+    if exists:
+        raise BadRequest(f"Tenant {name!r} already exists.")
+    row = conn.execute(
+        insert(tenants).values(name=name).returning(tenants.c.id, tenants.c.name, tenants.c.disabled)
+    ).one()
+    return Tenant(row.id, row.name, row.disabled)
+
+
+def list_tenants(conn: Connection) -> list[Tenant]:
+    rows = conn.execute(select(tenants).order_by(tenants.c.name))
+    return [Tenant(r.id, r.name, r.disabled) for r in rows]
+
+
+def get_tenant(conn: Connection, name: str) -> Tenant:
+    row = conn.execute(select(tenants).where(tenants.c.name == name)).first()
+    if row is None:
+        raise NotFound(f"No tenant {name!r}.")
+    return Tenant(row.id, row.name, row.disabled)
+
+
+def create_source(
+    conn: Connection,
+    tenant: str,
+    name: str,
+    scheme: str,
+    secrets: list[str],
+    options: SourceOptions,
+) -> Source:
+    t = get_tenant(conn, tenant)
+    if not name or "/" in name or len(name) > 100:
+        raise BadRequest("A source name is 1-100 characters without '/'.")
+    taken = conn.execute(
+        select(sources.c.id).where(sources.c.tenant_id == t.id, sources.c.name == name)
+    ).first()
+    if taken:
+        raise BadRequest(f"Source {name!r} already exists for tenant {tenant!r}.")
+    source_id = conn.execute(
+        insert(sources)
+        .values(tenant_id=t.id, name=name, scheme=scheme, options=options.to_dict())
+        .returning(sources.c.id)
+    ).scalar_one()
+    for secret in secrets:
+        conn.execute(insert(source_secrets).values(source_id=source_id, secret=secret))
+    return get_source(conn, tenant, name)
+
+
+def _source_query():  # type: ignore[no-untyped-def]
+    active = (
+        select(func.coalesce(func.array_agg(source_secrets.c.secret), []))
+        .where(source_secrets.c.source_id == sources.c.id, source_secrets.c.revoked_at.is_(None))
+        .scalar_subquery()
+    )
+    return select(
+        sources.c.id,
+        sources.c.tenant_id,
+        tenants.c.name.label("tenant"),
+        sources.c.name,
+        sources.c.scheme,
+        and_(sources.c.enabled, ~tenants.c.disabled).label("enabled"),
+        sources.c.options,
+        active.label("secrets"),
+    ).join(tenants, tenants.c.id == sources.c.tenant_id)
+
+
+def _to_source(row) -> Source:  # type: ignore[no-untyped-def]
+    return Source(
+        id=row.id,
+        tenant_id=row.tenant_id,
+        tenant=row.tenant,
+        name=row.name,
+        scheme=row.scheme,
+        enabled=row.enabled,
+        options=SourceOptions.from_dict(row.options),
+        secrets=tuple(row.secrets or ()),
+    )
+
+
+def find_source(conn: Connection, tenant: str, name: str) -> Source | None:
+    row = conn.execute(
+        _source_query().where(tenants.c.name == tenant, sources.c.name == name)
+    ).first()
+    return _to_source(row) if row else None
+
+
+def get_source(conn: Connection, tenant: str, name: str) -> Source:
+    src = find_source(conn, tenant, name)
+    if src is None:
+        raise NotFound(f"No source {name!r} for tenant {tenant!r}.")
+    return src
+
+
+def list_sources(conn: Connection, tenant: str | None = None) -> list[Source]:
+    query = _source_query().order_by(tenants.c.name, sources.c.name)
+    if tenant:
+        query = query.where(tenants.c.name == tenant)
+    return [_to_source(r) for r in conn.execute(query)]
+
+
+def add_secret(conn: Connection, source: Source, secret: str) -> None:
+    conn.execute(insert(source_secrets).values(source_id=source.id, secret=secret))
+
+
+def revoke_secrets_except(conn: Connection, source: Source, keep: str) -> int:
+    """End a rotation: every secret but ``keep`` stops verifying."""
+    result = conn.execute(
+        update(source_secrets)
+        .where(
+            source_secrets.c.source_id == source.id,
+            source_secrets.c.revoked_at.is_(None),
+            source_secrets.c.secret != keep,
+        )
+        .values(revoked_at=func.now())
+    )
+    return result.rowcount
+
+
+def set_enabled(conn: Connection, source: Source, enabled: bool) -> None:
+    conn.execute(update(sources).where(sources.c.id == source.id).values(enabled=enabled))
+
+
+def set_options(conn: Connection, source: Source, options: SourceOptions) -> None:
+    conn.execute(
+        update(sources).where(sources.c.id == source.id).values(options=options.to_dict())
+    )

@@ -1,0 +1,188 @@
+"""The schema, as SQLAlchemy Core tables. Migrations create exactly this; a test checks it."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+def _now() -> Column[object]:
+    return Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("name", Text, nullable=False, unique=True),
+    Column("disabled", Boolean, nullable=False, server_default=text("false")),
+    _now(),
+)
+
+sources = Table(
+    "sources",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("tenant_id", BigInteger, ForeignKey("tenants.id"), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("scheme", Text, nullable=False),
+    Column("enabled", Boolean, nullable=False, server_default=text("true")),
+    # Per-source options (see inbox.sources.SourceOptions): tolerance, limits, paths, ...
+    Column("options", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    _now(),
+    UniqueConstraint("tenant_id", "name"),
+)
+
+source_secrets = Table(
+    "source_secrets",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("source_id", BigInteger, ForeignKey("sources.id"), nullable=False, index=True),
+    # Verifying an HMAC needs the secret itself, so this is the one column kept in clear.
+    Column("secret", Text, nullable=False),
+    _now(),
+    Column("revoked_at", DateTime(timezone=True)),
+)
+
+STATES = ("received", "processing", "completed", "quarantined")
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("public_id", Text, nullable=False, unique=True),
+    Column("tenant_id", BigInteger, ForeignKey("tenants.id"), nullable=False),
+    Column("source_id", BigInteger, ForeignKey("sources.id"), nullable=False),
+    # SHA-256 over (tenant, source, key); NULL once the key's window has passed.
+    Column("key_digest", LargeBinary),
+    Column("key_expires_at", DateTime(timezone=True)),
+    Column("event_type", Text),
+    Column("business_key_digest", LargeBinary),
+    Column("content_type", Text, nullable=False),
+    # The raw body after per-source redaction; NULL once past the source's retention.
+    Column("body", LargeBinary),
+    # SHA-256 of the body exactly as received (before redaction).
+    Column("body_sha256", LargeBinary, nullable=False),
+    Column("headers", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # The exact answer given to the first delivery, replayed to duplicates.
+    Column("response_status", Integer, nullable=False),
+    Column("response_body", LargeBinary, nullable=False),
+    Column("sync", Boolean, nullable=False, server_default=text("false")),
+    Column("state", Text, nullable=False, server_default=text("'received'")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False, server_default=text("5")),
+    Column("available_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("lease_owner", Text),
+    Column("lease_expires_at", DateTime(timezone=True)),
+    # Fencing token: bumped by every claim; every write that advances the event checks it.
+    Column("fence", BigInteger, nullable=False, server_default=text("0")),
+    Column("received_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("last_error_class", Text),
+    Column("last_error_message", Text),
+    Column("duplicate_count", Integer, nullable=False, server_default=text("0")),
+    Column("first_duplicate_at", DateTime(timezone=True)),
+    Column("last_duplicate_at", DateTime(timezone=True)),
+    Column("outcome", Text),
+    Column("decision", JSONB),
+    Column("duplicate_of", BigInteger),
+    CheckConstraint(
+        "state IN ('received', 'processing', 'completed', 'quarantined')", name="state"
+    ),
+    # Every uniqueness key includes the tenant.
+    Index(
+        "uq_events_dedup",
+        "tenant_id",
+        "source_id",
+        "key_digest",
+        unique=True,
+        postgresql_where=text("key_digest IS NOT NULL"),
+    ),
+    # Draining: due events per tenant, oldest first.
+    Index(
+        "ix_events_due",
+        "tenant_id",
+        "available_at",
+        "id",
+        postgresql_where=text("state = 'received'"),
+    ),
+    Index(
+        "ix_events_leases",
+        "lease_expires_at",
+        postgresql_where=text("state = 'processing'"),
+    ),
+    Index("ix_events_business_key", "tenant_id", "business_key_digest", "id"),
+    Index("ix_events_listing", "tenant_id", "source_id", "state", "id"),
+    Index("ix_events_received_at", "received_at"),
+)
+
+idempotency_conflicts = Table(
+    "idempotency_conflicts",
+    metadata,
+    Column("event_id", BigInteger, ForeignKey("events.id", ondelete="CASCADE"), primary_key=True),
+    Column("other_body_sha256", LargeBinary, primary_key=True),
+    Column("count", Integer, nullable=False, server_default=text("1")),
+    Column("first_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("last_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+steps = Table(
+    "steps",
+    metadata,
+    Column("event_id", BigInteger, ForeignKey("events.id", ondelete="CASCADE"), primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("result", JSONB),
+    Column("attempt", Integer, nullable=False),
+    Column("completed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# Business-level effects declared "once per business key": the first event wins.
+effects = Table(
+    "effects",
+    metadata,
+    Column("tenant_id", BigInteger, ForeignKey("tenants.id"), primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("business_key_digest", LargeBinary, primary_key=True),
+    Column("event_id", BigInteger, ForeignKey("events.id", ondelete="CASCADE"), nullable=False),
+    _now(),
+)
+
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("actor", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("subject_kind", Text, nullable=False),
+    Column("subject_id", BigInteger),
+    Column("detail", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+)
+Index("ix_audit_log_subject", audit_log.c.subject_kind, audit_log.c.subject_id)

@@ -1,0 +1,24 @@
+"""Signing helpers for tests: what a tenant's own system sends to an `hmac` source."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from typing import Any
+
+
+def hmac_headers(secret: str, body: bytes, key: str | None = None, ts: int | None = None,
+                 **extra: str) -> dict[str, str]:
+    ts = int(time.time()) if ts is None else ts
+    sig = hmac.new(secret.encode(), f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
+    headers = {"Content-Type": "application/json", "X-Timestamp": str(ts), "X-Signature": sig}
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    headers.update(extra)
+    return headers
+
+
+def body_of(payload: Any) -> bytes:
+    return json.dumps(payload, separators=(",", ":")).encode()

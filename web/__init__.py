@@ -1,0 +1,40 @@
+"""The Flask app factory: thin views over ``inbox``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from flask import Flask
+from sqlalchemy import Engine
+
+from inbox.config import Settings
+from inbox.store.engine import make_engine
+from web.errors import register_error_handlers
+from web.health import health
+from web.ingest import hooks
+from web.routes import RouteCache
+
+
+def create_app(
+    settings: Settings | None = None,
+    engine: Engine | None = None,
+    doorbell: Callable[[], None] | None = None,
+    route_cache_seconds: float = 5.0,
+) -> Flask:
+    settings = settings or Settings.from_env()
+    app = Flask(__name__)
+    engine = engine or make_engine(settings)
+    if doorbell is None:
+        from web.doorbell import default_doorbell
+
+        doorbell = default_doorbell(settings)
+    app.extensions["inbox"] = {
+        "settings": settings,
+        "engine": engine,
+        "doorbell": doorbell,
+        "routes": RouteCache(engine, route_cache_seconds),
+    }
+    register_error_handlers(app)
+    app.register_blueprint(hooks)
+    app.register_blueprint(health)
+    return app

@@ -1,0 +1,98 @@
+"""``/hooks/<tenant>/<source>``: the receiver. The order of checks is the contract."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from inbox import ingest as core
+from inbox.errors import IdempotencyConflict, InFlight, MethodNotAllowed, NotFound, PayloadTooLarge
+from inbox.store.ingest import IngestResult, ingest
+from inbox.store.sources import Source
+from web.errors import error_response
+
+log = logging.getLogger(__name__)
+hooks = Blueprint("hooks", __name__)
+
+_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+
+def _ext() -> dict[str, Any]:
+    ext: dict[str, Any] = current_app.extensions["inbox"]
+    return ext
+
+
+def _read_body(limit: int) -> bytes:
+    """413 before reading when Content-Length says so; otherwise read at most limit+1 bytes,
+    so a chunked body over the limit is refused without being buffered whole."""
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(limit_bytes=limit)
+    body = request.stream.read(limit + 1)
+    if len(body) > limit:
+        raise PayloadTooLarge(limit_bytes=limit)
+    return body
+
+
+def _headers() -> dict[str, str]:
+    return {name.lower(): value for name, value in request.headers.items()}
+
+
+def _answer(result: IngestResult) -> Response:
+    if result.outcome == "conflict":
+        return error_response(IdempotencyConflict())
+    if result.outcome == "in_flight":
+        return error_response(InFlight())
+    resp = Response(result.body, status=result.status, mimetype="application/json")
+    if result.outcome == "duplicate":
+        resp.headers["Idempotent-Replayed"] = "true"
+    return resp
+
+
+@hooks.route("/hooks/<tenant>/<source>", methods=_METHODS)
+def receive(tenant: str, source: str) -> Response:
+    ext = _ext()
+    route: Source | None = ext["routes"].get(tenant, source)
+    if route is None or not route.enabled:
+        raise NotFound()
+    if request.method == "GET":
+        req = core.signed_request("GET", request.url, _headers(), b"")
+        handshake = core.handshake_get(route, req, time.time())
+        if handshake is not None:
+            return _json(handshake.status, handshake.body)
+    if request.method != "POST":
+        raise MethodNotAllowed()
+    limit = route.options.max_body_bytes or ext["settings"].max_body_bytes
+    body = _read_body(limit)
+    req = core.signed_request("POST", request.url, _headers(), body)
+    prepared = core.prepare(route, req, time.time(), ext["settings"].key_ttl_hours)
+    if isinstance(prepared, core.Handshake):
+        return _json(prepared.status, prepared.body)
+    with ext["engine"].begin() as conn:
+        result = ingest(conn, route, prepared)
+    # Committed. Only now may the sender hear 2xx; the doorbell is best effort.
+    if result.outcome == "accepted":
+        _ring(ext)
+        if prepared.wait_seconds:
+            waited = ext.get("wait_for_decision")
+            if waited is not None:
+                result = waited(result, prepared.wait_seconds)
+    log.info(
+        "ingest %s/%s outcome=%s event=%s", tenant, source, result.outcome, result.public_id
+    )
+    return _answer(result)
+
+
+def _ring(ext: dict[str, Any]) -> None:
+    try:
+        ext["doorbell"]()
+    except Exception as exc:  # the sweeper re-rings; never fail an accepted event
+        log.warning("doorbell failed: %s", exc.__class__.__name__)
+
+
+def _json(status: int, body: dict[str, Any]) -> Response:
+    resp = jsonify(body)
+    resp.status_code = status
+    return resp
