@@ -99,9 +99,14 @@ def sources() -> None:
 @click.option("--name", required=True)
 @click.option("--scheme", required=True, type=click.Choice(sorted(SCHEMES)))
 @click.option("--secret", "secrets", multiple=True, help="Repeat for several active secrets.")
-@click.option("--option", "options", multiple=True, metavar="KEY=JSON",
-              help="A source option, e.g. --option tolerance=600 "
-              "--option 'business_key_paths=[\"data.object.id\"]'.")
+@click.option(
+    "--option",
+    "options",
+    multiple=True,
+    metavar="KEY=JSON",
+    help="A source option, e.g. --option tolerance=600 "
+    "--option 'business_key_paths=[\"data.object.id\"]'.",
+)
 def sources_create(
     tenant: str, name: str, scheme: str, secrets: tuple[str, ...], options: tuple[str, ...]
 ) -> None:

@@ -150,7 +150,9 @@ def prepare(
     opts = source.options
     ctype = media_type(req.headers.get("content-type"))
     if not scheme.accepts(ctype):
-        raise UnsupportedMediaType(f"This source accepts {', '.join(sorted(scheme.content_types))}.")
+        raise UnsupportedMediaType(
+            f"This source accepts {', '.join(sorted(scheme.content_types))}."
+        )
     try:
         verified = scheme.verify(req, scheme_config(source), now)
     except SignatureError as exc:

@@ -40,4 +40,3 @@ def transition(current: EventState | str, target: EventState | str) -> EventStat
     if (cur, tgt) not in ALLOWED:
         raise InvalidTransition(f"{cur} -> {tgt} is not allowed")
     return tgt
-

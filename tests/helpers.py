@@ -9,8 +9,9 @@ import time
 from typing import Any
 
 
-def hmac_headers(secret: str, body: bytes, key: str | None = None, ts: int | None = None,
-                 **extra: str) -> dict[str, str]:
+def hmac_headers(
+    secret: str, body: bytes, key: str | None = None, ts: int | None = None, **extra: str
+) -> dict[str, str]:
     ts = int(time.time()) if ts is None else ts
     sig = hmac.new(secret.encode(), f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
     headers = {"Content-Type": "application/json", "X-Timestamp": str(ts), "X-Signature": sig}

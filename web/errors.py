@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 
 from flask import Flask, Response, jsonify
-from sqlalchemy.exc import DBAPIError, TimeoutError as PoolTimeout
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
 from inbox.errors import InboxError, Unavailable
@@ -37,8 +38,12 @@ def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(HTTPException)
     def _http_error(err: HTTPException) -> Response:
         resp = jsonify(
-            {"error": {"code": (err.name or "error").lower().replace(" ", "_"),
-                       "message": err.description}}
+            {
+                "error": {
+                    "code": (err.name or "error").lower().replace(" ", "_"),
+                    "message": err.description,
+                }
+            }
         )
         resp.status_code = err.code or 500
         return resp

@@ -79,9 +79,7 @@ def receive(tenant: str, source: str) -> Response:
             waited = ext.get("wait_for_decision")
             if waited is not None:
                 result = waited(result, prepared.wait_seconds)
-    log.info(
-        "ingest %s/%s outcome=%s event=%s", tenant, source, result.outcome, result.public_id
-    )
+    log.info("ingest %s/%s outcome=%s event=%s", tenant, source, result.outcome, result.public_id)
     return _answer(result)
 
 

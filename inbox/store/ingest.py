@@ -43,6 +43,9 @@ def _claim(conn: Connection, source: Source, ev: Prepared) -> IngestResult | Non
             ),
             event_type=ev.event_type,
             business_key_digest=ev.business_key_digest,
+            ordering_key=(
+                ev.business_key_digest if source.options.serialize_by_business_key else None
+            ),
             content_type=ev.content_type,
             body=ev.body,
             body_sha256=ev.body_sha256,

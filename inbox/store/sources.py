@@ -41,7 +41,9 @@ def create_tenant(conn: Connection, name: str) -> Tenant:
     if exists:
         raise BadRequest(f"Tenant {name!r} already exists.")
     row = conn.execute(
-        insert(tenants).values(name=name).returning(tenants.c.id, tenants.c.name, tenants.c.disabled)
+        insert(tenants)
+        .values(name=name)
+        .returning(tenants.c.id, tenants.c.name, tenants.c.disabled)
     ).one()
     return Tenant(row.id, row.name, row.disabled)
 
@@ -159,6 +161,4 @@ def set_enabled(conn: Connection, source: Source, enabled: bool) -> None:
 
 
 def set_options(conn: Connection, source: Source, options: SourceOptions) -> None:
-    conn.execute(
-        update(sources).where(sources.c.id == source.id).values(options=options.to_dict())
-    )
+    conn.execute(update(sources).where(sources.c.id == source.id).values(options=options.to_dict()))

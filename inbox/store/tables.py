@@ -85,6 +85,8 @@ events = Table(
     Column("key_expires_at", DateTime(timezone=True)),
     Column("event_type", Text),
     Column("business_key_digest", LargeBinary),
+    # Set (to the business key) when the source processes one business key at a time.
+    Column("ordering_key", LargeBinary),
     Column("content_type", Text, nullable=False),
     # The raw body after per-source redaction; NULL once past the source's retention.
     Column("body", LargeBinary),
@@ -139,6 +141,13 @@ events = Table(
         postgresql_where=text("state = 'processing'"),
     ),
     Index("ix_events_business_key", "tenant_id", "business_key_digest", "id"),
+    Index(
+        "ix_events_ordering",
+        "tenant_id",
+        "ordering_key",
+        "id",
+        postgresql_where=text("ordering_key IS NOT NULL AND state IN ('received', 'processing')"),
+    ),
     Index("ix_events_listing", "tenant_id", "source_id", "state", "id"),
     Index("ix_events_received_at", "received_at"),
 )

@@ -106,6 +106,7 @@ def upgrade() -> None:
         sa.Column("key_expires_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("event_type", sa.Text(), nullable=True),
         sa.Column("business_key_digest", sa.LargeBinary(), nullable=True),
+        sa.Column("ordering_key", sa.LargeBinary(), nullable=True),
         sa.Column("content_type", sa.Text(), nullable=False),
         sa.Column("body", sa.LargeBinary(), nullable=True),
         sa.Column("body_sha256", sa.LargeBinary(), nullable=False),
@@ -157,6 +158,15 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_events")),
         sa.UniqueConstraint("public_id", name=op.f("uq_events_public_id")),
+    )
+    op.create_index(
+        "ix_events_ordering",
+        "events",
+        ["tenant_id", "ordering_key", "id"],
+        unique=False,
+        postgresql_where=sa.text(
+            "ordering_key IS NOT NULL AND state IN ('received', 'processing')"
+        ),
     )
     op.create_index(
         "ix_events_business_key", "events", ["tenant_id", "business_key_digest", "id"], unique=False
@@ -289,6 +299,7 @@ def downgrade() -> None:
         "ix_events_due", table_name="events", postgresql_where=sa.text("state = 'received'")
     )
     op.drop_index("ix_events_business_key", table_name="events")
+    op.drop_index("ix_events_ordering", table_name="events")
     op.drop_table("events")
     op.drop_table("sources")
     op.drop_table("tenants")

@@ -125,7 +125,9 @@ def test_longest_valid_key_is_accepted(client, make_source):
 def test_invalid_json_is_400_and_stores_nothing(client, make_source, engine):
     src = make_source()
     resp = post(client, src, body=b"{not json")
-    assert resp.status_code == 400 and resp.json["error"]["message"] == "The body is not valid JSON."
+    assert (
+        resp.status_code == 400 and resp.json["error"]["message"] == "The body is not valid JSON."
+    )
     assert rows(engine) == []
 
 
@@ -212,9 +214,17 @@ def test_redaction_keeps_the_original_hash(client, make_source, engine):
 def test_headers_are_stored_without_secrets_signatures_or_keys(client, make_source, engine):
     src = make_source()
     body = body_of({"a": 1})
-    headers = hmac_headers(SECRET, body, "secret-key-123", **{
-        "Authorization": "Bearer abc", "X-Api-Token": "t0k", "User-Agent": "tests/1",
-        "X-Request-Id": "r-1"})
+    headers = hmac_headers(
+        SECRET,
+        body,
+        "secret-key-123",
+        **{
+            "Authorization": "Bearer abc",
+            "X-Api-Token": "t0k",
+            "User-Agent": "tests/1",
+            "X-Request-Id": "r-1",
+        },
+    )
     assert client.post(src.path, data=body, headers=headers).status_code == 202
     [row] = rows(engine)
     stored = {k.lower() for k in row.headers}
@@ -245,7 +255,10 @@ def test_key_window_pruned_key_is_a_new_event(client, make_source, engine):
     assert again.status_code == 202 and "Idempotent-Replayed" not in again.headers
     assert len(rows(engine)) == 2
     with engine.connect() as conn:
-        hours = conn.execute(text(
-            "SELECT extract(epoch FROM key_expires_at - received_at) / 3600 FROM events"
-            " WHERE key_digest IS NOT NULL")).scalar_one()
+        hours = conn.execute(
+            text(
+                "SELECT extract(epoch FROM key_expires_at - received_at) / 3600 FROM events"
+                " WHERE key_digest IS NOT NULL"
+            )
+        ).scalar_one()
     assert round(float(hours)) == 24

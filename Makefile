@@ -1,0 +1,35 @@
+# The README's two commands: `make run` and `make test`. Both set themselves up.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+.PHONY: run test setup lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[embedded,dev]'
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+setup: $(STAMP)
+
+## make run: web + worker + beat on the embedded PostgreSQL/Redis unless DATABASE_URL/REDIS_URL are set
+run: setup
+	$(BIN)/python -m inbox.devrun
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy inbox web workers
+	$(BIN)/lint-imports
+
+## make test: lint, type-check, import contracts, then the whole suite
+test: lint
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/python bench/ingest.py
+
+clean:
+	rm -rf $(VENV) .data .pytest_cache .mypy_cache .ruff_cache

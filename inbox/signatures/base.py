@@ -1,0 +1,96 @@
+"""The shared vocabulary of signature schemes: request, config, result, error, base class."""
+
+from __future__ import annotations
+
+import binascii
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class SignatureError(Exception):
+    """Raised for ANY authentication failure: missing header, malformed header, bad signature,
+    stale/future timestamp, undecodable secret. The message is for logs only and must never contain
+    the secret, the received signature or the expected signature."""
+
+
+@dataclass(frozen=True)
+class SignedRequest:
+    """One received request, as the signature schemes see it."""
+
+    method: str
+    url: str
+    headers: Mapping[str, str]  # keys are lower-case header names
+    body: bytes
+    form: Mapping[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SchemeConfig:
+    """A source's verification settings."""
+
+    secrets: tuple[str, ...]
+    tolerance: int = 300
+    header: str | None = None
+    public_url: str | None = None
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What a successful verification learned from the headers."""
+
+    event_id: str | None = None
+    event_type: str | None = None
+
+
+# Errors that malformed input can provoke inside decoding and hashing code; verify()
+# turns them into SignatureError so callers only ever see one exception type.
+_MALFORMED = (ValueError, TypeError, UnicodeError, OverflowError, binascii.Error)
+
+
+class Scheme:
+    """Base class of the signature schemes. Subclasses implement ``_verify``."""
+
+    name: str = ""
+    content_types: frozenset[str] = frozenset({"application/json"})
+    json_suffix: bool = False  # also accept any ``application/*+json`` media type
+    event_id_path: str | None = None
+    event_type_path: str | None = None
+    timestamped: bool = False
+    insecure: bool = False
+
+    def accepts(self, content_type: str | None) -> bool:
+        """Whether this scheme accepts the media type of a Content-Type header value."""
+        media = (content_type or "").split(";", 1)[0].strip().lower()
+        if media in self.content_types:
+            return True
+        return self.json_suffix and media.startswith("application/") and media.endswith("+json")
+
+    def verify(self, req: SignedRequest, cfg: SchemeConfig, now: float) -> Verified:
+        """Authenticate ``req``; raise SignatureError (and nothing else) on any failure."""
+        try:
+            return self._verify(req, cfg, now)
+        except SignatureError:
+            raise
+        except _MALFORMED as exc:
+            raise SignatureError(f"malformed input ({type(exc).__name__})") from None
+
+    def _verify(self, req: SignedRequest, cfg: SchemeConfig, now: float) -> Verified:
+        raise NotImplementedError
+
+    def challenge(
+        self, req: SignedRequest, parsed_body: object
+    ) -> tuple[int, dict[str, object]] | None:
+        """Called AFTER a successful verify (POST) with the parsed JSON body: return
+        (status, json_body) to answer a provider handshake instead of storing an event,
+        else None."""
+        return None
+
+    def get_challenge(
+        self, req: SignedRequest, cfg: SchemeConfig
+    ) -> tuple[int, dict[str, object]] | None:
+        """Called for a GET request: return (status, json) for a provider's verification
+        GET, else None (the caller answers 405)."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"

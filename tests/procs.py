@@ -1,0 +1,99 @@
+"""Starting real processes (gunicorn, celery) for end-to-end tests."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from inbox.embedded import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+class Proc:
+    def __init__(self, args: list[str], env: dict[str, str], name: str) -> None:
+        self.name = name
+        self.log = open(ROOT / ".data" / f"{name}-{os.getpid()}.log", "wb")
+        self.popen = subprocess.Popen(
+            args,
+            env={**os.environ, **env},
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(5)
+        self.log.close()
+
+    def output(self) -> str:
+        self.log.flush()
+        return (ROOT / ".data" / f"{self.name}-{os.getpid()}.log").read_text(errors="replace")
+
+
+class Gunicorn(Proc):
+    def __init__(self, env: dict[str, str], app: str = "web.wsgi:app", workers: int = 2) -> None:
+        (ROOT / ".data").mkdir(exist_ok=True)
+        self.port = free_port()
+        super().__init__(
+            [
+                str(BIN / "gunicorn"),
+                "-b",
+                f"127.0.0.1:{self.port}",
+                "-w",
+                str(workers),
+                "-k",
+                "gthread",
+                "--threads",
+                "8",
+                "--graceful-timeout",
+                "5",
+                app,
+            ],
+            env,
+            f"gunicorn-{self.port}",
+        )
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"gunicorn exited:\n{self.output()}")
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+            try:
+                conn.request("GET", "/healthz")
+                if conn.getresponse().status == 200:
+                    return
+            except OSError:
+                time.sleep(0.1)
+            finally:
+                conn.close()
+        raise RuntimeError(f"gunicorn not ready:\n{self.output()}")
+
+    def request(
+        self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        finally:
+            conn.close()
