@@ -33,6 +33,7 @@ class Settings:
     sweep_seconds: int = 30
     lease_seconds: int = 60
     batch_size: int = 100
+    retry_base_seconds: float = 2.0
     playbook_modules: tuple[str, ...] = field(default_factory=tuple)
     allow_private_targets: bool = False
     log_level: str = "INFO"
@@ -51,6 +52,7 @@ class Settings:
             sweep_seconds=_int("INBOX_SWEEP_SECONDS", 30),
             lease_seconds=_int("INBOX_LEASE_SECONDS", 60),
             batch_size=_int("INBOX_BATCH_SIZE", 100),
+            retry_base_seconds=float(os.environ.get("INBOX_RETRY_BASE_SECONDS") or 2.0),
             playbook_modules=tuple(
                 m.strip() for m in os.environ.get("INBOX_PLAYBOOKS", "").split(",") if m.strip()
             ),

@@ -122,3 +122,16 @@ def make_source(engine: Engine) -> SourceFactory:
             )
 
     return make
+
+
+@pytest.fixture
+def sink_table(engine: Engine) -> Iterator[None]:
+    import tests.sink_playbooks as sp
+
+    with engine.begin() as conn:
+        conn.execute(text(sp.SINK_DDL))
+        conn.execute(text("TRUNCATE test_sink"))
+    yield
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE IF EXISTS test_sink"))
+

@@ -23,3 +23,18 @@ def hmac_headers(
 
 def body_of(payload: Any) -> bytes:
     return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def sink_rows(engine: Any) -> list[Any]:
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        return list(conn.execute(text("SELECT * FROM test_sink ORDER BY id")))
+
+
+def events_by_state(engine: Any) -> dict[str, int]:
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT state, count(*) FROM events GROUP BY state"))
+        return {r[0]: int(r[1]) for r in rows}

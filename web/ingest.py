@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from inbox import ingest as core
 from inbox.errors import IdempotencyConflict, InFlight, MethodNotAllowed, NotFound, PayloadTooLarge
+from inbox.store.events import stored_response
 from inbox.store.ingest import IngestResult, ingest
 from inbox.store.sources import Source
 from web.errors import error_response
@@ -76,11 +78,23 @@ def receive(tenant: str, source: str) -> Response:
     if result.outcome == "accepted":
         _ring(ext)
         if prepared.wait_seconds:
-            waited = ext.get("wait_for_decision")
-            if waited is not None:
-                result = waited(result, prepared.wait_seconds)
+            result = _wait_for_decision(ext, result, prepared.wait_seconds)
     log.info("ingest %s/%s outcome=%s event=%s", tenant, source, result.outcome, result.public_id)
     return _answer(result)
+
+
+def _wait_for_decision(ext: dict[str, Any], result: IngestResult, seconds: float) -> IngestResult:
+    """``Prefer: wait=N``: answer with the decision if it is made within N seconds."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        with ext["engine"].connect() as conn:
+            stored = stored_response(conn, result.event_id)
+        if stored.state == "completed":
+            return replace(result, status=stored.status, body=stored.body)
+        if stored.state == "quarantined":
+            break
+    return result
 
 
 def _ring(ext: dict[str, Any]) -> None:

@@ -1,0 +1,182 @@
+"""The playbook API: named steps run in order, each result a recovery point.
+
+    from inbox.playbooks import Playbook, register
+
+    deny = Playbook("deny-account")
+
+    @deny.step("lookup", effect=False)
+    def lookup(ctx):
+        return {"account": ctx.payload["account"]["id"]}
+
+    @deny.step("lock", once_per_business_key=True)
+    def lock(ctx):
+        fraud_api.lock(ctx.results["lookup"]["account"], idempotency_key=ctx.step_key)
+        return {"locked": True}
+
+    register(deny, event_type="sim.swap")
+
+A step's return value (JSON-serialisable) is committed when the step completes; on
+any retry or replay, completed steps are skipped and their results are handed back
+in ``ctx.results``. ``ctx.step_key`` is the same on every attempt of a step: pass it
+to any outside system. ``effect=False`` marks a step with no outside effect, whose
+result may be committed together with the next one. ``once_per_business_key``
+makes the step's effect happen once per business fact: a second event with the
+same business key completes without repeating it (outcome ``duplicate_fact``).
+
+Pure: imports no framework or driver.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from inbox.errors import PermanentError
+
+StepFn = Callable[["StepContext"], Any]
+
+
+@dataclass(frozen=True)
+class EventView:
+    """What a playbook sees of an event."""
+
+    id: int
+    public_id: str
+    tenant: str
+    source: str
+    event_type: str | None
+    content_type: str
+    body: bytes
+    attempt: int
+
+    @property
+    def payload(self) -> Any:
+        try:
+            return json.loads(self.body)
+        except ValueError as exc:
+            raise PermanentError("The body is not JSON.") from exc
+
+
+@dataclass
+class StepContext:
+    event: EventView
+    step: str
+    results: dict[str, Any]
+
+    @property
+    def step_key(self) -> str:
+        """Stable across retries and replays: derived from our own ids only."""
+        return f"{self.event.public_id}.{self.step}"
+
+    @property
+    def payload(self) -> Any:
+        return self.event.payload
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    fn: StepFn
+    effect: bool = True
+    once_per_business_key: bool = False
+
+
+@dataclass
+class Playbook:
+    name: str
+    steps: list[Step] = field(default_factory=list)
+    # Exceptions that no retry can fix: the event is quarantined at once.
+    permanent: tuple[type[BaseException], ...] = ()
+
+    def step(
+        self, name: str, *, effect: bool = True, once_per_business_key: bool = False
+    ) -> Callable[[StepFn], StepFn]:
+        if any(s.name == name for s in self.steps):
+            raise ValueError(f"playbook {self.name!r} already has a step {name!r}")
+
+        def add(fn: StepFn) -> StepFn:
+            self.steps.append(Step(name, fn, effect, once_per_business_key))
+            return fn
+
+        return add
+
+    def is_permanent(self, exc: BaseException) -> bool:
+        return isinstance(exc, PermanentError) or isinstance(exc, self.permanent)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    playbook: Playbook
+    event_type: str
+    tenant: str | None
+    source: str | None
+
+    def specificity(self) -> int:
+        return (
+            (4 if self.source else 0)
+            + (2 if self.tenant else 0)
+            + (1 if self.event_type != "*" else 0)
+        )
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._rules: list[_Rule] = []
+        self.by_name: dict[str, Playbook] = {}
+
+    def register(
+        self,
+        playbook: Playbook,
+        event_type: str = "*",
+        tenant: str | None = None,
+        source: str | None = None,
+    ) -> Playbook:
+        self.by_name[playbook.name] = playbook
+        self._rules.append(_Rule(playbook, event_type, tenant, source))
+        return playbook
+
+    def resolve(
+        self, tenant: str, source: str, event_type: str | None, named: str | None = None
+    ) -> Playbook:
+        """The source's named playbook, else the most specific rule, else ``record``."""
+        if named:
+            if named not in self.by_name:
+                raise PermanentError(f"No playbook named {named!r} is registered.")
+            return self.by_name[named]
+        matches = [
+            r
+            for r in self._rules
+            if r.event_type in ("*", event_type)
+            and r.tenant in (None, tenant)
+            and r.source in (None, source)
+        ]
+        if matches:
+            return max(matches, key=_Rule.specificity).playbook
+        return self.by_name["record"]
+
+
+registry = Registry()
+register = registry.register
+
+# Built-in playbooks.
+record = Playbook("record")
+
+
+@record.step("record", effect=False)
+def _record(ctx: StepContext) -> dict[str, Any]:
+    return {"decision": "recorded", "event_type": ctx.event.event_type}
+
+
+forward = Playbook("forward")
+
+
+@forward.step("forward")
+def _forward(ctx: StepContext) -> dict[str, Any]:
+    # Outbound delivery to the tenant's endpoints is not built yet: record the decision.
+    return {"decision": "recorded", "forwarded": False}
+
+
+registry.by_name["record"] = record
+registry.by_name["forward"] = forward

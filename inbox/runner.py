@@ -1,0 +1,107 @@
+"""Running one claimed event through its playbook, step by step.
+
+Each step's result is committed as it completes (a recovery point); completed
+steps are never run again. Steps marked ``effect=False`` have no outside effect,
+so their results ride along with the next commit. Every commit is fenced.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine
+
+from inbox.backoff import retry_delay
+from inbox.bodyschema import check_body
+from inbox.errors import LeaseLost, PermanentError, RetryableError
+from inbox.playbooks import EventView, Playbook, Registry, StepContext, registry
+from inbox.store import queue
+from inbox.store.queue import Claim, LoadedEvent
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    lease_seconds: float = 60.0
+    retry_base_seconds: float = 2.0
+    retry_cap_seconds: float = 3600.0
+
+
+def run_claimed(
+    engine: Engine, c: Claim, cfg: RunConfig, reg: Registry = registry
+) -> str:
+    """Run the event's playbook; returns the resulting state ('lost' if the lease was lost)."""
+    try:
+        with engine.begin() as conn:
+            ev = queue.load(conn, c)
+        playbook = reg.resolve(ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook"))
+        try:
+            check_body(ev.source_options.get("body_schema") or {}, ev.body, ev.content_type)
+            outcome, decision, dup_of = _run_steps(engine, c, ev, playbook, cfg)
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            return _failed(engine, c, ev, exc, playbook.is_permanent(exc), cfg)
+        response = json.dumps({"id": ev.public_id, "status": outcome, "decision": decision},
+                              separators=(",", ":")).encode() if ev.sync else None
+        with engine.begin() as conn:
+            queue.complete(conn, c, outcome, decision, dup_of, response)
+        return "completed"
+    except LeaseLost:
+        log.warning("event %s: lease lost; another worker owns it now", c.id)
+        return "lost"
+
+
+def _run_steps(
+    engine: Engine, c: Claim, ev: LoadedEvent, pb: Playbook, cfg: RunConfig
+) -> tuple[str, dict[str, Any], int | None]:
+    view = EventView(ev.id, ev.public_id, ev.tenant, ev.source, ev.event_type,
+                     ev.content_type, ev.body, ev.attempts)
+    results: dict[str, Any] = dict(ev.steps)
+    pending: dict[str, Any] = {}
+    outcome, dup_of = "completed", None
+    for step in pb.steps:
+        if step.name in results:
+            continue  # a recovery point: never run a completed step again
+        if step.once_per_business_key and ev.business_key_digest is not None:
+            with engine.begin() as conn:
+                queue.record_steps(conn, c, pending, cfg.lease_seconds)
+                owner = queue.claim_effect(
+                    conn, c, ev.tenant_id, f"{pb.name}.{step.name}", ev.business_key_digest
+                )
+            pending = {}
+            if owner != ev.id:
+                outcome, dup_of = "duplicate_fact", owner
+                results[step.name] = {"skipped": "duplicate_fact", "first_event_id": owner}
+                pending[step.name] = results[step.name]
+                continue
+        value = step.fn(StepContext(view, step.name, results))
+        results[step.name] = value
+        pending[step.name] = value
+        if step.effect:
+            with engine.begin() as conn:
+                queue.record_steps(conn, c, pending, cfg.lease_seconds)
+            pending = {}
+    if pending:
+        with engine.begin() as conn:
+            queue.record_steps(conn, c, pending, cfg.lease_seconds)
+    last = results[pb.steps[-1].name] if pb.steps else None
+    decision = last if isinstance(last, dict) else {"result": last}
+    return outcome, decision, dup_of
+
+
+def _failed(
+    engine: Engine, c: Claim, ev: LoadedEvent, exc: Exception, permanent: bool, cfg: RunConfig
+) -> str:
+    delay = retry_delay(ev.attempts, cfg.retry_base_seconds, cfg.retry_cap_seconds)
+    if isinstance(exc, RetryableError) and exc.delay is not None:
+        delay = exc.delay
+    with engine.begin() as conn:
+        state = queue.fail(conn, c, exc, permanent or isinstance(exc, PermanentError), delay)
+    log.info("event %s attempt %s failed (%s): now %s", ev.public_id, ev.attempts,
+             type(exc).__name__, state)
+    return state

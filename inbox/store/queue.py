@@ -1,0 +1,298 @@
+"""Leases over the inbox: claim, record steps, finish, retry, quarantine, sweep.
+
+Every write that advances or finishes an event is fenced: it names the fence
+token its claim returned and applies only while that lease is still live by the
+database clock. A worker whose lease expired, or was taken over, commits nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from inbox.errors import LeaseLost
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: int
+    fence: int
+
+
+# Fair across tenants: tenants are visited in random order and each gives at most
+# :per_tenant due events, so one tenant's backlog cannot fill every batch; what is
+# left of the batch is then filled oldest-first from anyone. SKIP LOCKED lets
+# concurrent drainers take disjoint rows. An event whose source processes one
+# business key at a time (ordering_key) waits while an earlier event with that key
+# is unfinished. The attempt is counted here, in the claiming transaction, so an
+# event that kills its worker every time still runs out of attempts.
+_DUE = """
+    ev.state = 'received' AND ev.available_at <= now()
+    AND (ev.ordering_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM events p
+           WHERE p.tenant_id = ev.tenant_id AND p.ordering_key = ev.ordering_key
+             AND p.id < ev.id AND p.state IN ('received', 'processing')))
+"""
+_CLAIM = text(
+    f"""
+    WITH fair AS (
+        SELECT e.id
+          FROM (SELECT id FROM tenants WHERE NOT disabled ORDER BY random()) t
+         CROSS JOIN LATERAL (
+               SELECT ev.id FROM events ev
+                WHERE ev.tenant_id = t.id AND {_DUE}
+                ORDER BY ev.available_at, ev.id
+                LIMIT :per_tenant
+                FOR UPDATE SKIP LOCKED
+         ) e
+         LIMIT :limit
+    ), fill AS (
+        SELECT ev.id FROM events ev
+         WHERE {_DUE} AND ev.id NOT IN (SELECT id FROM fair)
+         ORDER BY ev.available_at, ev.id
+         LIMIT :limit - (SELECT count(*) FROM fair)
+           FOR UPDATE SKIP LOCKED
+    ), picked AS (
+        SELECT id FROM fair UNION ALL SELECT id FROM fill
+    )
+    UPDATE events ev
+       SET state = 'processing',
+           lease_owner = :owner,
+           lease_expires_at = now() + make_interval(secs => :lease),
+           fence = ev.fence + 1,
+           attempts = ev.attempts + 1
+      FROM picked
+     WHERE ev.id = picked.id
+    RETURNING ev.id, ev.fence
+    """
+)
+
+
+def claim(conn: Connection, owner: str, limit: int, lease_seconds: float) -> list[Claim]:
+    tenants = conn.execute(text("SELECT count(*) FROM tenants WHERE NOT disabled")).scalar_one()
+    per_tenant = max(1, -(-limit // max(1, tenants)))
+    rows = conn.execute(
+        _CLAIM, {"owner": owner, "limit": limit, "per_tenant": per_tenant, "lease": lease_seconds}
+    )
+    return sorted((Claim(r.id, r.fence) for r in rows), key=lambda c: c.id)
+
+
+@dataclass(frozen=True)
+class LoadedEvent:
+    id: int
+    public_id: str
+    tenant_id: int
+    tenant: str
+    source: str
+    source_options: dict[str, Any]
+    event_type: str | None
+    business_key_digest: bytes | None
+    content_type: str
+    body: bytes
+    attempts: int
+    max_attempts: int
+    sync: bool
+    steps: dict[str, Any]
+
+
+_LOAD = text(
+    """
+    SELECT e.id, e.public_id, e.tenant_id, t.name AS tenant, s.name AS source,
+           s.options AS source_options, e.event_type, e.business_key_digest, e.content_type,
+           e.body, e.attempts, e.max_attempts, e.sync,
+           coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
+                      WHERE st.event_id = e.id), '{}'::jsonb) AS steps
+      FROM events e
+      JOIN tenants t ON t.id = e.tenant_id
+      JOIN sources s ON s.id = e.source_id
+     WHERE e.id = :id AND e.fence = :fence AND e.state = 'processing'
+    """
+)
+
+
+def load(conn: Connection, c: Claim) -> LoadedEvent:
+    row = conn.execute(_LOAD, {"id": c.id, "fence": c.fence}).first()
+    if row is None:
+        raise LeaseLost()
+    return LoadedEvent(
+        id=row.id,
+        public_id=row.public_id,
+        tenant_id=row.tenant_id,
+        tenant=row.tenant,
+        source=row.source,
+        source_options=row.source_options,
+        event_type=row.event_type,
+        business_key_digest=(
+            bytes(row.business_key_digest) if row.business_key_digest is not None else None
+        ),
+        content_type=row.content_type,
+        body=bytes(row.body) if row.body is not None else b"",
+        attempts=row.attempts,
+        max_attempts=row.max_attempts,
+        sync=row.sync,
+        steps=dict(row.steps),
+    )
+
+
+_LIVE = "id = :id AND fence = :fence AND state = 'processing' AND lease_expires_at > now()"
+
+# Record completed steps (a recovery point) only while the lease is live; extend the
+# lease in the same statement so long playbooks keep it.
+_STEP = text(
+    f"""
+    WITH live AS (
+        UPDATE events SET lease_expires_at = now() + make_interval(secs => :lease)
+         WHERE {_LIVE}
+        RETURNING id, attempts
+    )
+    INSERT INTO steps (event_id, name, result, attempt)
+    SELECT live.id, s.name, s.result, live.attempts
+      FROM live, jsonb_each(CAST(:steps AS jsonb)) AS s(name, result)
+    ON CONFLICT (event_id, name) DO NOTHING
+    RETURNING name
+    """
+)
+
+
+def _check_live(conn: Connection, c: Claim) -> None:
+    live = conn.execute(text(f"SELECT 1 FROM events WHERE {_LIVE}"), {"id": c.id, "fence": c.fence})
+    if live.first() is None:
+        raise LeaseLost()
+
+
+def record_steps(conn: Connection, c: Claim, results: dict[str, Any], lease: float) -> None:
+    """Commit step results as recovery points; raises LeaseLost if the lease is gone."""
+    if not results:
+        _check_live(conn, c)
+        return
+    params = {"id": c.id, "fence": c.fence, "lease": lease, "steps": json.dumps(results)}
+    written = conn.execute(_STEP, params).fetchall()
+    if not written:
+        _check_live(conn, c)  # either no lease, or every step was already recorded
+
+
+def claim_effect(conn: Connection, c: Claim, tenant_id: int, name: str, bk: bytes) -> int:
+    """Claim a once-per-business-key effect; returns the id of the event that owns it."""
+    owner = conn.execute(
+        text(
+            """
+            WITH ins AS (
+                INSERT INTO effects (tenant_id, name, business_key_digest, event_id)
+                VALUES (:tenant_id, :name, :bk, :id)
+                ON CONFLICT DO NOTHING RETURNING event_id
+            )
+            SELECT event_id FROM ins
+            UNION ALL
+            SELECT event_id FROM effects
+             WHERE tenant_id = :tenant_id AND name = :name AND business_key_digest = :bk
+            LIMIT 1
+            """
+        ),
+        {"tenant_id": tenant_id, "name": name, "bk": bk, "id": c.id},
+    ).scalar_one()
+    return int(owner)
+
+
+def complete(
+    conn: Connection,
+    c: Claim,
+    outcome: str,
+    decision: dict[str, Any],
+    duplicate_of: int | None,
+    sync_response: bytes | None,
+) -> None:
+    """Finish the event. A synchronous event's stored response becomes the decision."""
+    result = conn.execute(
+        text(
+            f"""
+            UPDATE events
+               SET state = 'completed', outcome = :outcome, decision = CAST(:decision AS jsonb),
+                   duplicate_of = :dup, finished_at = now(),
+                   lease_owner = NULL, lease_expires_at = NULL,
+                   last_error_class = NULL, last_error_message = NULL,
+                   response_status = CASE WHEN CAST(:resp AS bytea) IS NULL
+                                          THEN response_status ELSE 200 END,
+                   response_body = coalesce(CAST(:resp AS bytea), response_body)
+             WHERE {_LIVE}
+            """
+        ),
+        {
+            "id": c.id,
+            "fence": c.fence,
+            "outcome": outcome,
+            "decision": json.dumps(decision),
+            "dup": duplicate_of,
+            "resp": sync_response,
+        },
+    )
+    if result.rowcount != 1:
+        raise LeaseLost()
+
+
+def fail(
+    conn: Connection, c: Claim, error: BaseException, permanent: bool, delay: float
+) -> str:
+    """Retry later (database-scheduled), or quarantine when permanent or out of attempts."""
+    row = conn.execute(
+        text(
+            f"""
+            UPDATE events
+               SET state = CASE WHEN :permanent OR attempts >= max_attempts
+                                THEN 'quarantined' ELSE 'received' END,
+                   available_at = now() + make_interval(secs => :delay),
+                   finished_at = CASE WHEN :permanent OR attempts >= max_attempts
+                                      THEN now() END,
+                   lease_owner = NULL, lease_expires_at = NULL,
+                   last_error_class = :cls, last_error_message = :msg
+             WHERE {_LIVE}
+            RETURNING state
+            """
+        ),
+        {
+            "id": c.id,
+            "fence": c.fence,
+            "permanent": permanent,
+            "delay": delay,
+            "cls": type(error).__name__,
+            "msg": str(error)[:2000],
+        },
+    ).first()
+    if row is None:
+        raise LeaseLost()
+    return str(row.state)
+
+
+def sweep_expired(conn: Connection) -> tuple[int, int]:
+    """Expired leases go back to received, or to quarantine when out of attempts.
+
+    Returns (requeued, quarantined).
+    """
+    rows = conn.execute(
+        text(
+            """
+            UPDATE events
+               SET state = CASE WHEN attempts >= max_attempts
+                                THEN 'quarantined' ELSE 'received' END,
+                   finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
+                   available_at = now(),
+                   last_error_class = 'LeaseExpired',
+                   last_error_message = 'the worker holding the lease stopped or stalled',
+                   lease_owner = NULL, lease_expires_at = NULL
+             WHERE state = 'processing' AND lease_expires_at <= now()
+            RETURNING state
+            """
+        )
+    ).fetchall()
+    quarantined = sum(1 for r in rows if r.state == "quarantined")
+    return len(rows) - quarantined, quarantined
+
+
+def due_count(conn: Connection) -> int:
+    return int(
+        conn.execute(
+            text("SELECT count(*) FROM events WHERE state = 'received' AND available_at <= now()")
+        ).scalar_one()
+    )

@@ -1,0 +1,250 @@
+"""Draining, recovery points, leases, quarantine and fairness, via the plain functions."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from sqlalchemy import text
+
+import tests.sink_playbooks  # noqa: F401  (registers the test playbooks)
+from inbox.config import Settings
+from inbox.drain import drain_once, sweep_once
+from inbox.errors import LeaseLost
+from inbox.store import queue
+from tests.helpers import body_of, events_by_state, hmac_headers, sink_rows
+
+pytestmark = pytest.mark.usefixtures("sink_table")
+
+
+@pytest.fixture
+def wsettings(settings: Settings) -> Settings:
+    return Settings(
+        database_url=settings.database_url, batch_size=100, lease_seconds=30,
+        retry_base_seconds=0.01,
+    )
+
+
+def send(client, src, payload, key, **headers):
+    body = body_of(payload)
+    return client.post(src.path, data=body, headers=hmac_headers("s3cret", body, key, **headers))
+
+
+def drain_all(engine, wsettings, rounds: int = 200) -> None:
+    for _ in range(rounds):
+        if drain_once(engine, wsettings).claimed == 0:
+            with engine.connect() as conn:
+                pending = conn.execute(text(
+                    "SELECT count(*) FROM events WHERE state IN ('received','processing')"
+                )).scalar_one()
+            if not pending:
+                return
+            time.sleep(0.02)
+    raise AssertionError("events still pending")
+
+
+def one(engine, sql: str):
+    with engine.connect() as conn:
+        return conn.execute(text(sql)).first()
+
+
+def test_record_playbook_completes_with_its_step_committed(client, make_source, engine, wsettings):
+    src = make_source()
+    assert send(client, src, {"a": 1}, "k").status_code == 202
+    result = drain_once(engine, wsettings)
+    assert result.claimed == 1 and result.states["completed"] == 1
+    ev = one(engine, "SELECT * FROM events")
+    assert ev.state == "completed" and ev.attempts == 1 and ev.outcome == "completed"
+    assert ev.decision == {"decision": "recorded", "event_type": None}
+    assert ev.lease_owner is None and ev.finished_at is not None
+    assert one(engine, "SELECT name FROM steps").name == "record"
+
+
+def test_retry_resumes_at_the_first_incomplete_step(client, make_source, engine, wsettings):
+    src = make_source(event_type_path="type")
+    send(client, src, {"type": "two.step", "fail_notify_times": 2}, "k")
+    drain_all(engine, wsettings)
+    rows = sink_rows(engine)
+    assert [r.step for r in rows] == ["charge", "notify", "notify", "notify"]
+    ev = one(engine, "SELECT * FROM events")
+    assert ev.state == "completed" and ev.attempts == 3
+    # the outside system saw one stable key per step, the same on every attempt
+    assert {r.step_key for r in rows if r.step == "notify"} == {f"{ev.public_id}.notify"}
+    assert rows[0].step_key == f"{ev.public_id}.charge"
+
+
+def test_poison_is_quarantined_after_exactly_max_attempts_while_healthy_complete(
+    client, make_source, engine, wsettings
+):
+    src = make_source(event_type_path="type", max_attempts=3)
+    send(client, src, {"type": "flaky", "poison": True}, "poison")
+    for i in range(200):
+        send(client, src, {"type": "flaky", "n": i}, f"ok-{i}")
+    drain_all(engine, wsettings)
+    assert events_by_state(engine) == {"completed": 200, "quarantined": 1}
+    bad = one(engine, "SELECT * FROM events WHERE state = 'quarantined'")
+    assert bad.attempts == 3 and bad.last_error_class == "RuntimeError"
+    assert bad.last_error_message == "poison event" and bad.finished_at is not None
+    poison_calls = [r for r in sink_rows(engine) if r.event == bad.public_id]
+    assert len(poison_calls) == 3
+    assert len(sink_rows(engine)) == 203
+
+
+@pytest.mark.parametrize("flag", ["permanent", "keyerror"])
+def test_permanent_errors_quarantine_at_once(client, make_source, engine, wsettings, flag):
+    src = make_source(event_type_path="type")
+    send(client, src, {"type": "flaky", flag: True}, "k")
+    drain_all(engine, wsettings)
+    ev = one(engine, "SELECT * FROM events")
+    assert ev.state == "quarantined" and ev.attempts == 1
+
+
+def test_body_failing_the_source_schema_is_quarantined_not_retried(
+    client, make_source, engine, wsettings
+):
+    src = make_source(body_schema={"account": "str", "amount": "int"})
+    send(client, src, {"account": "a", "amount": "lots"}, "k")
+    drain_all(engine, wsettings)
+    ev = one(engine, "SELECT * FROM events")
+    assert ev.state == "quarantined" and ev.attempts == 1
+    assert ev.last_error_class == "PermanentError" and "amount" in ev.last_error_message
+
+
+def test_same_business_fact_under_two_event_ids_has_one_effect(
+    client, make_source, engine, wsettings
+):
+    src = make_source(event_type_path="type", business_key_paths=["account"])
+    send(client, src, {"type": "sim.swap", "account": "acct-1", "from": "a"}, "k1")
+    send(client, src, {"type": "sim.swap", "account": "acct-1", "from": "b"}, "k2")
+    send(client, src, {"type": "sim.swap", "account": "acct-2"}, "k3")
+    drain_all(engine, wsettings)
+    assert [r.step for r in sink_rows(engine)] == ["deny", "deny"]
+    first, second, third = (
+        one(engine, f"SELECT * FROM events WHERE id = {i}") for i in (1, 2, 3)
+    )
+    assert first.outcome == "completed" and third.outcome == "completed"
+    assert second.state == "completed" and second.outcome == "duplicate_fact"
+    assert second.duplicate_of == first.id
+
+
+def test_expired_lease_cannot_commit_over_the_next_owner(client, make_source, engine, wsettings):
+    src = make_source()
+    send(client, src, {"a": 1}, "k")
+    with engine.begin() as conn:
+        [old] = queue.claim(conn, "old", 10, 0.2)
+    time.sleep(0.3)
+    # the lease has expired: even before anyone else claims, the old owner commits nothing
+    with pytest.raises(LeaseLost), engine.begin() as conn:
+        queue.record_steps(conn, old, {"x": 1}, 30)
+    assert sweep_once(engine).requeued == 1
+    with engine.begin() as conn:
+        [new] = queue.claim(conn, "new", 10, 30)
+    assert new.fence == old.fence + 1
+    for attempt in (
+        lambda conn: queue.record_steps(conn, old, {"x": 1}, 30),
+        lambda conn: queue.complete(conn, old, "completed", {}, None, None),
+        lambda conn: queue.fail(conn, old, RuntimeError("x"), False, 0),
+    ):
+        with pytest.raises(LeaseLost), engine.begin() as conn:
+            attempt(conn)
+    with engine.begin() as conn:
+        queue.record_steps(conn, new, {"x": 2}, 30)
+        queue.complete(conn, new, "completed", {"by": "new"}, None, None)
+    ev = one(engine, "SELECT * FROM events")
+    assert ev.state == "completed" and ev.decision == {"by": "new"} and ev.attempts == 2
+    assert one(engine, "SELECT result FROM steps").result == 2
+
+
+def test_a_crash_looping_event_still_reaches_quarantine(client, make_source, engine):
+    src = make_source(max_attempts=2)
+    send(client, src, {"a": 1}, "k")
+    for expected in ("received", "quarantined"):
+        with engine.begin() as conn:
+            assert len(queue.claim(conn, "dies", 10, 0.05)) == 1  # ...and the worker dies
+        time.sleep(0.1)
+        sweep_once(engine)
+        assert one(engine, "SELECT state FROM events").state == expected
+    assert one(engine, "SELECT attempts FROM events").attempts == 2
+
+
+def test_one_tenants_backlog_does_not_starve_another(make_source, engine, wsettings):
+    big, small = make_source(), make_source()
+    with engine.begin() as conn:
+        conn.execute(text("SET LOCAL statement_timeout = 0"))
+        conn.execute(
+            text(
+                "INSERT INTO events (public_id, tenant_id, source_id, content_type, body,"
+                " body_sha256, response_status, response_body, received_at, available_at)"
+                " SELECT 'b' || g, :t, :s, 'application/json', '{}', '\\x00', 202, '',"
+                " now() - interval '1 hour', now() - interval '1 hour'"
+                " FROM generate_series(1, 100000) g"
+            ),
+            {"t": big.tenant_id, "s": big.id},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO events (public_id, tenant_id, source_id, content_type, body,"
+                " body_sha256, response_status, response_body)"
+                " VALUES ('lonely', :t, :s, 'application/json', '{}', '\\x00', 202, '')"
+            ),
+            {"t": small.tenant_id, "s": small.id},
+        )
+    result = drain_once(engine, wsettings)
+    assert result.claimed == 100
+    assert one(engine, "SELECT state FROM events WHERE public_id = 'lonely'").state == "completed"
+
+
+def test_one_business_key_at_a_time_in_received_order(client, make_source, engine, wsettings):
+    src = make_source(business_key_paths=["account"], serialize_by_business_key=True)
+    for i in range(3):
+        send(client, src, {"account": "acct-1", "n": i}, f"k{i}")
+    send(client, src, {"account": "acct-2"}, "other")
+    with engine.begin() as conn:
+        first = queue.claim(conn, "w", 10, 30)
+    assert [c.id for c in first] == [1, 4]  # acct-1's first event, and acct-2's in parallel
+    with engine.begin() as conn:
+        assert queue.claim(conn, "w2", 10, 30) == []  # acct-1's next waits for the first
+        for c in first:
+            queue.complete(conn, c, "completed", {}, None, None)
+    order = []
+    for _ in range(3):
+        with engine.begin() as conn:
+            claims = queue.claim(conn, "w", 10, 30)
+            order += [c.id for c in claims]
+            for c in claims:
+                queue.complete(conn, c, "completed", {}, None, None)
+    assert order == [2, 3]
+
+
+def test_prefer_wait_returns_the_decision_and_in_flight_retry_gets_409(
+    client, make_source, engine, wsettings
+):
+    src = make_source()
+    box: dict[str, object] = {}
+
+    def original() -> None:
+        box["resp"] = send(client, src, {"a": 1}, "sync-1", Prefer="wait=10")
+
+    t = threading.Thread(target=original)
+    t.start()
+    deadline = time.monotonic() + 5
+    while one(engine, "SELECT count(*) AS n FROM events").n == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    in_flight = send(client, src, {"a": 1}, "sync-1")
+    assert in_flight.status_code == 409 and in_flight.headers["Retry-After"] == "1"
+    drain_once(engine, wsettings)
+    t.join(15)
+    resp = box["resp"]
+    assert resp.status_code == 200
+    assert resp.json["status"] == "completed" and resp.json["decision"]["decision"] == "recorded"
+    replay = send(client, src, {"a": 1}, "sync-1")
+    assert replay.status_code == 200 and replay.data == resp.data
+    assert replay.headers["Idempotent-Replayed"] == "true"
+
+
+def test_prefer_wait_times_out_with_the_usual_202(client, make_source, engine):
+    src = make_source()
+    start = time.monotonic()
+    resp = send(client, src, {"a": 1}, "slow", Prefer="respond-async, wait=1")
+    assert resp.status_code == 202 and 0.9 < time.monotonic() - start < 5

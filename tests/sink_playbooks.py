@@ -1,0 +1,88 @@
+"""Playbooks for tests. Their outside system is a sink table written on its own connection.
+
+Loaded by workers through ``INBOX_PLAYBOOKS=tests.sink_playbooks``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from inbox.errors import PermanentError
+from inbox.playbooks import Playbook, StepContext, register
+
+SINK_DDL = """
+CREATE TABLE IF NOT EXISTS test_sink (
+    id bigserial PRIMARY KEY, step_key text NOT NULL, step text NOT NULL,
+    event text NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT now())
+"""
+CRASH_DIR = Path(__file__).resolve().parent.parent / ".data" / "crash-markers"
+
+
+def sink(ctx: StepContext) -> None:
+    """The outside effect: one row per call, keyed by the step's idempotency key."""
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO test_sink (step_key, step, event, pid) VALUES (%s, %s, %s, %s)",
+            (ctx.step_key, ctx.step, ctx.event.public_id, os.getpid()),
+        )
+
+
+two_step = register(Playbook("two-step"), event_type="two.step")
+
+
+@two_step.step("charge")
+def charge(ctx: StepContext) -> dict[str, Any]:
+    sink(ctx)
+    marker = CRASH_DIR / str(ctx.payload.get("crash", ""))
+    if ctx.payload.get("crash") and marker.exists():
+        marker.unlink()
+        time.sleep(3600)  # the test SIGKILLs this worker here: effect done, not committed
+    return {"charged": True}
+
+
+@two_step.step("notify")
+def notify(ctx: StepContext) -> dict[str, Any]:
+    sink(ctx)
+    if ctx.payload.get("fail_notify_times", 0) >= ctx.event.attempt:
+        raise RuntimeError("notify failed")
+    return {"notified": ctx.results["charge"]["charged"]}
+
+
+flaky = register(Playbook("flaky", permanent=(KeyError,)), event_type="flaky")
+
+
+@flaky.step("work")
+def work(ctx: StepContext) -> dict[str, Any]:
+    sink(ctx)
+    p = ctx.payload
+    if p.get("sleep"):
+        time.sleep(p["sleep"])
+    if p.get("poison"):
+        raise RuntimeError("poison event")
+    if p.get("permanent"):
+        raise PermanentError("no retry can fix this")
+    if p.get("keyerror"):
+        raise KeyError("listed as permanent by the playbook")
+    return {"ok": True}
+
+
+deny = register(Playbook("deny"), event_type="sim.swap")
+
+
+@deny.step("deny", once_per_business_key=True)
+def deny_account(ctx: StepContext) -> dict[str, Any]:
+    sink(ctx)
+    return {"denied": ctx.payload["account"]}
+
+
+noop = register(Playbook("noop"), event_type="noop")
+
+
+@noop.step("noop", effect=False)
+def nothing(ctx: StepContext) -> dict[str, Any]:
+    return {}

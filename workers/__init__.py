@@ -1,0 +1,1 @@
+"""Celery workers: thin tasks over the plain functions in ``inbox``."""

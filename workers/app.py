@@ -1,0 +1,56 @@
+"""The Celery app. The broker is only a doorbell: messages carry no event data.
+
+``celery -A workers.app worker`` / ``celery -A workers.app beat``. The broker URL is
+REDIS_URL (or BROKER_URL, e.g. an amqp:// URL for RabbitMQ).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+from celery import Celery
+from celery.signals import worker_process_init
+
+from inbox.config import Settings
+
+log = logging.getLogger(__name__)
+QUEUE = "inbox"
+
+
+def make_celery(settings: Settings) -> Celery:
+    app = Celery("webhook_inbox", broker=settings.broker_url or None, include=["workers.tasks"])
+    app.conf.update(
+        task_default_queue=QUEUE,
+        # A task is acknowledged after it ran; a worker that dies mid-task gives its
+        # message back. The database, not the message, says what is left to do.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": 3600},
+        beat_schedule={
+            "inbox-sweep": {"task": "inbox.sweep", "schedule": float(settings.sweep_seconds)},
+        },
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+def load_playbooks(settings: Settings) -> None:
+    for module in settings.playbook_modules:
+        importlib.import_module(module)
+
+
+settings = Settings.from_env()
+app = make_celery(settings)
+load_playbooks(settings)
+
+
+@worker_process_init.connect
+def _fresh_engine(**_: object) -> None:
+    # Forked pool processes must not share the parent's database connections.
+    from workers import tasks
+
+    tasks.reset_engine()

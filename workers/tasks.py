@@ -1,0 +1,72 @@
+"""Celery tasks: a few lines each over ``inbox.drain``."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import redis
+from sqlalchemy import Engine
+
+from inbox.drain import drain_once, sweep_once
+from inbox.store.engine import make_engine
+from workers.app import app, settings
+from workers.doorbell import FLAG
+
+log = logging.getLogger(__name__)
+_engine: Engine | None = None
+_redis: redis.Redis | None = None
+DRAIN_BUDGET_SECONDS = 5.0
+
+
+def engine() -> Engine:
+    global _engine
+    if _engine is None:
+        _engine = make_engine(settings, pool_size=2)
+    return _engine
+
+
+def reset_engine() -> None:
+    global _engine, _redis
+    if _engine is not None:
+        _engine.dispose(close=False)
+    _engine, _redis = None, None
+
+
+def _clear_flag() -> None:
+    global _redis
+    if not settings.redis_url:
+        return
+    try:
+        if _redis is None:
+            _redis = redis.Redis.from_url(settings.redis_url, socket_timeout=1)
+        _redis.delete(FLAG)
+    except redis.RedisError:
+        log.warning("could not clear the doorbell flag")
+
+
+@app.task(name="inbox.drain")
+def drain() -> int:
+    """Drain due events in batches for a few seconds; ring again if work remains."""
+    _clear_flag()
+    deadline = time.monotonic() + DRAIN_BUDGET_SECONDS
+    done, helped = 0, False
+    while time.monotonic() < deadline:
+        batch = drain_once(engine(), settings)
+        done += batch.claimed
+        if batch.claimed < settings.batch_size:
+            return done
+        if not helped:
+            drain.delay()  # a full batch: let another worker process help
+            helped = True
+    drain.delay()  # out of time with work left: continue in a fresh task
+    return done
+
+
+@app.task(name="inbox.sweep")
+def sweep() -> dict[str, int]:
+    """The lifeline: requeue expired leases and re-ring for anything due."""
+    result = sweep_once(engine())
+    if result.due or result.requeued:
+        drain.delay()
+    return {"requeued": result.requeued, "quarantined": result.quarantined, "due": result.due}
