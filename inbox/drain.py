@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -40,7 +41,13 @@ def drain_once(engine: Engine, settings: Settings, owner: str | None = None) -> 
         claims = queue.claim(conn, owner or worker_id(), settings.batch_size, settings.lease_seconds)
     result = DrainResult(claimed=len(claims))
     cfg = run_config(settings)
-    for c in claims:
+    renewed = time.monotonic()
+    for i, c in enumerate(claims):
+        if time.monotonic() - renewed > settings.lease_seconds / 3:
+            # The rest of the batch is still waiting its turn: keep its leases.
+            with engine.begin() as conn:
+                queue.extend(conn, claims[i:], settings.lease_seconds)
+            renewed = time.monotonic()
         result.states[run_claimed(engine, c, cfg)] += 1
     return result
 

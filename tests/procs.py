@@ -97,3 +97,17 @@ class Gunicorn(Proc):
             return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
         finally:
             conn.close()
+
+
+class CeleryProc(Proc):
+    """``celery -A workers.app worker`` or ``beat`` as a real process."""
+
+    def __init__(self, env: dict[str, str], kind: str = "worker", concurrency: int = 1) -> None:
+        (ROOT / ".data").mkdir(exist_ok=True)
+        tag = f"celery-{kind}-{time.monotonic_ns()}"
+        args = [str(BIN / "celery"), "-A", "workers.app", kind, "--loglevel", "INFO"]
+        if kind == "worker":
+            args += ["-Q", "inbox", "--concurrency", str(concurrency), "-n", f"{tag}@%h"]
+        else:
+            args += ["--schedule", str(ROOT / ".data" / f"{tag}.schedule")]
+        super().__init__(args, env, tag)

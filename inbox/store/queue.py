@@ -296,3 +296,21 @@ def due_count(conn: Connection) -> int:
             text("SELECT count(*) FROM events WHERE state = 'received' AND available_at <= now()")
         ).scalar_one()
     )
+
+
+def extend(conn: Connection, claims: list[Claim], lease_seconds: float) -> int:
+    """Extend the live leases among ``claims`` (a batch still waiting its turn)."""
+    if not claims:
+        return 0
+    result = conn.execute(
+        text(
+            """
+            UPDATE events SET lease_expires_at = now() + make_interval(secs => :lease)
+             WHERE (id, fence) IN (SELECT * FROM unnest(CAST(:ids AS bigint[]),
+                                                        CAST(:fences AS bigint[])))
+               AND state = 'processing' AND lease_expires_at > now()
+            """
+        ),
+        {"lease": lease_seconds, "ids": [c.id for c in claims], "fences": [c.fence for c in claims]},
+    )
+    return int(result.rowcount)

@@ -1,0 +1,132 @@
+"""Real celery worker and beat processes against real PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+from sqlalchemy import text
+
+from tests.helpers import body_of, events_by_state, hmac_headers, sink_rows
+from tests.procs import CeleryProc, Gunicorn
+from tests.sink_playbooks import CRASH_DIR
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("sink_table")]
+
+
+@pytest.fixture
+def env(database_url: str, redis_url: str) -> dict[str, str]:
+    redis.Redis.from_url(redis_url).flushdb()
+    return {
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "INBOX_PLAYBOOKS": "tests.sink_playbooks",
+        "INBOX_LEASE_SECONDS": "3",
+        "INBOX_SWEEP_SECONDS": "1",
+        "INBOX_RETRY_BASE_SECONDS": "0.05",
+    }
+
+
+@pytest.fixture
+def procs() -> Iterator[list]:
+    started: list = []
+    yield started
+    for p in started:
+        p.stop(signal.SIGKILL if isinstance(p, CeleryProc) else signal.SIGTERM)
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def insert_pending(engine, src, n: int, payload: dict) -> None:
+    """n accepted events, written as the receiver writes them, without ringing."""
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO events (public_id, tenant_id, source_id, event_type, content_type,"
+                " body, body_sha256, response_status, response_body)"
+                " SELECT 'evt_p' || g, :t, :s, :type, 'application/json', CAST(:body AS bytea),"
+                " '\\x00', 202, '' FROM generate_series(1, :n) g"
+            ),
+            {"t": src.tenant_id, "s": src.id, "n": n, "type": payload["type"],
+             "body": body_of(payload).decode()},
+        )
+
+
+def test_sigkill_mid_playbook_resumes_with_the_same_step_key(env, procs, make_source, engine):
+    src = make_source(event_type_path="type")
+    CRASH_DIR.mkdir(parents=True, exist_ok=True)
+    (CRASH_DIR / "c1").touch()
+    web = Gunicorn(env)
+    procs.append(web)
+    worker = CeleryProc(env)
+    procs.append(worker)
+    body = body_of({"type": "two.step", "crash": "c1"})
+    status, _, _ = web.request("POST", src.path, body, hmac_headers("s3cret", body, "crash"))
+    assert status == 202
+    # the charge reached the outside system; the worker now hangs before its commit
+    wait_for(lambda: len(sink_rows(engine)) == 1, 30, "the first charge")
+    worker.stop(signal.SIGKILL)
+    assert events_by_state(engine) == {"processing": 1}
+    procs.append(CeleryProc(env))
+    procs.append(CeleryProc(env, kind="beat"))
+    wait_for(lambda: events_by_state(engine) == {"completed": 1}, 60, "completion")
+    rows = sink_rows(engine)
+    assert [r.step for r in rows] == ["charge", "charge", "notify"]
+    assert rows[0].step_key == rows[1].step_key  # the outside system can deduplicate
+    assert rows[0].pid != rows[1].pid  # ...and it was a different process that resumed
+    with engine.connect() as conn:
+        ev = conn.execute(text("SELECT attempts, decision FROM events")).one()
+    assert ev.attempts == 2 and ev.decision == {"notified": True}
+
+
+def test_redis_flushed_with_1000_pending_all_complete_after_a_sweep(
+    env, procs, make_source, engine, redis_url
+):
+    src = make_source(event_type_path="type")
+    insert_pending(engine, src, 1000, {"type": "flaky"})
+    redis.Redis.from_url(redis_url).flushdb()  # every doorbell message is gone
+    procs.append(CeleryProc(env, concurrency=2))
+    procs.append(CeleryProc(env, kind="beat"))
+    wait_for(lambda: events_by_state(engine) == {"completed": 1000}, 90, "1000 completions")
+    assert len(sink_rows(engine)) == 1000
+
+
+def test_two_workers_race_and_each_event_is_processed_once(env, procs, make_source, engine):
+    src = make_source(event_type_path="type")
+    insert_pending(engine, src, 1000, {"type": "flaky"})
+    for _ in range(2):
+        procs.append(CeleryProc(env, concurrency=2))
+    procs.append(CeleryProc(env, kind="beat"))
+    wait_for(lambda: events_by_state(engine) == {"completed": 1000}, 90, "1000 completions")
+    rows = sink_rows(engine)
+    per_event = Counter(r.event for r in rows)
+    assert len(per_event) == 1000 and set(per_event.values()) == {1}
+    assert len({r.pid for r in rows}) >= 2  # more than one process really took part
+
+
+def test_doorbell_makes_an_event_complete_without_waiting_for_a_sweep(
+    env, procs, make_source, engine
+):
+    env = {**env, "INBOX_SWEEP_SECONDS": "3600"}
+    src = make_source(event_type_path="type")
+    procs.append(CeleryProc(env))
+    web = Gunicorn(env)
+    procs.append(web)
+    time.sleep(2)  # the worker is up
+    body = body_of({"type": "flaky"})
+    started = time.monotonic()
+    status, _, _ = web.request("POST", src.path, body, hmac_headers("s3cret", body, "bell"))
+    assert status == 202
+    wait_for(lambda: events_by_state(engine) == {"completed": 1}, 20, "completion")
+    assert time.monotonic() - started < 10
