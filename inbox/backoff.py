@@ -16,6 +16,6 @@ def retry_delay(
     "Equal jitter": half the exponential delay is fixed, half is random, so retries
     of many events failing together spread out but none retries immediately.
     """
-    exp = min(cap, base * (2 ** max(0, attempt - 1)))
-    r = (rand or random).random()
+    exp: float = min(cap, base * 2.0 ** max(0, attempt - 1))
+    r: float = (rand or random).random()
     return exp / 2 + r * exp / 2

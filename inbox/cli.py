@@ -199,5 +199,11 @@ def _split(ref: str) -> tuple[str, str]:
     return tenant, name
 
 
+def _register_groups() -> None:
+    from inbox import cli_events  # noqa: F401  (adds `events` and `replay`)
+
+
+_register_groups()
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

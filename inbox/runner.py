@@ -31,14 +31,14 @@ class RunConfig:
     retry_cap_seconds: float = 3600.0
 
 
-def run_claimed(
-    engine: Engine, c: Claim, cfg: RunConfig, reg: Registry = registry
-) -> str:
+def run_claimed(engine: Engine, c: Claim, cfg: RunConfig, reg: Registry = registry) -> str:
     """Run the event's playbook; returns the resulting state ('lost' if the lease was lost)."""
     try:
         with engine.begin() as conn:
             ev = queue.load(conn, c)
-        playbook = reg.resolve(ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook"))
+        playbook = reg.resolve(
+            ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook")
+        )
         try:
             check_body(ev.source_options.get("body_schema") or {}, ev.body, ev.content_type)
             outcome, decision, dup_of = _run_steps(engine, c, ev, playbook, cfg)
@@ -46,8 +46,13 @@ def run_claimed(
             raise
         except Exception as exc:
             return _failed(engine, c, ev, exc, playbook.is_permanent(exc), cfg)
-        response = json.dumps({"id": ev.public_id, "status": outcome, "decision": decision},
-                              separators=(",", ":")).encode() if ev.sync else None
+        response = (
+            json.dumps(
+                {"id": ev.public_id, "status": outcome, "decision": decision}, separators=(",", ":")
+            ).encode()
+            if ev.sync
+            else None
+        )
         with engine.begin() as conn:
             queue.complete(conn, c, outcome, decision, dup_of, response)
         return "completed"
@@ -59,8 +64,16 @@ def run_claimed(
 def _run_steps(
     engine: Engine, c: Claim, ev: LoadedEvent, pb: Playbook, cfg: RunConfig
 ) -> tuple[str, dict[str, Any], int | None]:
-    view = EventView(ev.id, ev.public_id, ev.tenant, ev.source, ev.event_type,
-                     ev.content_type, ev.body, ev.attempts)
+    view = EventView(
+        ev.id,
+        ev.public_id,
+        ev.tenant,
+        ev.source,
+        ev.event_type,
+        ev.content_type,
+        ev.body,
+        ev.attempts,
+    )
     results: dict[str, Any] = dict(ev.steps)
     pending: dict[str, Any] = {}
     outcome, dup_of = "completed", None
@@ -102,6 +115,11 @@ def _failed(
         delay = exc.delay
     with engine.begin() as conn:
         state = queue.fail(conn, c, exc, permanent or isinstance(exc, PermanentError), delay)
-    log.info("event %s attempt %s failed (%s): now %s", ev.public_id, ev.attempts,
-             type(exc).__name__, state)
+    log.info(
+        "event %s attempt %s failed (%s): now %s",
+        ev.public_id,
+        ev.attempts,
+        type(exc).__name__,
+        state,
+    )
     return state

@@ -134,4 +134,3 @@ def sink_table(engine: Engine) -> Iterator[None]:
     yield
     with engine.begin() as conn:
         conn.execute(text("DROP TABLE IF EXISTS test_sink"))
-

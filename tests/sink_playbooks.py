@@ -50,6 +50,8 @@ def notify(ctx: StepContext) -> dict[str, Any]:
     sink(ctx)
     if ctx.payload.get("fail_notify_times", 0) >= ctx.event.attempt:
         raise RuntimeError("notify failed")
+    if ctx.payload.get("fail_marker") and (CRASH_DIR / ctx.payload["fail_marker"]).exists():
+        raise RuntimeError("notify is down")
     return {"notified": ctx.results["charge"]["charged"]}
 
 

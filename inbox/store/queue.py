@@ -232,9 +232,7 @@ def complete(
         raise LeaseLost()
 
 
-def fail(
-    conn: Connection, c: Claim, error: BaseException, permanent: bool, delay: float
-) -> str:
+def fail(conn: Connection, c: Claim, error: BaseException, permanent: bool, delay: float) -> str:
     """Retry later (database-scheduled), or quarantine when permanent or out of attempts."""
     row = conn.execute(
         text(
@@ -311,6 +309,10 @@ def extend(conn: Connection, claims: list[Claim], lease_seconds: float) -> int:
                AND state = 'processing' AND lease_expires_at > now()
             """
         ),
-        {"lease": lease_seconds, "ids": [c.id for c in claims], "fences": [c.fence for c in claims]},
+        {
+            "lease": lease_seconds,
+            "ids": [c.id for c in claims],
+            "fences": [c.fence for c in claims],
+        },
     )
     return int(result.rowcount)

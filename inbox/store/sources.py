@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, select, update
+from sqlalchemy import Connection, Select, and_, func, insert, select, update
 
 from inbox.errors import BadRequest, NotFound
 from inbox.sources import SourceOptions
@@ -86,7 +87,7 @@ def create_source(
     return get_source(conn, tenant, name)
 
 
-def _source_query():  # type: ignore[no-untyped-def]
+def _source_query() -> Select[Any]:
     active = (
         select(func.coalesce(func.array_agg(source_secrets.c.secret), []))
         .where(source_secrets.c.source_id == sources.c.id, source_secrets.c.revoked_at.is_(None))
@@ -104,7 +105,7 @@ def _source_query():  # type: ignore[no-untyped-def]
     ).join(tenants, tenants.c.id == sources.c.tenant_id)
 
 
-def _to_source(row) -> Source:  # type: ignore[no-untyped-def]
+def _to_source(row: Any) -> Source:
     return Source(
         id=row.id,
         tenant_id=row.tenant_id,

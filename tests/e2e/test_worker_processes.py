@@ -58,8 +58,13 @@ def insert_pending(engine, src, n: int, payload: dict) -> None:
                 " SELECT 'evt_p' || g, :t, :s, :type, 'application/json', CAST(:body AS bytea),"
                 " '\\x00', 202, '' FROM generate_series(1, :n) g"
             ),
-            {"t": src.tenant_id, "s": src.id, "n": n, "type": payload["type"],
-             "body": body_of(payload).decode()},
+            {
+                "t": src.tenant_id,
+                "s": src.id,
+                "n": n,
+                "type": payload["type"],
+                "body": body_of(payload).decode(),
+            },
         )
 
 

@@ -21,7 +21,9 @@ pytestmark = pytest.mark.usefixtures("sink_table")
 @pytest.fixture
 def wsettings(settings: Settings) -> Settings:
     return Settings(
-        database_url=settings.database_url, batch_size=100, lease_seconds=30,
+        database_url=settings.database_url,
+        batch_size=100,
+        lease_seconds=30,
         retry_base_seconds=0.01,
     )
 
@@ -35,9 +37,9 @@ def drain_all(engine, wsettings, rounds: int = 200) -> None:
     for _ in range(rounds):
         if drain_once(engine, wsettings).claimed == 0:
             with engine.connect() as conn:
-                pending = conn.execute(text(
-                    "SELECT count(*) FROM events WHERE state IN ('received','processing')"
-                )).scalar_one()
+                pending = conn.execute(
+                    text("SELECT count(*) FROM events WHERE state IN ('received','processing')")
+                ).scalar_one()
             if not pending:
                 return
             time.sleep(0.02)
@@ -120,9 +122,7 @@ def test_same_business_fact_under_two_event_ids_has_one_effect(
     send(client, src, {"type": "sim.swap", "account": "acct-2"}, "k3")
     drain_all(engine, wsettings)
     assert [r.step for r in sink_rows(engine)] == ["deny", "deny"]
-    first, second, third = (
-        one(engine, f"SELECT * FROM events WHERE id = {i}") for i in (1, 2, 3)
-    )
+    first, second, third = (one(engine, f"SELECT * FROM events WHERE id = {i}") for i in (1, 2, 3))
     assert first.outcome == "completed" and third.outcome == "completed"
     assert second.state == "completed" and second.outcome == "duplicate_fact"
     assert second.duplicate_of == first.id

@@ -1,0 +1,124 @@
+"""What operators see and do: event listings, one event in full, replays (audited)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+
+@dataclass(frozen=True)
+class EventRow:
+    id: int
+    public_id: str
+    tenant: str
+    source: str
+    event_type: str | None
+    state: str
+    attempts: int
+    received_at: datetime
+    finished_at: datetime | None
+    outcome: str | None
+    last_error_class: str | None
+
+
+_LIST = """
+SELECT e.id, e.public_id, t.name AS tenant, s.name AS source, e.event_type, e.state,
+       e.attempts, e.received_at, e.finished_at, e.outcome, e.last_error_class
+  FROM events e JOIN tenants t ON t.id = e.tenant_id JOIN sources s ON s.id = e.source_id
+ WHERE (CAST(:state AS text) IS NULL OR e.state = :state)
+   AND (CAST(:tenant AS text) IS NULL OR t.name = :tenant)
+   AND (CAST(:source AS text) IS NULL OR s.name = :source)
+   AND (CAST(:since AS timestamptz) IS NULL OR e.received_at >= :since)
+   AND (CAST(:before_id AS bigint) IS NULL OR e.id < :before_id)
+ ORDER BY e.id DESC
+ LIMIT :limit
+"""
+
+
+def list_events(
+    conn: Connection,
+    state: str | None = None,
+    tenant: str | None = None,
+    source: str | None = None,
+    since: datetime | None = None,
+    limit: int = 50,
+    before_id: int | None = None,
+) -> list[EventRow]:
+    rows = conn.execute(
+        text(_LIST),
+        {"state": state, "tenant": tenant, "source": source, "since": since,
+         "limit": limit, "before_id": before_id},
+    )
+    return [EventRow(**r._mapping) for r in rows]
+
+
+def event_detail(conn: Connection, public_id: str) -> dict[str, Any] | None:
+    """Everything that happened to one event (keys and secrets are not stored at all)."""
+    ev = conn.execute(
+        text(
+            """
+            SELECT e.*, t.name AS tenant, s.name AS source
+              FROM events e JOIN tenants t ON t.id = e.tenant_id
+              JOIN sources s ON s.id = e.source_id
+             WHERE e.public_id = :p
+            """
+        ),
+        {"p": public_id},
+    ).first()
+    if ev is None:
+        return None
+    m = dict(ev._mapping)
+    steps = conn.execute(
+        text("SELECT name, result, attempt, completed_at FROM steps WHERE event_id = :id"
+             " ORDER BY completed_at, name"),
+        {"id": ev.id},
+    )
+    conflicts = conn.execute(
+        text("SELECT encode(other_body_sha256, 'hex') AS other_sha256, count, first_at, last_at"
+             " FROM idempotency_conflicts WHERE event_id = :id"),
+        {"id": ev.id},
+    )
+    audit = conn.execute(
+        text("SELECT at, actor, action, detail FROM audit_log"
+             " WHERE subject_kind = 'event' AND subject_id = :id ORDER BY id"),
+        {"id": ev.id},
+    )
+    body = m.pop("body")
+    for hidden in ("key_digest", "business_key_digest", "ordering_key", "response_body"):
+        m.pop(hidden, None)
+    m["body_sha256"] = bytes(m["body_sha256"]).hex()
+    m["body"] = bytes(body).decode("utf-8", "replace") if body is not None else None
+    m["steps"] = [dict(r._mapping) for r in steps]
+    m["conflicts"] = [dict(r._mapping) for r in conflicts]
+    m["audit"] = [dict(r._mapping) for r in audit]
+    return m
+
+
+# Only a quarantined event moves: two operators replaying the same event at once
+# both run this UPDATE, the row lock serialises them, and the second finds it no
+# longer quarantined. Completed steps are kept, so the playbook resumes.
+_REPLAY = text(
+    """
+    WITH moved AS (
+        UPDATE events
+           SET state = 'received', attempts = 0, available_at = now(), finished_at = NULL,
+               last_error_class = NULL, last_error_message = NULL
+         WHERE public_id = ANY(CAST(:ids AS text[])) AND state = 'quarantined'
+        RETURNING id, public_id
+    ), audited AS (
+        INSERT INTO audit_log (actor, action, subject_kind, subject_id, detail)
+        SELECT :actor, 'replay', 'event', id, jsonb_build_object('public_id', public_id)
+          FROM moved
+    )
+    SELECT public_id FROM moved
+    """
+)
+
+
+def replay(conn: Connection, public_ids: list[str], actor: str) -> list[str]:
+    """Move quarantined events back to received; returns the ids actually moved."""
+    rows = conn.execute(_REPLAY, {"ids": public_ids, "actor": actor})
+    return [r.public_id for r in rows]
