@@ -55,8 +55,14 @@ def events_show(public_id: str) -> None:
 @click.option("--dry-run", is_flag=True)
 @click.option("--actor", default=getpass.getuser, show_default="current user")
 def replay(
-    ids: tuple[str, ...], quarantined: bool, tenant: str | None, source: str | None,
-    since: datetime | None, rate: float, dry_run: bool, actor: str,
+    ids: tuple[str, ...],
+    quarantined: bool,
+    tenant: str | None,
+    source: str | None,
+    since: datetime | None,
+    rate: float,
+    dry_run: bool,
+    actor: str,
 ) -> None:
     """Move quarantined events back to received; completed steps are kept."""
     if ids and quarantined:

@@ -46,7 +46,11 @@ def _demo_source() -> tuple[str, str]:
             if not any(t.name == "demo" for t in store.list_tenants(conn)):
                 store.create_tenant(conn, "demo")
                 store.create_source(
-                    conn, "demo", "own", "hmac", [secrets.token_hex(16)],
+                    conn,
+                    "demo",
+                    "own",
+                    "hmac",
+                    [secrets.token_hex(16)],
                     SourceOptions.from_dict(
                         {"event_type_path": "type", "business_key_paths": ["account"]}
                     ),
@@ -106,8 +110,12 @@ def main() -> None:
     procs = []
     for name, cmd in _procfile():
         proc = subprocess.Popen(
-            ["bash", "-c", f"exec {cmd}"], cwd=ROOT, env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            ["bash", "-c", f"exec {cmd}"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         threading.Thread(target=_pump, args=(name, proc), daemon=True).start()
         procs.append((name, proc))
@@ -119,7 +127,7 @@ def main() -> None:
             time.sleep(0.5)
     except KeyboardInterrupt:
         pass
-    for name, p in procs:
+    for _name, p in procs:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGTERM)
     for name, p in procs:

@@ -49,8 +49,14 @@ def list_events(
 ) -> list[EventRow]:
     rows = conn.execute(
         text(_LIST),
-        {"state": state, "tenant": tenant, "source": source, "since": since,
-         "limit": limit, "before_id": before_id},
+        {
+            "state": state,
+            "tenant": tenant,
+            "source": source,
+            "since": since,
+            "limit": limit,
+            "before_id": before_id,
+        },
     )
     return [EventRow(**r._mapping) for r in rows]
 
@@ -72,18 +78,24 @@ def event_detail(conn: Connection, public_id: str) -> dict[str, Any] | None:
         return None
     m = dict(ev._mapping)
     steps = conn.execute(
-        text("SELECT name, result, attempt, completed_at FROM steps WHERE event_id = :id"
-             " ORDER BY completed_at, name"),
+        text(
+            "SELECT name, result, attempt, completed_at FROM steps WHERE event_id = :id"
+            " ORDER BY completed_at, name"
+        ),
         {"id": ev.id},
     )
     conflicts = conn.execute(
-        text("SELECT encode(other_body_sha256, 'hex') AS other_sha256, count, first_at, last_at"
-             " FROM idempotency_conflicts WHERE event_id = :id"),
+        text(
+            "SELECT encode(other_body_sha256, 'hex') AS other_sha256, count, first_at, last_at"
+            " FROM idempotency_conflicts WHERE event_id = :id"
+        ),
         {"id": ev.id},
     )
     audit = conn.execute(
-        text("SELECT at, actor, action, detail FROM audit_log"
-             " WHERE subject_kind = 'event' AND subject_id = :id ORDER BY id"),
+        text(
+            "SELECT at, actor, action, detail FROM audit_log"
+            " WHERE subject_kind = 'event' AND subject_id = :id ORDER BY id"
+        ),
         {"id": ev.id},
     )
     body = m.pop("body")
