@@ -74,6 +74,7 @@ Send a first signed event (paste into another shell):
 
 Watch it go from received to completed:
 
+  export DATABASE_URL='{os.environ["DATABASE_URL"]}'
   .venv/bin/inbox events list --tenant demo
   .venv/bin/inbox events show <id from the answer>
 
