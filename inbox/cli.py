@@ -176,20 +176,23 @@ def _generate_secret(scheme: str) -> str:
     return raw.hex()
 
 
+def _set_enabled(ref: str, enabled: bool) -> None:
+    with transaction() as conn:
+        store.set_enabled(conn, store.get_source(conn, *_split(ref)), enabled)
+    click.echo("enabled" if enabled else "disabled")
+
+
 @sources.command("disable")
 @click.argument("ref", metavar="TENANT/SOURCE")
 def sources_disable(ref: str) -> None:
-    with transaction() as conn:
-        store.set_enabled(conn, store.get_source(conn, *_split(ref)), False)
-    click.echo("disabled")
+    """Stop accepting events (the URL answers 404)."""
+    _set_enabled(ref, False)
 
 
 @sources.command("enable")
 @click.argument("ref", metavar="TENANT/SOURCE")
 def sources_enable(ref: str) -> None:
-    with transaction() as conn:
-        store.set_enabled(conn, store.get_source(conn, *_split(ref)), True)
-    click.echo("enabled")
+    _set_enabled(ref, True)
 
 
 def _split(ref: str) -> tuple[str, str]:

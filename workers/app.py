@@ -48,7 +48,7 @@ app = make_celery(settings)
 load_playbooks(settings)
 
 
-@worker_process_init.connect
+@worker_process_init.connect  # type: ignore[untyped-decorator]
 def _fresh_engine(**_: object) -> None:
     # Forked pool processes must not share the parent's database connections.
     from workers import tasks

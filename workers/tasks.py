@@ -45,7 +45,7 @@ def _clear_flag() -> None:
         log.warning("could not clear the doorbell flag")
 
 
-@app.task(name="inbox.drain")
+@app.task(name="inbox.drain")  # type: ignore[untyped-decorator]
 def drain() -> int:
     """Drain due events in batches for a few seconds; ring again if work remains."""
     _clear_flag()
@@ -63,7 +63,7 @@ def drain() -> int:
     return done
 
 
-@app.task(name="inbox.sweep")
+@app.task(name="inbox.sweep")  # type: ignore[untyped-decorator]
 def sweep() -> dict[str, int]:
     """The lifeline: requeue expired leases and re-ring for anything due."""
     result = sweep_once(engine())

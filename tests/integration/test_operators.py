@@ -36,8 +36,20 @@ def wsettings(settings):
 
 def test_tenant_and_source_commands(cli, engine):
     assert "tenant acme created" in cli("tenants", "create", "acme")
-    out = cli("sources", "create", "--tenant", "acme", "--name", "stripe", "--scheme", "stripe",
-              "--secret", "whsec_a", "--option", "tolerance=600")
+    out = cli(
+        "sources",
+        "create",
+        "--tenant",
+        "acme",
+        "--name",
+        "stripe",
+        "--scheme",
+        "stripe",
+        "--secret",
+        "whsec_a",
+        "--option",
+        "tolerance=600",
+    )
     assert "/hooks/acme/stripe" in out and '"tolerance": 600' in out
     assert "acme/stripe  stripe  /hooks/acme/stripe" in cli("sources", "list")
     out = cli("sources", "create", "--tenant", "acme", "--name", "open", "--scheme", "none")
@@ -57,8 +69,9 @@ def test_replay_resumes_at_the_failed_step_and_runs_it_once(
     CRASH_DIR.mkdir(parents=True, exist_ok=True)
     (CRASH_DIR / "notify-down").touch()
     body = body_of({"type": "two.step", "fail_marker": "notify-down"})
-    public_id = client.post(src.path, data=body,
-                            headers=hmac_headers("s3cret", body, "r")).json["id"]
+    public_id = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "r")).json[
+        "id"
+    ]
     drain_once(engine, wsettings)
     assert "quarantined" in cli("events", "list", "--state", "quarantined")
     assert [r.step for r in sink_rows(engine)] == ["charge", "notify"]
@@ -74,12 +87,14 @@ def test_replay_resumes_at_the_failed_step_and_runs_it_once(
     assert "s3cret" not in shown
 
 
-def test_two_operators_replaying_at_once_run_it_once(client, make_source, engine, wsettings,
-                                                     sink_table):
+def test_two_operators_replaying_at_once_run_it_once(
+    client, make_source, engine, wsettings, sink_table
+):
     src = make_source(event_type_path="type", max_attempts=1)
     body = body_of({"type": "flaky", "poison": True})
-    public_id = client.post(src.path, data=body,
-                            headers=hmac_headers("s3cret", body, "p")).json["id"]
+    public_id = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "p")).json[
+        "id"
+    ]
     drain_once(engine, wsettings)
     barrier = threading.Barrier(2)
     moved: list[list[str]] = []
