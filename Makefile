@@ -20,7 +20,7 @@ run: setup
 
 lint: setup
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check inbox web workers tests migrations bench
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy inbox web workers
 	$(BIN)/lint-imports
 
