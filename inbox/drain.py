@@ -9,6 +9,7 @@ import os
 import socket
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
@@ -35,7 +36,12 @@ class DrainResult:
     states: Counter[str] = field(default_factory=Counter)
 
 
-def drain_once(engine: Engine, settings: Settings, owner: str | None = None) -> DrainResult:
+def drain_once(
+    engine: Engine,
+    settings: Settings,
+    owner: str | None = None,
+    notify: Callable[[set[int]], None] | None = None,
+) -> DrainResult:
     """Claim one batch of due events and run each; returns what became of them."""
     with engine.begin() as conn:
         claims = queue.claim(
@@ -50,7 +56,7 @@ def drain_once(engine: Engine, settings: Settings, owner: str | None = None) -> 
             with engine.begin() as conn:
                 queue.extend(conn, claims[i:], settings.lease_seconds)
             renewed = time.monotonic()
-        result.states[run_claimed(engine, c, cfg)] += 1
+        result.states[run_claimed(engine, c, cfg, notify=notify)] += 1
     return result
 
 

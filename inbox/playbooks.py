@@ -31,8 +31,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
+from inbox.callbacks import Outgoing
 from inbox.errors import PermanentError
 
 StepFn = Callable[["StepContext"], Any]
@@ -64,6 +66,12 @@ class StepContext:
     event: EventView
     step: str
     results: dict[str, Any]
+    outbox: list[Outgoing] = field(default_factory=list)
+
+    def send(self, event_type: str, data: Any) -> None:
+        """Queue a callback to the tenant's endpoints. It is written in the same
+        transaction as this step's result, with a delivery id stable across retries."""
+        self.outbox.append(Outgoing(event_type, data, datetime.now(UTC)))
 
     @property
     def step_key(self) -> str:
@@ -174,8 +182,8 @@ forward = Playbook("forward")
 
 @forward.step("forward")
 def _forward(ctx: StepContext) -> dict[str, Any]:
-    # Outbound delivery to the tenant's endpoints is not built yet: record the decision.
-    return {"decision": "recorded", "forwarded": False}
+    ctx.send(ctx.event.event_type or "event", ctx.payload)
+    return {"decision": "forwarded"}
 
 
 registry.by_name["record"] = record

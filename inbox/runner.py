@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from inbox.backoff import retry_delay
 from inbox.bodyschema import check_body
+from inbox.callbacks import Outgoing
 from inbox.errors import LeaseLost, PermanentError, RetryableError
 from inbox.playbooks import EventView, Playbook, Registry, StepContext, registry
-from inbox.store import queue
+from inbox.store import deliveries, queue
 from inbox.store.queue import Claim, LoadedEvent
 
 log = logging.getLogger(__name__)
@@ -31,7 +33,13 @@ class RunConfig:
     retry_cap_seconds: float = 3600.0
 
 
-def run_claimed(engine: Engine, c: Claim, cfg: RunConfig, reg: Registry = registry) -> str:
+def run_claimed(
+    engine: Engine,
+    c: Claim,
+    cfg: RunConfig,
+    reg: Registry = registry,
+    notify: Callable[[set[int]], None] | None = None,
+) -> str:
     """Run the event's playbook; returns the resulting state ('lost' if the lease was lost)."""
     try:
         with engine.begin() as conn:
@@ -39,9 +47,10 @@ def run_claimed(engine: Engine, c: Claim, cfg: RunConfig, reg: Registry = regist
         playbook = reg.resolve(
             ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook")
         )
+        pending = _Commits(engine, c, ev, cfg)
         try:
             check_body(ev.source_options.get("body_schema") or {}, ev.body, ev.content_type)
-            outcome, decision, dup_of = _run_steps(engine, c, ev, playbook, cfg)
+            outcome, decision, dup_of = _run_steps(engine, c, ev, playbook, cfg, pending)
         except LeaseLost:
             raise
         except Exception as exc:
@@ -54,15 +63,52 @@ def run_claimed(engine: Engine, c: Claim, cfg: RunConfig, reg: Registry = regist
             else None
         )
         with engine.begin() as conn:
+            pending.flush(conn)  # the last steps without outside effects ride with completion
             queue.complete(conn, c, outcome, decision, dup_of, response)
+        if pending.ring and notify is not None:
+            notify(pending.ring)
         return "completed"
     except LeaseLost:
         log.warning("event %s: lease lost; another worker owns it now", c.id)
         return "lost"
 
 
+class _Commits:
+    """Step results (and the deliveries they decided) waiting for their commit."""
+
+    def __init__(self, engine: Engine, c: Claim, ev: LoadedEvent, cfg: RunConfig) -> None:
+        self.engine, self.c, self.ev, self.cfg = engine, c, ev, cfg
+        self.results: dict[str, Any] = {}
+        self.outbox: list[tuple[str, list[Outgoing]]] = []
+        self.ring: set[int] = set()
+
+    def add(self, step: str, result: Any, outbox: list[Outgoing] | None = None) -> None:
+        self.results[step] = result
+        if outbox:
+            self.outbox.append((step, outbox))
+
+    def flush(self, conn: Connection) -> None:
+        """Write the recovery points and their deliveries in the caller's transaction."""
+        queue.record_steps(conn, self.c, self.results, self.cfg.lease_seconds)
+        for step, messages in self.outbox:
+            self.ring |= deliveries.enqueue(
+                conn,
+                self.ev.tenant_id,
+                self.ev.tenant,
+                self.ev.id,
+                self.ev.public_id,
+                step,
+                messages,
+            )
+        self.results, self.outbox = {}, []
+
+    def commit(self) -> None:
+        with self.engine.begin() as conn:
+            self.flush(conn)
+
+
 def _run_steps(
-    engine: Engine, c: Claim, ev: LoadedEvent, pb: Playbook, cfg: RunConfig
+    engine: Engine, c: Claim, ev: LoadedEvent, pb: Playbook, cfg: RunConfig, pending: _Commits
 ) -> tuple[str, dict[str, Any], int | None]:
     view = EventView(
         ev.id,
@@ -75,33 +121,27 @@ def _run_steps(
         ev.attempts,
     )
     results: dict[str, Any] = dict(ev.steps)
-    pending: dict[str, Any] = {}
     outcome, dup_of = "completed", None
     for step in pb.steps:
         if step.name in results:
             continue  # a recovery point: never run a completed step again
         if step.once_per_business_key and ev.business_key_digest is not None:
             with engine.begin() as conn:
-                queue.record_steps(conn, c, pending, cfg.lease_seconds)
+                pending.flush(conn)
                 owner = queue.claim_effect(
                     conn, c, ev.tenant_id, f"{pb.name}.{step.name}", ev.business_key_digest
                 )
-            pending = {}
             if owner != ev.id:
                 outcome, dup_of = "duplicate_fact", owner
                 results[step.name] = {"skipped": "duplicate_fact", "first_event_id": owner}
-                pending[step.name] = results[step.name]
+                pending.add(step.name, results[step.name])
                 continue
-        value = step.fn(StepContext(view, step.name, results))
+        ctx = StepContext(view, step.name, results)
+        value = step.fn(ctx)
         results[step.name] = value
-        pending[step.name] = value
+        pending.add(step.name, value, ctx.outbox)
         if step.effect:
-            with engine.begin() as conn:
-                queue.record_steps(conn, c, pending, cfg.lease_seconds)
-            pending = {}
-    if pending:
-        with engine.begin() as conn:
-            queue.record_steps(conn, c, pending, cfg.lease_seconds)
+            pending.commit()
     last = results[pb.steps[-1].name] if pb.steps else None
     decision = last if isinstance(last, dict) else {"result": last}
     return outcome, decision, dup_of

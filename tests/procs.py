@@ -105,9 +105,21 @@ class CeleryProc(Proc):
     def __init__(self, env: dict[str, str], kind: str = "worker", concurrency: int = 1) -> None:
         (ROOT / ".data").mkdir(exist_ok=True)
         tag = f"celery-{kind}-{time.monotonic_ns()}"
-        args = [str(BIN / "celery"), "-A", "workers.app", kind, "--loglevel", "INFO"]
+        args = [str(BIN / "celery"), "-A", "workers.app", "worker", "--loglevel", "INFO"]
         if kind == "worker":
             args += ["-Q", "inbox", "--concurrency", str(concurrency), "-n", f"{tag}@%h"]
+        elif kind == "courier":
+            args += [
+                "-Q",
+                "deliveries",
+                "--pool",
+                "threads",
+                "--concurrency",
+                str(concurrency),
+                "-n",
+                f"{tag}@%h",
+            ]
         else:
+            args[3] = "beat"
             args += ["--schedule", str(ROOT / ".data" / f"{tag}.schedule")]
         super().__init__(args, env, tag)

@@ -16,6 +16,7 @@ from inbox.config import Settings
 
 log = logging.getLogger(__name__)
 QUEUE = "inbox"
+DELIVERIES = "deliveries"
 
 
 def make_celery(settings: Settings) -> Celery:

@@ -8,9 +8,11 @@ import time
 import redis
 from sqlalchemy import Engine
 
+from inbox.courier import BATCH, deliver_once
 from inbox.drain import drain_once, sweep_once
+from inbox.store import deliveries
 from inbox.store.engine import make_engine
-from workers.app import app, settings
+from workers.app import DELIVERIES, app, settings
 from workers.doorbell import FLAG
 
 log = logging.getLogger(__name__)
@@ -22,7 +24,7 @@ DRAIN_BUDGET_SECONDS = 5.0
 def engine() -> Engine:
     global _engine
     if _engine is None:
-        _engine = make_engine(settings, pool_size=2)
+        _engine = make_engine(settings)
     return _engine
 
 
@@ -52,7 +54,7 @@ def drain() -> int:
     deadline = time.monotonic() + DRAIN_BUDGET_SECONDS
     done, helped = 0, False
     while time.monotonic() < deadline:
-        batch = drain_once(engine(), settings)
+        batch = drain_once(engine(), settings, notify=ring_couriers)
         done += batch.claimed
         if batch.claimed < settings.batch_size:
             return done
@@ -63,10 +65,31 @@ def drain() -> int:
     return done
 
 
+def ring_couriers(endpoint_ids: set[int]) -> None:
+    for endpoint_id in endpoint_ids:
+        deliver.delay(endpoint_id)
+
+
+@app.task(name="inbox.deliver", queue=DELIVERIES)  # type: ignore[untyped-decorator]
+def deliver(endpoint_id: int) -> dict[str, int]:
+    """Send one endpoint's due deliveries; ring again while some are left."""
+    result = deliver_once(
+        engine(),
+        endpoint_id,
+        allow_private=settings.allow_private_targets,
+        lease_seconds=settings.lease_seconds,
+    )
+    if result.claimed == BATCH and not result.released:
+        deliver.delay(endpoint_id)
+    return vars(result)
+
+
 @app.task(name="inbox.sweep")  # type: ignore[untyped-decorator]
 def sweep() -> dict[str, int]:
     """The lifeline: requeue expired leases and re-ring for anything due."""
     result = sweep_once(engine())
     if result.due or result.requeued:
         drain.delay()
+    with engine().begin() as conn:
+        ring_couriers(set(deliveries.sweep(conn)))
     return {"requeued": result.requeued, "quarantined": result.quarantined, "due": result.due}

@@ -20,7 +20,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 metadata = MetaData(
     naming_convention={
@@ -195,3 +195,94 @@ audit_log = Table(
     Column("detail", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
 )
 Index("ix_audit_log_subject", audit_log.c.subject_kind, audit_log.c.subject_id)
+
+# Outbound callbacks: a tenant's endpoints, and deliveries written in the same
+# transaction as the step that decides them (a transactional outbox).
+endpoints = Table(
+    "endpoints",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("public_id", Text, nullable=False, unique=True),
+    Column("tenant_id", BigInteger, ForeignKey("tenants.id"), nullable=False),
+    Column("url", Text, nullable=False),
+    # NULL: every event type.
+    Column("event_types", ARRAY(Text)),
+    Column("enabled", Boolean, nullable=False, server_default=text("true")),
+    Column("disabled_reason", Text),
+    Column("max_attempts", Integer, nullable=False, server_default=text("4")),
+    # Seconds before each retry; the last value repeats. Jitter is added.
+    Column("retry_schedule", ARRAY(Integer), nullable=False, server_default=text("'{5,30,120}'")),
+    Column("timeout_ms", Integer, nullable=False, server_default=text("5000")),
+    Column("max_in_flight", Integer, nullable=False, server_default=text("4")),
+    _now(),
+)
+
+endpoint_secrets = Table(
+    "endpoint_secrets",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("endpoint_id", BigInteger, ForeignKey("endpoints.id"), nullable=False, index=True),
+    Column("secret", Text, nullable=False),
+    _now(),
+    Column("revoked_at", DateTime(timezone=True)),
+)
+
+DELIVERY_STATES = ("pending", "sending", "delivered", "failed")
+
+deliveries = Table(
+    "deliveries",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    # The webhook-id: the same on every attempt and replay.
+    Column("public_id", Text, nullable=False, unique=True),
+    Column("tenant_id", BigInteger, ForeignKey("tenants.id"), nullable=False),
+    Column("endpoint_id", BigInteger, ForeignKey("endpoints.id"), nullable=False),
+    Column("event_id", BigInteger, ForeignKey("events.id", ondelete="CASCADE")),
+    Column("event_type", Text, nullable=False),
+    # The envelope, fixed when the delivery is created (created_at included).
+    Column("body", LargeBinary, nullable=False),
+    Column("state", Text, nullable=False, server_default=text("'pending'")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("available_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("lease_owner", Text),
+    Column("lease_expires_at", DateTime(timezone=True)),
+    Column("fence", BigInteger, nullable=False, server_default=text("0")),
+    Column("last_status", Integer),
+    Column("last_error", Text),
+    _now(),
+    Column("finished_at", DateTime(timezone=True)),
+    CheckConstraint("state IN ('pending', 'sending', 'delivered', 'failed')", name="state"),
+    Index(
+        "ix_deliveries_due",
+        "endpoint_id",
+        "available_at",
+        "id",
+        postgresql_where=text("state = 'pending'"),
+    ),
+    Index(
+        "ix_deliveries_sending",
+        "endpoint_id",
+        "lease_expires_at",
+        postgresql_where=text("state = 'sending'"),
+    ),
+    Index("ix_deliveries_listing", "tenant_id", "state", "id"),
+)
+
+delivery_attempts = Table(
+    "delivery_attempts",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column(
+        "delivery_id",
+        BigInteger,
+        ForeignKey("deliveries.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("status", Integer),
+    Column("error_class", Text),
+    Column("latency_ms", Integer, nullable=False),
+    # A short excerpt of the answer, redacted of anything that looks like a credential.
+    Column("excerpt", Text),
+)

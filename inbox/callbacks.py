@@ -1,0 +1,114 @@
+"""Outbound callbacks, the pure part: envelopes, Standard Webhooks signatures, retry policy.
+
+Every attempt carries ``webhook-id`` (the delivery id, the same on every retry
+and replay), ``webhook-timestamp`` (fresh per attempt) and ``webhook-signature``
+(``v1,<base64>`` over ``id.timestamp.body``, one per active secret), and an
+``Idempotency-Key`` equal to the delivery id, so a receiver can deduplicate.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import random
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from standardwebhooks import Webhook
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A message a playbook step asked to send; fanned out to the matching endpoints."""
+
+    event_type: str
+    data: Any
+    created_at: datetime
+
+
+def delivery_id(event_public_id: str, step: str, index: int, endpoint_id: int) -> str:
+    """Stable: derived from our own ids, so a re-run step makes the same delivery."""
+    raw = f"{event_public_id}|{step}|{index}|{endpoint_id}".encode()
+    return "msg_" + hashlib.sha256(raw).hexdigest()[:24]
+
+
+def envelope(msg_id: str, event_type: str, tenant: str, data: Any, created_at: datetime) -> bytes:
+    doc = {
+        "id": msg_id,
+        "type": event_type,
+        "tenant": tenant,
+        "created_at": created_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+        "data": data,
+    }
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+
+def new_secret() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+def headers(msg_id: str, body: bytes, active_secrets: list[str], now: datetime) -> dict[str, str]:
+    """The Standard Webhooks headers for one attempt (the library does the HMAC)."""
+    text = body.decode()
+    signatures = " ".join(Webhook(s).sign(msg_id, now, text) for s in active_secrets)
+    return {
+        "content-type": "application/json",
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": signatures,
+        "idempotency-key": msg_id,
+        "user-agent": "webhook-inbox",
+    }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    delivered: bool = False
+    retry: bool = False
+    disable_endpoint: bool = False
+    retry_after: float | None = None
+
+
+MAX_RETRY_AFTER = 3600.0
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return min(MAX_RETRY_AFTER, max(0.0, float(value)))
+    except ValueError:
+        try:
+            from email.utils import parsedate_to_datetime
+
+            when = parsedate_to_datetime(value)
+            return min(MAX_RETRY_AFTER, max(0.0, (when - datetime.now(UTC)).total_seconds()))
+        except (TypeError, ValueError):
+            return None
+
+
+def judge_status(status: int, retry_after: str | None = None) -> Verdict:
+    """What an HTTP answer means: retry only what a retry can fix."""
+    if 200 <= status < 300:
+        return Verdict(delivered=True)
+    if status == 410:
+        return Verdict(disable_endpoint=True)  # Gone: the receiver asks us to stop
+    if status in (408, 429) or status >= 500:
+        return Verdict(retry=True, retry_after=_retry_after(retry_after))
+    return Verdict()  # other 4xx, and 3xx (redirects are not followed): terminal
+
+
+RETRYABLE_ERRORS = frozenset({"timeout", "connect", "dns"})
+
+
+def judge_error(kind: str) -> Verdict:
+    return Verdict(retry=kind in RETRYABLE_ERRORS)
+
+
+def retry_delay(schedule: list[int], attempt: int, rand: random.Random | None = None) -> float:
+    """The schedule's delay after failed attempt ``attempt`` (1-based), with ±20 % jitter."""
+    base = schedule[min(attempt, len(schedule)) - 1] if schedule else 5
+    return float(base) * (0.8 + 0.4 * (rand or random).random())

@@ -1,0 +1,1 @@
+"""Outbound webhook delivery: an HTTP client for tenants' endpoints, guarded against SSRF."""

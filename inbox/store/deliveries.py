@@ -1,0 +1,286 @@
+"""Deliveries: the outbox rows, their leases, attempts, dead letters and replays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from inbox import callbacks
+from inbox.callbacks import Outgoing
+from inbox.errors import LeaseLost
+
+
+def enqueue(
+    conn: Connection,
+    tenant_id: int,
+    tenant: str,
+    event_id: int | None,
+    event_public_id: str,
+    step: str,
+    messages: list[Outgoing],
+) -> set[int]:
+    """Write deliveries in the caller's transaction; returns the endpoint ids to ring."""
+    if not messages:
+        return set()
+    eps = conn.execute(
+        text("SELECT id, event_types FROM endpoints WHERE tenant_id = :t AND enabled ORDER BY id"),
+        {"t": tenant_id},
+    ).fetchall()
+    rows = []
+    for index, msg in enumerate(messages):
+        for ep in eps:
+            if ep.event_types is not None and msg.event_type not in ep.event_types:
+                continue
+            msg_id = callbacks.delivery_id(event_public_id, step, index, ep.id)
+            body = callbacks.envelope(msg_id, msg.event_type, tenant, msg.data, msg.created_at)
+            rows.append(
+                {
+                    "p": msg_id,
+                    "t": tenant_id,
+                    "e": ep.id,
+                    "ev": event_id,
+                    "type": msg.event_type,
+                    "body": body,
+                }
+            )
+    if rows:
+        conn.execute(
+            text(
+                "INSERT INTO deliveries (public_id, tenant_id, endpoint_id, event_id, event_type,"
+                " body) VALUES (:p, :t, :e, :ev, :type, :body) ON CONFLICT (public_id) DO NOTHING"
+            ),
+            rows,
+        )
+    return {r["e"] for r in rows}
+
+
+@dataclass(frozen=True)
+class Claimed:
+    id: int
+    fence: int
+    public_id: str
+    body: bytes
+    attempts: int
+
+
+# Claims for one endpoint are serialised by locking the endpoint's row; each claim
+# is one "in-flight slot" (its deliveries go out one after another over one
+# connection), and an endpoint never has more than max_in_flight live slots. A slow
+# or dead endpoint therefore holds at most that many worker threads, and no other
+# endpoint waits behind it.
+_CLAIM = text(
+    """
+    WITH ep AS (
+        SELECT id, max_in_flight FROM endpoints WHERE id = :e AND enabled FOR UPDATE
+    ), slots AS (
+        SELECT count(DISTINCT lease_owner) AS busy FROM deliveries
+         WHERE endpoint_id = :e AND state = 'sending' AND lease_expires_at > now()
+    ), picked AS (
+        SELECT d.id FROM deliveries d, ep, slots
+         WHERE d.endpoint_id = ep.id AND d.state = 'pending' AND d.available_at <= now()
+           AND slots.busy < ep.max_in_flight
+         ORDER BY d.available_at, d.id
+         LIMIT :limit
+           FOR UPDATE OF d SKIP LOCKED
+    )
+    UPDATE deliveries d
+       SET state = 'sending', lease_owner = :owner,
+           lease_expires_at = now() + make_interval(secs => :lease),
+           fence = d.fence + 1, attempts = d.attempts + 1
+      FROM picked WHERE d.id = picked.id
+    RETURNING d.id, d.fence, d.public_id, d.body, d.attempts
+    """
+)
+
+
+def claim(
+    conn: Connection, endpoint_id: int, owner: str, limit: int, lease: float
+) -> list[Claimed]:
+    rows = conn.execute(
+        _CLAIM, {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease}
+    ).fetchall()
+    return sorted(
+        (Claimed(r.id, r.fence, r.public_id, bytes(r.body), r.attempts) for r in rows),
+        key=lambda c: c.id,
+    )
+
+
+_LIVE = "id = :id AND fence = :fence AND state = 'sending'"
+
+
+def record_attempt(
+    conn: Connection,
+    c: Claimed,
+    status: int | None,
+    error_class: str | None,
+    latency_ms: float,
+    excerpt: str | None,
+) -> None:
+    conn.execute(
+        text(
+            "INSERT INTO delivery_attempts (delivery_id, status, error_class, latency_ms, excerpt)"
+            " VALUES (:id, :status, :err, :lat, :exc)"
+        ),
+        {
+            "id": c.id,
+            "status": status,
+            "err": error_class,
+            "lat": round(latency_ms),
+            "exc": excerpt,
+        },
+    )
+
+
+def finish(
+    conn: Connection,
+    c: Claimed,
+    state: str,
+    status: int | None,
+    error: str | None,
+    delay: float = 0.0,
+) -> None:
+    """delivered / failed (dead letter) / pending again after ``delay`` seconds."""
+    result = conn.execute(
+        text(
+            f"""
+            UPDATE deliveries
+               SET state = :state, last_status = :status, last_error = :error,
+                   available_at = now() + make_interval(secs => :delay),
+                   finished_at = CASE WHEN :state IN ('delivered', 'failed') THEN now() END,
+                   lease_owner = NULL, lease_expires_at = NULL
+             WHERE {_LIVE}
+            """
+        ),
+        {
+            "id": c.id,
+            "fence": c.fence,
+            "state": state,
+            "status": status,
+            "error": error,
+            "delay": delay,
+        },
+    )
+    if result.rowcount != 1:
+        raise LeaseLost()
+
+
+def release(conn: Connection, claims: list[Claimed], delay: float) -> None:
+    """Give back claimed deliveries that were not attempted (their attempt is not counted)."""
+    if not claims:
+        return
+    conn.execute(
+        text(
+            f"""
+            UPDATE deliveries
+               SET state = 'pending', attempts = attempts - 1,
+                   available_at = now() + make_interval(secs => :delay),
+                   lease_owner = NULL, lease_expires_at = NULL
+             WHERE {_LIVE}
+            """
+        ),
+        [{"id": c.id, "fence": c.fence, "delay": delay} for c in claims],
+    )
+
+
+def sweep(conn: Connection) -> list[int]:
+    """Expired leases go back to pending (or fail when out of attempts).
+
+    Returns the endpoints with due deliveries, to ring.
+    """
+    conn.execute(
+        text(
+            """
+            UPDATE deliveries d
+               SET state = CASE WHEN d.attempts >= e.max_attempts THEN 'failed' ELSE 'pending' END,
+                   finished_at = CASE WHEN d.attempts >= e.max_attempts THEN now() END,
+                   last_error = coalesce(d.last_error, 'lease expired'),
+                   lease_owner = NULL, lease_expires_at = NULL, available_at = now()
+              FROM endpoints e
+             WHERE e.id = d.endpoint_id AND d.state = 'sending' AND d.lease_expires_at <= now()
+            """
+        )
+    )
+    rows = conn.execute(
+        text(
+            "SELECT DISTINCT d.endpoint_id FROM deliveries d JOIN endpoints e"
+            " ON e.id = d.endpoint_id WHERE e.enabled AND d.state = 'pending'"
+            " AND d.available_at <= now()"
+        )
+    )
+    return [int(r.endpoint_id) for r in rows]
+
+
+_LIST = """
+SELECT d.id, d.public_id, t.name AS tenant, e.public_id AS endpoint, e.url, d.event_type,
+       d.state, d.attempts, d.last_status, d.last_error, d.created_at, d.finished_at
+  FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id JOIN tenants t ON t.id = d.tenant_id
+ WHERE (CAST(:state AS text) IS NULL OR d.state = :state)
+   AND (CAST(:tenant AS text) IS NULL OR t.name = :tenant)
+ ORDER BY d.id DESC LIMIT :limit
+"""
+
+
+def list_deliveries(
+    conn: Connection, state: str | None = None, tenant: str | None = None, limit: int = 50
+) -> list[dict[str, Any]]:
+    rows = conn.execute(text(_LIST), {"state": state, "tenant": tenant, "limit": limit})
+    return [dict(r._mapping) for r in rows]
+
+
+def delivery_detail(conn: Connection, public_id: str) -> dict[str, Any] | None:
+    row = conn.execute(
+        text(_LIST.replace("WHERE", "WHERE d.public_id = :p AND", 1)),
+        {"p": public_id, "state": None, "tenant": None, "limit": 1},
+    ).first()
+    if row is None:
+        return None
+    out = dict(row._mapping)
+    out["attempts_log"] = [
+        dict(r._mapping)
+        for r in conn.execute(
+            text(
+                "SELECT at, status, error_class, latency_ms, excerpt FROM delivery_attempts"
+                " WHERE delivery_id = :id ORDER BY id"
+            ),
+            {"id": row.id},
+        )
+    ]
+    out["audit"] = [
+        dict(r._mapping)
+        for r in conn.execute(
+            text(
+                "SELECT at, actor, action FROM audit_log WHERE subject_kind = 'delivery'"
+                " AND subject_id = :id ORDER BY id"
+            ),
+            {"id": row.id},
+        )
+    ]
+    return out
+
+
+_REPLAY = text(
+    """
+    WITH moved AS (
+        UPDATE deliveries
+           SET state = 'pending', attempts = 0, available_at = now(), finished_at = NULL,
+               last_error = NULL
+         WHERE public_id = ANY(CAST(:ids AS text[])) AND state = 'failed'
+        RETURNING id, public_id, endpoint_id
+    ), audited AS (
+        INSERT INTO audit_log (actor, action, subject_kind, subject_id, detail)
+        SELECT :actor, 'replay', 'delivery', id, jsonb_build_object('public_id', public_id)
+          FROM moved
+    )
+    SELECT public_id, endpoint_id FROM moved
+    """
+)
+
+
+def replay(conn: Connection, public_ids: list[str], actor: str) -> list[tuple[str, int]]:
+    """Dead letters back to pending, with the same webhook-id; audited."""
+    return [
+        (r.public_id, int(r.endpoint_id))
+        for r in conn.execute(_REPLAY, {"ids": public_ids, "actor": actor})
+    ]
