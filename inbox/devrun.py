@@ -102,10 +102,17 @@ def main() -> None:
     os.environ.update(_urls())
     os.environ.setdefault("PORT", str(PORT))
     os.environ.setdefault("INBOX_PLAYBOOKS", "")
+    # On a laptop, callback endpoints are usually local services.
+    os.environ.setdefault("INBOX_ALLOW_PRIVATE_TARGETS", "1")
     (ROOT / ".data").mkdir(exist_ok=True)
     migrate.upgrade(os.environ["DATABASE_URL"])
     path, secret = _demo_source()
     print(_banner(path, secret))
+    if Settings.from_env().allow_private_targets:
+        print(
+            "NOTE: INBOX_ALLOW_PRIVATE_TARGETS is on: callbacks may target loopback and private\n"
+            "      addresses. Never set it in production (set INBOX_ALLOW_PRIVATE_TARGETS=0).\n"
+        )
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     procs = []

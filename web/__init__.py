@@ -9,6 +9,7 @@ from sqlalchemy import Engine
 
 from inbox.config import Settings
 from inbox.store.engine import make_engine
+from web.api import api
 from web.errors import register_error_handlers
 from web.health import health
 from web.ingest import hooks
@@ -37,4 +38,5 @@ def create_app(
     register_error_handlers(app)
     app.register_blueprint(hooks)
     app.register_blueprint(health)
+    app.register_blueprint(api)
     return app

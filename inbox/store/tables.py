@@ -286,3 +286,85 @@ delivery_attempts = Table(
     # A short excerpt of the answer, redacted of anything that looks like a credential.
     Column("excerpt", Text),
 )
+
+# The admin API: bearer tokens (stored only as SHA-256 digests) and bulk replays.
+TOKEN_ROLES = ("viewer", "operator")
+
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("name", Text, nullable=False, unique=True),
+    Column("token_digest", LargeBinary, nullable=False, unique=True),
+    Column("role", Text, nullable=False),
+    # NULL: every tenant.
+    Column("tenant_id", BigInteger, ForeignKey("tenants.id")),
+    _now(),
+    Column("revoked_at", DateTime(timezone=True)),
+    Column("last_used_at", DateTime(timezone=True)),
+    CheckConstraint("role IN ('viewer', 'operator')", name="role"),
+)
+
+BULK_STATUSES = ("queued", "running", "completed", "cancelled")
+
+bulk_replays = Table(
+    "bulk_replays",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("public_id", Text, nullable=False, unique=True),
+    Column("kind", Text, nullable=False),
+    # The requesting token's tenant scope (NULL: every tenant); the filter as given.
+    Column("tenant_id", BigInteger, ForeignKey("tenants.id")),
+    Column("filter", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("rate", Integer, nullable=False),
+    Column("actor", Text, nullable=False),
+    # SHA-256 over (scope, actor, Idempotency-Key), and over the request it named.
+    Column("idempotency_digest", LargeBinary),
+    Column("request_sha256", LargeBinary, nullable=False),
+    Column("status", Text, nullable=False, server_default=text("'queued'")),
+    Column("total", Integer, nullable=False, server_default=text("0")),
+    Column("done", Integer, nullable=False, server_default=text("0")),
+    Column("moved", Integer, nullable=False, server_default=text("0")),
+    Column("skipped", Integer, nullable=False, server_default=text("0")),
+    # One runner at a time: the owner renews its lease with every batch it commits.
+    Column("lease_owner", Text),
+    Column("lease_expires_at", DateTime(timezone=True)),
+    _now(),
+    Column("started_at", DateTime(timezone=True)),
+    Column("finished_at", DateTime(timezone=True)),
+    CheckConstraint("kind IN ('events', 'deliveries')", name="kind"),
+    CheckConstraint("status IN ('queued', 'running', 'completed', 'cancelled')", name="status"),
+    Index(
+        "uq_bulk_replays_idempotency",
+        "idempotency_digest",
+        unique=True,
+        postgresql_where=text("idempotency_digest IS NOT NULL"),
+    ),
+    Index(
+        "ix_bulk_replays_live",
+        "lease_expires_at",
+        postgresql_where=text("status IN ('queued', 'running')"),
+    ),
+)
+
+# The ids a bulk replay matched when it was created, and what became of each.
+bulk_replay_items = Table(
+    "bulk_replay_items",
+    metadata,
+    Column(
+        "job_id", BigInteger, ForeignKey("bulk_replays.id", ondelete="CASCADE"), primary_key=True
+    ),
+    # events.id or deliveries.id, after the job's kind.
+    Column("subject_id", BigInteger, primary_key=True),
+    Column("public_id", Text, nullable=False),
+    # NULL until replayed: 'moved', or 'skipped' (no longer a dead letter, or replayed since).
+    Column("outcome", Text),
+    Column("done_at", DateTime(timezone=True)),
+    CheckConstraint("outcome IN ('moved', 'skipped')", name="outcome"),
+    Index(
+        "ix_bulk_replay_items_pending",
+        "job_id",
+        "subject_id",
+        postgresql_where=text("outcome IS NULL"),
+    ),
+)
