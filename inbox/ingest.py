@@ -19,6 +19,7 @@ from urllib.parse import parse_qs
 from inbox import jsonpath
 from inbox.errors import BadRequest, Unauthorized, UnsupportedMediaType
 from inbox.idempotency import body_sha256, business_key_digest, key_digest, validate_key
+from inbox.retention import key_window_hours
 from inbox.signatures import SchemeConfig, SignatureError, SignedRequest, get_scheme
 from inbox.store.sources import Source
 
@@ -196,7 +197,9 @@ def prepare(
     return Prepared(
         public_id=public_id,
         key_digest=key_digest(source.tenant_id, source.id, dedup) if dedup else None,
-        key_expires_hours=opts.key_ttl_hours or default_key_ttl_hours,
+        key_expires_hours=key_window_hours(
+            source.scheme, opts.key_ttl_hours, default_key_ttl_hours
+        ),
         event_type=event_type,
         business_key_digest=bk,
         content_type=ctype,

@@ -33,6 +33,7 @@ def make_celery(settings: Settings) -> Celery:
         broker_transport_options={"visibility_timeout": 3600},
         beat_schedule={
             "inbox-sweep": {"task": "inbox.sweep", "schedule": float(settings.sweep_seconds)},
+            "inbox-prune": {"task": "inbox.prune", "schedule": 3600.0},
         },
         worker_hijack_root_logger=False,
     )

@@ -12,6 +12,7 @@ from inbox.courier import BATCH, deliver_once
 from inbox.drain import drain_once, sweep_once
 from inbox.store import deliveries
 from inbox.store.engine import make_engine
+from inbox.store.retention import prune_once
 from workers.app import DELIVERIES, app, settings
 from workers.doorbell import FLAG
 
@@ -93,3 +94,15 @@ def sweep() -> dict[str, int]:
     with engine().begin() as conn:
         ring_couriers(set(deliveries.sweep(conn)))
     return {"requeued": result.requeued, "quarantined": result.quarantined, "due": result.due}
+
+
+@app.task(name="inbox.prune")  # type: ignore[untyped-decorator]
+def prune() -> dict[str, object]:
+    """Retention: expired keys, old raw bodies, old delivery attempts."""
+    r = prune_once(engine(), settings)
+    return {
+        "keys": r.keys_removed,
+        "bodies": r.bodies_removed,
+        "attempts_folded": r.attempts_folded,
+        "refused": r.refused_sources,
+    }

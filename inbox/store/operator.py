@@ -119,6 +119,7 @@ _REPLAY = text(
            SET state = 'received', attempts = 0, available_at = now(), finished_at = NULL,
                last_error_class = NULL, last_error_message = NULL
          WHERE public_id = ANY(CAST(:ids AS text[])) AND state = 'quarantined'
+           AND body IS NOT NULL  -- past retention, nothing is left to run
         RETURNING id, public_id
     ), audited AS (
         INSERT INTO audit_log (actor, action, subject_kind, subject_id, detail)

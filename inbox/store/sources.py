@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, Select, and_, func, insert, select, update
 
 from inbox.errors import BadRequest, NotFound
+from inbox.retention import check_key_window
 from inbox.sources import SourceOptions
 from inbox.store.tables import source_secrets, sources, tenants
 
@@ -72,6 +73,8 @@ def create_source(
     t = get_tenant(conn, tenant)
     if not name or "/" in name or len(name) > 100:
         raise BadRequest("A source name is 1-100 characters without '/'.")
+    if options.key_ttl_hours is not None:
+        check_key_window(scheme, options.key_ttl_hours)
     taken = conn.execute(
         select(sources.c.id).where(sources.c.tenant_id == t.id, sources.c.name == name)
     ).first()

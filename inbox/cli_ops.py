@@ -1,0 +1,119 @@
+"""``inbox prune`` and ``inbox reconcile``: retention and reconciliation from a shell."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import IO
+
+import click
+
+from inbox import reconcile as rec
+from inbox.cli import _split, main, transaction
+from inbox.config import Settings
+from inbox.retention import key_window_hours
+from inbox.store import reconcile as rstore
+from inbox.store.engine import make_engine
+from inbox.store.retention import prune_once
+from inbox.store.sources import get_source
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Count what would be removed; change nothing.")
+def prune(dry_run: bool) -> None:
+    """Remove expired dedup keys, old raw bodies and old delivery attempts.
+
+    Only finished events (completed or quarantined) are touched. A source whose key
+    window is shorter than its provider's retry horizon keeps its keys; it is listed
+    as refused and the exit status is 1.
+    """
+    settings = Settings.from_env()
+    engine = make_engine(settings, pool_size=1)
+    try:
+        result = prune_once(engine, settings, dry_run=dry_run)
+    finally:
+        engine.dispose()
+    verb = "would remove" if dry_run else "removed"
+    click.echo(f"keys              {verb} {result.keys_removed}")
+    click.echo(f"bodies            {verb} {result.bodies_removed}")
+    click.echo(f"delivery attempts {verb} {result.attempts_folded} (counts kept on deliveries)")
+    for refusal in result.refused_sources:
+        click.echo(f"refused           {refusal}", err=True)
+    if result.refused_sources:
+        raise click.exceptions.Exit(1)
+
+
+def _parse_since(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an ISO 8601 time") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+@main.command("reconcile")
+@click.option("--source", "ref", required=True, metavar="TENANT/SOURCE")
+@click.option(
+    "--ids",
+    "ids_file",
+    type=click.File("r", encoding="utf-8"),
+    help="The provider's event ids: one per line, a JSON array (of ids, or of objects "
+    'with an "id"), or a {"data": [...]} export. "-" reads stdin.',
+)
+@click.option("--fetcher", help="A registered fetcher's name, or package.module:function.")
+@click.option(
+    "--since",
+    callback=_parse_since,
+    metavar="ISO",
+    help="Start of the window (default: now less the source's key window).",
+)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+def reconcile_cmd(
+    ref: str, ids_file: IO[str] | None, fetcher: str | None, since: datetime | None, fmt: str
+) -> None:
+    """Compare a provider's event ids with the inbox: missing and extra events.
+
+    Keys are kept only for the source's key window, so compare lists that cover at
+    most that window. The exit status is 1 when anything is missing or extra.
+    """
+    if (ids_file is None) == (fetcher is None):
+        raise click.UsageError("give exactly one of --ids FILE and --fetcher NAME")
+    tenant, name = _split(ref)
+    with transaction() as conn:
+        src = get_source(conn, tenant, name)
+        hours = key_window_hours(
+            src.scheme, src.options.key_ttl_hours, Settings.from_env().key_ttl_hours
+        )
+        start = since or rstore.window_start(conn, hours)
+    if ids_file is not None:
+        provider_ids = rec.parse_ids(ids_file.read())
+    else:
+        provider_ids = list(rec.resolve_fetcher(fetcher or "")(src, start))
+    with transaction() as conn:
+        result = rec.reconcile(conn, src, provider_ids, start, hours)
+    rec.notify(result)
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        _print_text(result)
+    if not result.consistent:
+        raise click.exceptions.Exit(1)
+
+
+def _print_text(result: rec.ReconcileResult) -> None:
+    click.echo(f"source    {result.tenant}/{result.source}")
+    click.echo(f"since     {result.since.isoformat()}")
+    click.echo(f"provider  {result.provider_ids} id(s), {result.matched} matched")
+    click.echo(f"missing   {len(result.missing)} (the provider has them, the inbox does not)")
+    for pid in result.missing:
+        click.echo(f"  {pid}")
+    click.echo(f"extra     {len(result.extra)} (the inbox has them, the provider's list does not)")
+    for public_id in result.extra:
+        click.echo(f"  {public_id}")
+    if result.unkeyed:
+        click.echo(f"unkeyed   {result.unkeyed} event(s) without a key in the window: not compared")
+    click.echo(f"note      {rec.window_note(result.key_window_hours)}")
