@@ -203,7 +203,12 @@ def _split(ref: str) -> tuple[str, str]:
 
 
 def _register_groups() -> None:
-    from inbox import cli_callbacks, cli_events, cli_ops  # noqa: F401  (they add their groups)
+    from inbox import (  # noqa: F401  (they add their groups)
+        cli_callbacks,
+        cli_events,
+        cli_ops,
+        cli_tokens,
+    )
 
 
 _register_groups()

@@ -25,15 +25,18 @@ def create_app(
     settings = settings or Settings.from_env()
     app = Flask(__name__)
     engine = engine or make_engine(settings)
+    hooks_: dict[str, object] = {}
     if doorbell is None:
-        from web.doorbell import default_doorbell
+        from web.doorbell import broker_hooks, default_doorbell
 
         doorbell = default_doorbell(settings)
+        hooks_ = broker_hooks(settings)
     app.extensions["inbox"] = {
         "settings": settings,
         "engine": engine,
         "doorbell": doorbell,
         "routes": RouteCache(engine, route_cache_seconds),
+        **hooks_,
     }
     register_error_handlers(app)
     app.register_blueprint(hooks)

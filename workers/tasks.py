@@ -8,9 +8,10 @@ import time
 import redis
 from sqlalchemy import Engine
 
+from inbox.bulk import run_bulk_once
 from inbox.courier import BATCH, deliver_once
 from inbox.drain import drain_once, sweep_once
-from inbox.store import deliveries
+from inbox.store import bulk, deliveries
 from inbox.store.engine import make_engine
 from inbox.store.retention import prune_once
 from workers.app import DELIVERIES, app, settings
@@ -93,6 +94,9 @@ def sweep() -> dict[str, int]:
         drain.delay()
     with engine().begin() as conn:
         ring_couriers(set(deliveries.sweep(conn)))
+        jobs = bulk.due_jobs(conn)
+    for job_id in jobs:
+        bulk_replay.delay(job_id)
     return {"requeued": result.requeued, "quarantined": result.quarantined, "due": result.due}
 
 
@@ -106,3 +110,19 @@ def prune() -> dict[str, object]:
         "attempts_folded": r.attempts_folded,
         "refused": r.refused_sources,
     }
+
+
+@app.task(name="inbox.bulk_replay")  # type: ignore[untyped-decorator]
+def bulk_replay(job_id: int) -> dict[str, object]:
+    """Run a bulk replay at its rate for a few minutes; continue in a fresh task if needed."""
+    r = run_bulk_once(
+        engine(),
+        job_id,
+        budget_seconds=300,
+        ring_doorbell=drain.delay,
+        ring_couriers=ring_couriers,
+    )
+    if r.status == "running":
+        bulk_replay.delay(job_id)
+    result: dict[str, object] = r.to_dict()
+    return result

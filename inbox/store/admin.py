@@ -1,0 +1,149 @@
+"""What the admin API reads: filtered listings with keyset cursors, and details.
+
+Every query takes ``scope``: the tenant id a token is limited to, or None for a
+token that sees every tenant. An event or delivery outside the scope is treated
+exactly as one that does not exist. The same filter clauses choose what a bulk
+replay snapshots (``inbox.store.bulk``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from inbox.store import deliveries as dstore
+from inbox.store import operator
+
+
+@dataclass(frozen=True)
+class Filter:
+    tenant: str | None = None
+    source: str | None = None  # events only
+    endpoint: str | None = None  # deliveries only
+    state: str | None = None
+    event_type: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def params(scope: int | None, f: Filter) -> dict[str, Any]:
+    return {"scope": scope, **asdict(f)}
+
+
+EVENTS_WHERE = """
+  FROM events e JOIN tenants t ON t.id = e.tenant_id JOIN sources s ON s.id = e.source_id
+ WHERE (CAST(:scope AS bigint) IS NULL OR e.tenant_id = :scope)
+   AND (CAST(:tenant AS text) IS NULL OR t.name = :tenant)
+   AND (CAST(:source AS text) IS NULL OR s.name = :source)
+   AND (CAST(:state AS text) IS NULL OR e.state = :state)
+   AND (CAST(:event_type AS text) IS NULL OR e.event_type = :event_type)
+   AND (CAST(:since AS timestamptz) IS NULL OR e.received_at >= :since)
+   AND (CAST(:until AS timestamptz) IS NULL OR e.received_at < :until)
+"""
+
+DELIVERIES_WHERE = """
+  FROM deliveries d JOIN endpoints ep ON ep.id = d.endpoint_id
+  JOIN tenants t ON t.id = d.tenant_id
+ WHERE (CAST(:scope AS bigint) IS NULL OR d.tenant_id = :scope)
+   AND (CAST(:tenant AS text) IS NULL OR t.name = :tenant)
+   AND (CAST(:endpoint AS text) IS NULL OR ep.public_id = :endpoint)
+   AND (CAST(:state AS text) IS NULL OR d.state = :state)
+   AND (CAST(:event_type AS text) IS NULL OR d.event_type = :event_type)
+   AND (CAST(:since AS timestamptz) IS NULL OR d.created_at >= :since)
+   AND (CAST(:until AS timestamptz) IS NULL OR d.created_at < :until)
+"""
+
+# Keyset pagination over descending id: ``before_id`` is the last id of the
+# previous page, so a page costs the same however deep it is, and rows that
+# arrive meanwhile never shift what the next page holds.
+_PAGE = """
+   AND (CAST(:before_id AS bigint) IS NULL OR {alias}.id < :before_id)
+ ORDER BY {alias}.id DESC
+ LIMIT :limit
+"""
+
+_EVENTS = (
+    """
+SELECT e.id, e.public_id, t.name AS tenant, s.name AS source, e.event_type, e.state,
+       e.attempts, e.received_at, e.finished_at, e.outcome, e.last_error_class,
+       e.duplicate_count
+"""
+    + EVENTS_WHERE
+    + _PAGE.format(alias="e")
+)
+
+_DELIVERIES = (
+    """
+SELECT d.id, d.public_id, t.name AS tenant, ep.public_id AS endpoint, ep.url, d.event_type,
+       d.state, d.attempts, d.last_status, d.last_error, d.created_at, d.finished_at,
+       (SELECT ev.public_id FROM events ev WHERE ev.id = d.event_id) AS event
+"""
+    + DELIVERIES_WHERE
+    + _PAGE.format(alias="d")
+)
+
+
+def list_events(
+    conn: Connection, scope: int | None, f: Filter, limit: int, before_id: int | None
+) -> list[dict[str, Any]]:
+    rows = conn.execute(text(_EVENTS), {**params(scope, f), "before_id": before_id, "limit": limit})
+    return [dict(r._mapping) for r in rows]
+
+
+def list_deliveries(
+    conn: Connection, scope: int | None, f: Filter, limit: int, before_id: int | None
+) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        text(_DELIVERIES), {**params(scope, f), "before_id": before_id, "limit": limit}
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def visible(conn: Connection, kind: str, public_id: str, scope: int | None) -> int | None:
+    """The row id of an event or delivery the scope may see, else None."""
+    table = {"events": "events", "deliveries": "deliveries"}[kind]
+    row = conn.execute(
+        text(f"SELECT id, tenant_id FROM {table} WHERE public_id = :p"), {"p": public_id}
+    ).first()
+    if row is None or (scope is not None and row.tenant_id != scope):
+        return None
+    return int(row.id)
+
+
+_INTERNAL = ("id", "tenant_id", "source_id", "endpoint_id", "event_id", "fence")
+
+
+def _public(row: dict[str, Any]) -> dict[str, Any]:
+    """Row ids stay inside; the API speaks public ids."""
+    return {k: v for k, v in row.items() if k not in _INTERNAL}
+
+
+def event_detail(conn: Connection, public_id: str, scope: int | None) -> dict[str, Any] | None:
+    """One event in full, with the deliveries it caused (each with its attempts)."""
+    if visible(conn, "events", public_id, scope) is None:
+        return None
+    detail = operator.event_detail(conn, public_id)
+    if detail is None:
+        return None
+    if detail.get("duplicate_of") is not None:
+        detail["duplicate_of"] = conn.execute(
+            text("SELECT public_id FROM events WHERE id = :id"), {"id": detail["duplicate_of"]}
+        ).scalar()
+    rows = conn.execute(
+        text("SELECT public_id FROM deliveries WHERE event_id = :id ORDER BY id"),
+        {"id": detail["id"]},
+    )
+    detail["deliveries"] = [
+        _public(d) for r in rows if (d := dstore.delivery_detail(conn, r.public_id)) is not None
+    ]
+    return _public(detail)
+
+
+def delivery_detail(conn: Connection, public_id: str, scope: int | None) -> dict[str, Any] | None:
+    if visible(conn, "deliveries", public_id, scope) is None:
+        return None
+    detail = dstore.delivery_detail(conn, public_id)
+    return _public(detail) if detail is not None else None

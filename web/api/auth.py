@@ -1,0 +1,40 @@
+"""Bearer tokens: who is calling, what they may do, and which tenant they see."""
+
+from __future__ import annotations
+
+from flask import g, request
+
+from inbox import tokens
+from inbox.errors import Forbidden, Unauthorized
+from inbox.store import tokens as store
+from inbox.store.tokens import Token
+from web.api import api
+from web.api.common import ext
+
+PUBLIC_ENDPOINTS = frozenset({"api.openapi_document"})
+
+
+@api.before_request
+def _authenticate() -> None:
+    if request.endpoint in PUBLIC_ENDPOINTS:
+        return
+    raw = tokens.bearer(request.headers.get("Authorization"))
+    if raw is None:
+        raise Unauthorized("A bearer token is required.")
+    with ext()["engine"].begin() as conn:
+        token = store.authenticate(conn, raw)
+    if token is None:
+        raise Unauthorized("The token is unknown or revoked.")
+    if not tokens.may(token.role, request.method):
+        raise Forbidden(f"A {token.role} token may only read.")
+    g.api_token = token
+
+
+def current() -> Token:
+    token: Token = g.api_token
+    return token
+
+
+def scope() -> int | None:
+    """The tenant the caller is limited to; None for an all-tenants token."""
+    return current().tenant_id

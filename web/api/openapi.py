@@ -1,0 +1,305 @@
+"""``/api/v1/openapi.json``: the OpenAPI 3.1 description of every admin API route.
+
+A test checks that every ``/api/v1`` rule Flask knows is described here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inbox import bulk
+from inbox.store.tables import DELIVERY_STATES, STATES
+from web.api import api
+from web.api.common import DEFAULT_LIMIT, MAX_LIMIT
+
+_ERR = {"$ref": "#/components/responses/Error"}
+_OBJ: dict[str, Any] = {"type": "object", "additionalProperties": True}
+
+
+def _q(name: str, description: str, **schema: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": {"type": "string", **schema},
+    }
+
+
+def _ok(schema: dict[str, Any], status: str = "200", description: str = "OK") -> dict[str, Any]:
+    return {
+        status: {"description": description, "content": {"application/json": {"schema": schema}}}
+    }
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return {str(c): _ERR for c in (401, *codes)}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+_PATH_ID = {"name": "public_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_TIME = {"format": "date-time"}
+_COMMON = [
+    _q("tenant", "Only this tenant (a tenant-scoped token sees its own tenant only)."),
+    _q("type", "Only this event type."),
+    _q("since", "Created/received at or after this ISO 8601 time.", **_TIME),
+    _q("until", "Created/received before this ISO 8601 time.", **_TIME),
+    {
+        "name": "limit",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
+    },
+    _q("cursor", "The next_cursor of the previous page (opaque)."),
+]
+
+
+def _page(item: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["items", "next_cursor"],
+        "properties": {
+            "items": {"type": "array", "items": _ref(item)},
+            "next_cursor": {"type": ["string", "null"], "description": "null on the last page"},
+        },
+    }
+
+
+def _listing(summary: str, item: str, extra: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "get": {
+            "summary": summary,
+            "parameters": extra + _COMMON,
+            "responses": {**_ok(_page(item)), **_errors(400)},
+        }
+    }
+
+
+def _detail(summary: str, schema: str) -> dict[str, Any]:
+    return {
+        "get": {
+            "summary": summary,
+            "parameters": [_PATH_ID],
+            "responses": {**_ok(_ref(schema)), **_errors(404)},
+        }
+    }
+
+
+def _action(summary: str, schema: dict[str, Any], *codes: int) -> dict[str, Any]:
+    return {
+        "post": {
+            "summary": summary,
+            "parameters": [_PATH_ID],
+            "responses": {**_ok(schema), **_errors(403, 404, *codes)},
+        }
+    }
+
+
+_REPLAYED = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "state": {"type": "string"},
+        "replayed": {"type": "boolean"},
+    },
+}
+
+_SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                "additionalProperties": True,
+            }
+        },
+    },
+    "Event": {
+        "type": "object",
+        "properties": {
+            "public_id": {"type": "string"},
+            "tenant": {"type": "string"},
+            "source": {"type": "string"},
+            "event_type": {"type": ["string", "null"]},
+            "state": {"type": "string", "enum": list(STATES)},
+            "attempts": {"type": "integer"},
+            "received_at": {"type": "string", **_TIME},
+            "finished_at": {"type": ["string", "null"], **_TIME},
+            "outcome": {"type": ["string", "null"]},
+            "last_error_class": {"type": ["string", "null"]},
+            "duplicate_count": {"type": "integer"},
+        },
+    },
+    "EventDetail": {
+        **_OBJ,
+        "description": "The event's columns (body as stored, after redaction; headers without"
+        " credentials), with steps, conflicts, deliveries (with attempts_log) and audit.",
+        "properties": {
+            k: {"type": "array", "items": _OBJ}
+            for k in ("steps", "conflicts", "deliveries", "audit")
+        },
+    },
+    "Delivery": {
+        "type": "object",
+        "properties": {
+            "public_id": {"type": "string"},
+            "tenant": {"type": "string"},
+            "endpoint": {"type": "string"},
+            "url": {"type": "string"},
+            "event_type": {"type": "string"},
+            "event": {"type": ["string", "null"]},
+            "state": {"type": "string", "enum": list(DELIVERY_STATES)},
+            "attempts": {"type": "integer"},
+            "last_status": {"type": ["integer", "null"]},
+            "last_error": {"type": ["string", "null"]},
+            "created_at": {"type": "string", **_TIME},
+            "finished_at": {"type": ["string", "null"], **_TIME},
+        },
+    },
+    "DeliveryDetail": {
+        **_OBJ,
+        "properties": {k: {"type": "array", "items": _OBJ} for k in ("attempts_log", "audit")},
+    },
+    "BulkReplayRequest": {
+        "type": "object",
+        "required": ["kind"],
+        "properties": {
+            "kind": {"type": "string", "enum": list(bulk.KINDS)},
+            "filter": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "tenant": {"type": "string"},
+                    "source": {"type": "string", "description": "events only"},
+                    "endpoint": {"type": "string", "description": "deliveries only"},
+                    "state": {"type": "string", "enum": ["quarantined", "failed"]},
+                    "type": {"type": "string"},
+                    "since": {"type": "string", **_TIME},
+                    "until": {"type": "string", **_TIME},
+                },
+            },
+            "rate": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": bulk.MAX_RATE,
+                "default": bulk.DEFAULT_RATE,
+                "description": "items a second",
+            },
+        },
+    },
+    "BulkReplayAccepted": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "status": {"type": "string"},
+            "total": {"type": "integer"},
+        },
+    },
+    "BulkReplay": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "kind": {"type": "string"},
+            "status": {"type": "string", "enum": ["queued", "running", "completed", "cancelled"]},
+            "filter": _OBJ,
+            "rate": {"type": "integer"},
+            "actor": {"type": "string"},
+            **{k: {"type": "integer"} for k in ("total", "done", "moved", "skipped")},
+            **{
+                k: {"type": ["string", "null"], **_TIME}
+                for k in ("created_at", "started_at", "finished_at")
+            },
+        },
+    },
+}
+
+_PATHS: dict[str, Any] = {
+    "/api/v1/events": _listing(
+        "List events, newest first.",
+        "Event",
+        [_q("source", "Only this source."), _q("state", "Only this state.", enum=list(STATES))],
+    ),
+    "/api/v1/events/{public_id}": _detail("One event in full.", "EventDetail"),
+    "/api/v1/events/{public_id}/replay": _action(
+        "Replay a quarantined event (operator).", _REPLAYED, 409
+    ),
+    "/api/v1/deliveries": _listing(
+        "List outbound deliveries, newest first.",
+        "Delivery",
+        [
+            _q("endpoint", "Only this endpoint (its public id)."),
+            _q("state", "Only this state.", enum=list(DELIVERY_STATES)),
+        ],
+    ),
+    "/api/v1/deliveries/{public_id}": _detail("One delivery with its attempts.", "DeliveryDetail"),
+    "/api/v1/deliveries/{public_id}/replay": _action(
+        "Replay a failed delivery with the same webhook-id (operator).", _REPLAYED, 409
+    ),
+    "/api/v1/replays": {
+        "post": {
+            "summary": "Start a bulk replay of dead letters (operator).",
+            "parameters": [
+                {
+                    "name": "Idempotency-Key",
+                    "in": "header",
+                    "required": False,
+                    "description": "The same key returns the same job (1-255 printable ASCII).",
+                    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                }
+            ],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref("BulkReplayRequest")}},
+            },
+            "responses": {
+                **_ok(_ref("BulkReplayAccepted"), "202", "Accepted"),
+                **_errors(400, 403, 422),
+            },
+        }
+    },
+    "/api/v1/replays/{public_id}": _detail("A bulk replay's progress.", "BulkReplay"),
+    "/api/v1/replays/{public_id}/cancel": _action(
+        "Cancel a bulk replay; it stops before its next batch (operator).",
+        _ref("BulkReplay"),
+        409,
+    ),
+    "/api/v1/openapi.json": {
+        "get": {"summary": "This document.", "security": [], "responses": _ok({"type": "object"})}
+    },
+}
+
+DOCUMENT: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {
+        "title": "Webhook Inbox admin API",
+        "version": "1",
+        "description": "Events, deliveries and replays. Bearer tokens come from"
+        " `inbox tokens create`; a viewer reads, an operator also replays and cancels.",
+    },
+    "security": [{"bearer": []}],
+    "paths": _PATHS,
+    "components": {
+        "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "inb_<43 chars>"}
+        },
+        "schemas": _SCHEMAS,
+        "responses": {
+            "Error": {
+                "description": "401 no/unknown/revoked token (with WWW-Authenticate: Bearer),"
+                " 403 a viewer writing, 404 not found or another tenant's, 400/409/422/503.",
+                "content": {"application/json": {"schema": _ref("Error")}},
+            }
+        },
+    },
+}
+
+
+@api.get("/openapi.json")
+def openapi_document() -> dict[str, Any]:
+    return DOCUMENT
