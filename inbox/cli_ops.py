@@ -8,6 +8,7 @@ from typing import IO
 
 import click
 
+from inbox import metrics
 from inbox import reconcile as rec
 from inbox.cli import _split, main, transaction
 from inbox.config import Settings
@@ -96,6 +97,7 @@ def reconcile_cmd(
     with transaction() as conn:
         result = rec.reconcile(conn, src, provider_ids, start, hours)
     rec.notify(result)
+    metrics.record_reconcile(result.tenant, result.source, len(result.missing), len(result.extra))
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Engine
 
-from inbox import callbacks
+from inbox import callbacks, metrics
 from inbox.errors import LeaseLost
 from inbox.outbound.http import Client, DeliveryError
 from inbox.store import deliveries as store
@@ -129,8 +129,10 @@ def _attempt(
             if verdict.disable_endpoint:
                 set_enabled(conn, ep.id, False, "the endpoint answered 410 Gone")
     except LeaseLost:
+        metrics.record_delivery_attempt(ep.tenant, "lost")
         return "lost", None  # the sweeper gave it to another courier: it will be re-sent
     outcome = {"delivered": "delivered", "pending": "retried", "failed": "failed"}[state]
+    metrics.record_delivery_attempt(ep.tenant, "blocked" if error == "blocked" else outcome)
     return outcome, (delay if circuit or status == 429 else None)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
 
+from inbox import metrics
 from inbox.config import Settings
 from inbox.runner import RunConfig, run_claimed
 from inbox.store import queue
@@ -72,4 +73,5 @@ def sweep_once(engine: Engine) -> SweepResult:
     with engine.begin() as conn:
         requeued, quarantined = queue.sweep_expired(conn)
         due = queue.due_count(conn)
+    metrics.record_sweep(requeued, quarantined)
     return SweepResult(requeued, quarantined, due)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from inbox import metrics
 from inbox.backoff import retry_delay
 from inbox.bodyschema import check_body
 from inbox.callbacks import Outgoing
@@ -44,6 +46,7 @@ def run_claimed(
     try:
         with engine.begin() as conn:
             ev = queue.load(conn, c)
+        loaded = time.monotonic()
         playbook = reg.resolve(
             ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook")
         )
@@ -54,7 +57,11 @@ def run_claimed(
         except LeaseLost:
             raise
         except Exception as exc:
-            return _failed(engine, c, ev, exc, playbook.is_permanent(exc), cfg)
+            state = _failed(engine, c, ev, exc, playbook.is_permanent(exc), cfg)
+            metrics.record_completed(
+                ev.tenant, ev.source, ev.age_seconds + time.monotonic() - loaded, state
+            )
+            return state
         response = (
             json.dumps(
                 {"id": ev.public_id, "status": outcome, "decision": decision}, separators=(",", ":")
@@ -65,6 +72,9 @@ def run_claimed(
         with engine.begin() as conn:
             pending.flush(conn)  # the last steps without outside effects ride with completion
             queue.complete(conn, c, outcome, decision, dup_of, response)
+        metrics.record_completed(
+            ev.tenant, ev.source, ev.age_seconds + time.monotonic() - loaded, "completed"
+        )
         if pending.ring and notify is not None:
             notify(pending.ring)
         return "completed"

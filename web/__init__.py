@@ -8,11 +8,13 @@ from flask import Flask
 from sqlalchemy import Engine
 
 from inbox.config import Settings
+from inbox.logs import configure_logging
 from inbox.store.engine import make_engine
 from web.api import api
 from web.errors import register_error_handlers
 from web.health import health
 from web.ingest import hooks
+from web.metrics import metrics_bp
 from web.routes import RouteCache
 
 
@@ -23,6 +25,7 @@ def create_app(
     route_cache_seconds: float = 5.0,
 ) -> Flask:
     settings = settings or Settings.from_env()
+    configure_logging(settings.log_level)
     app = Flask(__name__)
     engine = engine or make_engine(settings)
     hooks_: dict[str, object] = {}
@@ -41,5 +44,6 @@ def create_app(
     register_error_handlers(app)
     app.register_blueprint(hooks)
     app.register_blueprint(health)
+    app.register_blueprint(metrics_bp)
     app.register_blueprint(api)
     return app

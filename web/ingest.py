@@ -10,6 +10,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from inbox import ingest as core
+from inbox import metrics
 from inbox.errors import IdempotencyConflict, InFlight, MethodNotAllowed, NotFound, PayloadTooLarge
 from inbox.store.events import stored_response
 from inbox.store.ingest import IngestResult, ingest
@@ -74,6 +75,7 @@ def receive(tenant: str, source: str) -> Response:
         return _json(prepared.status, prepared.body)
     with ext["engine"].begin() as conn:
         result = ingest(conn, route, prepared)
+    metrics.record_ingest(route.tenant, route.name, result.outcome)
     # Committed. Only now may the sender hear 2xx; the doorbell is best effort.
     if result.outcome == "accepted":
         _ring(ext)

@@ -10,9 +10,10 @@ import importlib
 import logging
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import setup_logging, worker_process_init, worker_process_shutdown
 
 from inbox.config import Settings
+from inbox.logs import configure_logging
 
 log = logging.getLogger(__name__)
 QUEUE = "inbox"
@@ -56,3 +57,20 @@ def _fresh_engine(**_: object) -> None:
     from workers import tasks
 
     tasks.reset_engine()
+
+
+@setup_logging.connect  # type: ignore[untyped-decorator]
+def _json_logs(**_: object) -> None:
+    # Connected, so Celery leaves the root logger to us: redacted JSON lines.
+    configure_logging(settings.log_level)
+
+
+@worker_process_shutdown.connect  # type: ignore[untyped-decorator]
+def _metrics_process_dead(pid: int | None = None, **_: object) -> None:
+    # Drops this pool process's live gauges from the shared PROMETHEUS_MULTIPROC_DIR.
+    import os
+
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid or os.getpid())  # type: ignore[no-untyped-call]

@@ -96,6 +96,8 @@ class LoadedEvent:
     max_attempts: int
     sync: bool
     steps: dict[str, Any]
+    # Seconds since the event was received, by the database clock, when it was loaded.
+    age_seconds: float = 0.0
 
 
 _LOAD = text(
@@ -103,6 +105,7 @@ _LOAD = text(
     SELECT e.id, e.public_id, e.tenant_id, t.name AS tenant, s.name AS source,
            s.options AS source_options, e.event_type, e.business_key_digest, e.content_type,
            e.body, e.attempts, e.max_attempts, e.sync,
+           extract(epoch FROM clock_timestamp() - e.received_at) AS age_seconds,
            coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
                       WHERE st.event_id = e.id), '{}'::jsonb) AS steps
       FROM events e
@@ -134,6 +137,7 @@ def load(conn: Connection, c: Claim) -> LoadedEvent:
         max_attempts=row.max_attempts,
         sync=row.sync,
         steps=dict(row.steps),
+        age_seconds=float(row.age_seconds),
     )
 
 

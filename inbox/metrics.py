@@ -1,0 +1,215 @@
+"""Prometheus metrics, and the small functions the rest of the code calls to record them.
+
+Every ``record_*`` function is cheap and never raises: a metrics failure must not fail
+an ingest, a playbook or a delivery. With ``PROMETHEUS_MULTIPROC_DIR`` set before
+``prometheus_client`` is first imported, values are written to per-process files in that
+directory and ``/metrics`` (web/metrics.py) adds up every gunicorn and Celery process on
+the host. Gauges say how to combine processes (``multiprocess_mode``).
+
+Inbox depth and the age of the oldest pending event are not here: they are read from the
+database at scrape time (``inbox.store.stats`` and the collector in ``web/metrics.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
+
+log = logging.getLogger(__name__)
+
+if _dir := os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    # prometheus_client opens its per-process files here on first use.
+    os.makedirs(_dir, exist_ok=True)
+
+# Received → completed (or quarantined): 5 ms to 5 min, roughly 2.5x apart.
+LATENCY_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+)
+
+_TS = ("tenant", "source")
+
+ACCEPTED = Counter("inbox_events_accepted", "Events stored (first delivery of a key).", _TS)
+DUPLICATES = Counter(
+    "inbox_duplicate_deliveries",
+    "Deliveries answered with the stored response of an earlier delivery (replays).",
+    _TS,
+)
+CONFLICTS = Counter(
+    "inbox_idempotency_conflicts",
+    "Deliveries that reused an idempotency key with a different body (answered 422).",
+    _TS,
+)
+IN_FLIGHT = Counter(
+    "inbox_in_flight_retries",
+    "Deliveries answered 409 because the original was still being processed.",
+    _TS,
+)
+LATENCY = Histogram(
+    "inbox_event_processing_seconds",
+    "Time from receipt to the final state (completed or quarantined).",
+    (*_TS, "state"),
+    buckets=LATENCY_BUCKETS,
+)
+RETRIES = Counter(
+    "inbox_event_retries", "Failed attempts that were scheduled for another try.", _TS
+)
+DEAD_LETTERED = Counter(
+    "inbox_dead_lettered", "Events moved to quarantine (the dead-letter state).", _TS
+)
+RECONCILE_MISMATCHES = Counter(
+    "inbox_reconcile_mismatches",
+    "Events the provider knows and we do not (missing), or the reverse (extra).",
+    (*_TS, "kind"),
+)
+RECONCILE_LAST_RUN = Gauge(
+    "inbox_reconcile_last_run_timestamp_seconds",
+    "Unix time of the last reconciliation run.",
+    _TS,
+    multiprocess_mode="max",
+)
+DELIVERY_ATTEMPTS = Counter(
+    "inbox_delivery_attempts",
+    "Outbound callback attempts by outcome.",
+    ("tenant", "outcome"),
+)
+SWEEP_REQUEUED = Counter(
+    "inbox_sweep_requeued", "Events whose lease expired and were put back by the sweeper."
+)
+SWEEP_QUARANTINED = Counter(
+    "inbox_sweep_quarantined",
+    "Events whose lease expired with no attempts left, quarantined by the sweeper.",
+)
+SWEEP_LAST_RUN = Gauge(
+    "inbox_sweep_last_run_timestamp_seconds",
+    "Unix time of the last sweeper round.",
+    multiprocess_mode="max",
+)
+
+ALL: tuple[MetricWrapperBase, ...] = (
+    ACCEPTED,
+    DUPLICATES,
+    CONFLICTS,
+    IN_FLIGHT,
+    LATENCY,
+    RETRIES,
+    DEAD_LETTERED,
+    RECONCILE_MISMATCHES,
+    RECONCILE_LAST_RUN,
+    DELIVERY_ATTEMPTS,
+    SWEEP_REQUEUED,
+    SWEEP_QUARANTINED,
+    SWEEP_LAST_RUN,
+)
+
+_INGEST = {
+    "accepted": ACCEPTED,
+    "duplicate": DUPLICATES,
+    "conflict": CONFLICTS,
+    "in_flight": IN_FLIGHT,
+}
+DELIVERY_OUTCOMES = frozenset({"delivered", "retried", "failed", "blocked", "lost"})
+_warned = False
+
+
+def _failed(what: str, exc: Exception) -> None:
+    global _warned
+    if not _warned:  # once per process: a broken metrics directory must not flood the log
+        _warned = True
+        log.warning("metrics: %s failed (%s); further failures are not logged", what, exc)
+
+
+def record_ingest(tenant: str, source: str, outcome: str) -> None:
+    """One answered delivery: accepted | duplicate | conflict | in_flight."""
+    try:
+        counter = _INGEST.get(outcome)
+        if counter is not None:
+            counter.labels(str(tenant), str(source)).inc()
+    except Exception as exc:
+        _failed("record_ingest", exc)
+
+
+def record_completed(tenant: str, source: str, latency_seconds: float, state: str) -> None:
+    """What became of one run: completed or quarantined (with the time since receipt),
+    received (a retry was scheduled); anything else (a lost lease) is not counted."""
+    try:
+        tenant, source = str(tenant), str(source)
+        if state in ("completed", "quarantined"):
+            LATENCY.labels(tenant, source, state).observe(max(0.0, float(latency_seconds)))
+            if state == "quarantined":
+                DEAD_LETTERED.labels(tenant, source).inc()
+        elif state == "received":
+            RETRIES.labels(tenant, source).inc()
+    except Exception as exc:
+        _failed("record_completed", exc)
+
+
+def record_dead_lettered(tenant: str, source: str, count: int = 1) -> None:
+    """Events quarantined outside a run (e.g. by a bulk operation that knows the source)."""
+    try:
+        if count > 0:
+            DEAD_LETTERED.labels(str(tenant), str(source)).inc(count)
+    except Exception as exc:
+        _failed("record_dead_lettered", exc)
+
+
+def record_delivery_attempt(tenant: str, outcome: str) -> None:
+    """One outbound attempt: delivered | retried | failed | blocked | lost (else "other")."""
+    try:
+        label = outcome if outcome in DELIVERY_OUTCOMES else "other"
+        DELIVERY_ATTEMPTS.labels(str(tenant), label).inc()
+    except Exception as exc:
+        _failed("record_delivery_attempt", exc)
+
+
+def record_reconcile(tenant: str, source: str, missing: int, extra: int) -> None:
+    """One reconciliation run of a source against its provider's list of events."""
+    try:
+        tenant, source = str(tenant), str(source)
+        # Touch both series so a rate over them exists from the first run on.
+        RECONCILE_MISMATCHES.labels(tenant, source, "missing").inc(max(0, int(missing)))
+        RECONCILE_MISMATCHES.labels(tenant, source, "extra").inc(max(0, int(extra)))
+        RECONCILE_LAST_RUN.labels(tenant, source).set(time.time())
+    except Exception as exc:
+        _failed("record_reconcile", exc)
+
+
+def record_sweep(requeued: int, quarantined: int) -> None:
+    """One sweeper round."""
+    try:
+        SWEEP_REQUEUED.inc(max(0, int(requeued)))
+        SWEEP_QUARANTINED.inc(max(0, int(quarantined)))
+        SWEEP_LAST_RUN.set(time.time())
+    except Exception as exc:
+        _failed("record_sweep", exc)
+
+
+def sample_names() -> frozenset[str]:
+    """Every sample name these metrics can expose (``_total``, ``_bucket``, ...)."""
+    names: set[str] = set()
+    for metric in ALL:
+        for family in metric.describe():
+            suffixes = {
+                "counter": ("_total", "_created"),
+                "histogram": ("_bucket", "_count", "_sum", "_created"),
+                "gauge": ("",),
+            }[family.type]
+            names.update(family.name + s for s in suffixes)
+    return frozenset(names)

@@ -1,0 +1,74 @@
+"""gunicorn settings: ``gunicorn -c web/gunicorn_conf.py web.wsgi:app``.
+
+Prometheus multiprocess mode: every worker writes its metrics to files in
+``PROMETHEUS_MULTIPROC_DIR`` and ``/metrics`` (any worker) adds them up. The variable
+must be set before a worker imports ``prometheus_client``; this file runs in the master
+first, so it is set here when missing (a fresh private directory, removed at exit).
+Set it yourself, to the same directory for the web and Celery processes of one host,
+to have one ``/metrics`` report both. Command-line flags override the values below.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import tempfile
+from typing import Any
+
+bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
+worker_class = "gthread"
+workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+threads = int(os.environ.get("WEB_THREADS", "16"))
+
+_OWN_DIR = "INBOX_METRICS_DIR_OWNED"  # set when this config created the directory
+
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="inbox-metrics-")
+    os.environ[_OWN_DIR] = os.environ["PROMETHEUS_MULTIPROC_DIR"]
+os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+
+_PID = re.compile(r"_(\d+)\.db$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def prune_dead_files(path: str) -> int:
+    """Remove the files of processes that no longer run (a previous run's workers).
+
+    Files of live processes (Celery workers sharing the directory) are kept.
+    """
+    removed = 0
+    for name in glob.glob(os.path.join(path, "*.db")):
+        m = _PID.search(name)
+        if m and not _alive(int(m.group(1))):
+            os.remove(name)
+            removed += 1
+    return removed
+
+
+def on_starting(server: Any) -> None:
+    prune_dead_files(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    # Imported here, not at the top: the master must not pick a value class before
+    # the variable above is set.
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
+
+
+def on_exit(server: Any) -> None:
+    owned = os.environ.get(_OWN_DIR)
+    if owned and owned == os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        shutil.rmtree(owned, ignore_errors=True)

@@ -1,0 +1,123 @@
+"""``GET /metrics``: the process (or every process on the host) plus the inbox's depth.
+
+With ``PROMETHEUS_MULTIPROC_DIR`` set, the counters of every gunicorn and Celery process
+writing to that directory are added up; otherwise this process's default registry is
+served. Depth and ages come from the database at scrape time (``inbox.store.stats``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+
+from flask import Blueprint, Response, current_app, request
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import Engine
+
+from inbox.store import stats
+
+log = logging.getLogger(__name__)
+metrics_bp = Blueprint("metrics", __name__)
+
+
+class StatsCollector(Collector):
+    """Inbox depth, oldest pending age, dead letters and delivery backlog, read per scrape."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def _families(self) -> dict[str, GaugeMetricFamily]:
+        return {
+            "depth": GaugeMetricFamily(
+                "inbox_depth",
+                "Events waiting (received) or running (processing) per source.",
+                labels=["tenant", "source", "state"],
+            ),
+            "oldest": GaugeMetricFamily(
+                "inbox_oldest_pending_age_seconds",
+                "Seconds since the oldest received or processing event was received.",
+                labels=["tenant", "source"],
+            ),
+            "dead": GaugeMetricFamily(
+                "inbox_dead_letters",
+                "Events in quarantine (dead letters) now.",
+                labels=["tenant", "source"],
+            ),
+            "backlog": GaugeMetricFamily(
+                "inbox_delivery_backlog",
+                "Outbound deliveries pending, sending or failed per tenant.",
+                labels=["tenant", "state"],
+            ),
+            "backlog_age": GaugeMetricFamily(
+                "inbox_oldest_pending_delivery_age_seconds",
+                "Seconds since the oldest pending delivery was created.",
+                labels=["tenant"],
+            ),
+            "up": GaugeMetricFamily(
+                "inbox_stats_up", "1 when the scrape-time database query succeeded."
+            ),
+        }
+
+    def describe(self) -> Iterable[Metric]:
+        # Families without samples: registering this never touches the database.
+        return list(self._families().values())
+
+    def collect(self) -> Iterable[Metric]:
+        fam = self._families()
+        try:
+            with self.engine.connect() as conn:
+                depth = stats.inbox_depth(conn)
+                backlog = stats.delivery_backlog(conn)
+        except Exception as exc:  # a scrape must still answer; inbox_stats_up says why not
+            log.warning("metrics: database statistics unavailable (%s)", type(exc).__name__)
+            fam["up"].add_metric([], 0)
+            return [fam["up"]]
+        oldest: dict[tuple[str, str], float] = {}
+        for row in depth:
+            key = (row.tenant, row.source)
+            if row.state == "quarantined":
+                fam["dead"].add_metric(list(key), row.count)
+                continue
+            fam["depth"].add_metric([*key, row.state], row.count)
+            oldest[key] = max(oldest.get(key, 0.0), row.oldest_age_seconds)
+        for key, age in oldest.items():
+            fam["oldest"].add_metric(list(key), age)
+        for b in backlog:
+            fam["backlog"].add_metric([b.tenant, b.state], b.count)
+            if b.state == "pending":
+                fam["backlog_age"].add_metric([b.tenant], b.oldest_age_seconds)
+        fam["up"].add_metric([], 1)
+        return list(fam.values())
+
+
+class _ProcessRegistry(Collector):
+    """This process's default registry, as one collector of a per-scrape registry."""
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        return REGISTRY.collect()
+
+
+def build_registry(engine: Engine) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    else:
+        registry.register(_ProcessRegistry())
+    registry.register(StatsCollector(engine))
+    return registry
+
+
+@metrics_bp.get("/metrics")
+def metrics() -> Response:
+    engine: Engine = current_app.extensions["inbox"]["engine"]
+    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    return Response(encoder(build_registry(engine)), content_type=content_type)
