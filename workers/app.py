@@ -24,6 +24,7 @@ def make_celery(settings: Settings) -> Celery:
     app = Celery("webhook_inbox", broker=settings.broker_url or None, include=["workers.tasks"])
     app.conf.update(
         task_default_queue=QUEUE,
+        task_routes={"inbox.deliver": {"queue": DELIVERIES}},
         # A task is acknowledged after it ran; a worker that dies mid-task gives its
         # message back. The database, not the message, says what is left to do.
         task_acks_late=True,

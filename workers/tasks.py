@@ -14,7 +14,7 @@ from inbox.drain import drain_once, sweep_once
 from inbox.store import bulk, deliveries
 from inbox.store.engine import make_engine
 from inbox.store.retention import prune_once
-from workers.app import DELIVERIES, app, settings
+from workers.app import app, settings
 from workers.doorbell import FLAG
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def ring_couriers(endpoint_ids: set[int]) -> None:
         deliver.delay(endpoint_id)
 
 
-@app.task(name="inbox.deliver", queue=DELIVERIES)  # type: ignore[untyped-decorator]
+@app.task(name="inbox.deliver")  # type: ignore[untyped-decorator]
 def deliver(endpoint_id: int) -> dict[str, int]:
     """Send one endpoint's due deliveries; ring again while some are left."""
     result = deliver_once(

@@ -1,0 +1,89 @@
+"""The Celery tasks' wiring, with an in-process worker on the real Redis broker.
+
+(celery.contrib.testing runs a worker thread without Docker; the crash paths use real
+`celery worker` subprocesses in tests/e2e.)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from celery.contrib.testing.worker import start_worker
+from sqlalchemy import text
+
+from inbox.config import Settings
+from tests.helpers import body_of, events_by_state, hmac_headers
+
+
+@pytest.fixture
+def celery_env(monkeypatch, database_url: str, redis_url: str, engine) -> Iterator[object]:
+    from celery.signals import worker_process_init
+
+    from workers import tasks
+    from workers.app import _fresh_engine, app
+
+    # The forked-child hook would discard the test's shared engine: this worker is a thread.
+    worker_process_init.disconnect(_fresh_engine)
+
+    redis.Redis.from_url(redis_url).flushdb()
+    live = Settings(
+        database_url=database_url, redis_url=redis_url, broker_url=redis_url, lease_seconds=30
+    )
+    monkeypatch.setattr(tasks, "settings", live)
+    monkeypatch.setattr(tasks, "_engine", engine)
+    monkeypatch.setattr(tasks, "_redis", None)
+    app.conf.broker_url = redis_url
+    app.conf.task_queues = None
+    with start_worker(app, pool="solo", perform_ping_check=False, queues=["inbox", "deliveries"]):
+        yield tasks
+    app.conf.broker_url = None
+    worker_process_init.connect(_fresh_engine)
+
+
+def wait(cond, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def test_the_drain_task_runs_what_the_doorbell_rang_for(
+    celery_env, client, make_source, engine, redis_url
+):
+    from workers.doorbell import FLAG
+
+    src = make_source()
+    for i in range(3):
+        body = body_of({"n": i})
+        client.post(src.path, data=body, headers=hmac_headers("s3cret", body, f"k{i}"))
+    celery_env.drain.delay()
+    wait(lambda: events_by_state(engine) == {"completed": 3})
+    assert redis.Redis.from_url(redis_url).get(FLAG) is None  # the drain cleared the flag
+
+
+def test_the_sweep_task_requeues_an_expired_lease_and_rings(celery_env, make_source, engine):
+    from inbox.store import queue
+
+    src = make_source()
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO events (public_id, tenant_id, source_id, content_type, body,"
+                " body_sha256, response_status, response_body)"
+                " VALUES ('evt_x', :t, :s, 'application/json', '{}', '\\x00', 202, '')"
+            ),
+            {"t": src.tenant_id, "s": src.id},
+        )
+        [claim] = queue.claim(conn, "a-dead-worker", 10, 0.05)
+    time.sleep(0.1)
+    result = celery_env.sweep.delay()
+    wait(lambda: events_by_state(engine) == {"completed": 1})
+    assert claim.fence == 1
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT fence, attempts FROM events")).one() == (2, 2)
+    assert result.id
