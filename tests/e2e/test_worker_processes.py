@@ -135,3 +135,20 @@ def test_doorbell_makes_an_event_complete_without_waiting_for_a_sweep(
     assert status == 202
     wait_for(lambda: events_by_state(engine) == {"completed": 1}, 20, "completion")
     assert time.monotonic() - started < 10
+
+
+def test_rabbitmq_as_the_broker_by_changing_only_the_url(env, procs, make_source, engine):
+    from inbox.embedded import reachable
+
+    if not reachable("127.0.0.1", 5672):
+        pytest.skip("no RabbitMQ at 127.0.0.1:5672")
+    env = {**env, "BROKER_URL": "amqp://guest:guest@127.0.0.1:5672//"}
+    src = make_source(event_type_path="type")
+    web = Gunicorn(env)
+    procs += [web, CeleryProc(env, concurrency=2), CeleryProc(env, kind="beat")]
+    insert_pending(engine, src, 100, {"type": "flaky"})  # found by the sweeper
+    body = body_of({"type": "flaky"})
+    status, _, _ = web.request("POST", src.path, body, hmac_headers("s3cret", body, "amqp"))
+    assert status == 202  # rung through RabbitMQ
+    wait_for(lambda: events_by_state(engine) == {"completed": 101}, 60, "101 completions")
+    assert len(sink_rows(engine)) == 101
