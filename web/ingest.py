@@ -81,7 +81,7 @@ def receive(tenant: str, source: str) -> Response:
         _ring(ext)
         if prepared.wait_seconds:
             result = _wait_for_decision(ext, result, prepared.wait_seconds)
-    log.info("ingest %s/%s outcome=%s event=%s", tenant, source, result.outcome, result.public_id)
+    log.debug("ingest %s/%s outcome=%s event=%s", tenant, source, result.outcome, result.public_id)
     return _answer(result)
 
 

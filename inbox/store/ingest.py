@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Literal
 
 from sqlalchemy import Connection, func, select, text
@@ -25,43 +25,50 @@ class IngestResult:
     body: bytes
 
 
+# One statement, compiled once: the hot path builds no SQL per request.
+_CLAIM = text(
+    """
+    INSERT INTO events (public_id, tenant_id, source_id, key_digest, key_expires_at, event_type,
+                        business_key_digest, ordering_key, content_type, body, body_sha256,
+                        headers, response_status, response_body, sync, max_attempts)
+    VALUES (:public_id, :tenant_id, :source_id, :key_digest,
+            CASE WHEN CAST(:key_digest AS bytea) IS NULL THEN NULL
+                 ELSE now() + make_interval(hours => :key_hours) END,
+            :event_type, :business_key_digest, :ordering_key, :content_type, :body, :body_sha256,
+            CAST(:headers AS jsonb), :response_status, :response_body, :sync, :max_attempts)
+    ON CONFLICT (tenant_id, source_id, key_digest) WHERE key_digest IS NOT NULL DO NOTHING
+    RETURNING id
+    """
+)
+
+
 def _claim(conn: Connection, source: Source, ev: Prepared) -> IngestResult | None:
     """INSERT ... ON CONFLICT DO NOTHING RETURNING: a row back means this request owns the key.
 
     When another transaction holds the same key uncommitted, PostgreSQL waits for it
     to finish before deciding, so exactly one of any number of racing copies inserts.
     """
-    stmt = (
-        insert(events)
-        .values(
-            public_id=ev.public_id,
-            tenant_id=source.tenant_id,
-            source_id=source.id,
-            key_digest=ev.key_digest,
-            key_expires_at=(
-                func.now() + timedelta(hours=ev.key_expires_hours) if ev.key_digest else None
-            ),
-            event_type=ev.event_type,
-            business_key_digest=ev.business_key_digest,
-            ordering_key=(
-                ev.business_key_digest if source.options.serialize_by_business_key else None
-            ),
-            content_type=ev.content_type,
-            body=ev.body,
-            body_sha256=ev.body_sha256,
-            headers=ev.headers,
-            response_status=ev.response_status,
-            response_body=ev.response_body,
-            sync=ev.wait_seconds is not None,
-            max_attempts=source.options.max_attempts,
-        )
-        .on_conflict_do_nothing(
-            index_elements=["tenant_id", "source_id", "key_digest"],
-            index_where=text("key_digest IS NOT NULL"),
-        )
-        .returning(events.c.id)
-    )
-    event_id = conn.execute(stmt).scalar_one_or_none()
+    params = {
+        "public_id": ev.public_id,
+        "tenant_id": source.tenant_id,
+        "source_id": source.id,
+        "key_digest": ev.key_digest,
+        "key_hours": ev.key_expires_hours,
+        "event_type": ev.event_type,
+        "business_key_digest": ev.business_key_digest,
+        "ordering_key": (
+            ev.business_key_digest if source.options.serialize_by_business_key else None
+        ),
+        "content_type": ev.content_type,
+        "body": ev.body,
+        "body_sha256": ev.body_sha256,
+        "headers": json.dumps(ev.headers),
+        "response_status": ev.response_status,
+        "response_body": ev.response_body,
+        "sync": ev.wait_seconds is not None,
+        "max_attempts": source.options.max_attempts,
+    }
+    event_id = conn.execute(_CLAIM, params).scalar_one_or_none()
     if event_id is None:
         return None
     return IngestResult("accepted", event_id, ev.public_id, ev.response_status, ev.response_body)
