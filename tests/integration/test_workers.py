@@ -81,16 +81,16 @@ def test_poison_is_quarantined_after_exactly_max_attempts_while_healthy_complete
 ):
     src = make_source(event_type_path="type", max_attempts=3)
     send(client, src, {"type": "flaky", "poison": True}, "poison")
-    for i in range(200):
+    for i in range(1000):
         send(client, src, {"type": "flaky", "n": i}, f"ok-{i}")
     drain_all(engine, wsettings)
-    assert events_by_state(engine) == {"completed": 200, "quarantined": 1}
+    assert events_by_state(engine) == {"completed": 1000, "quarantined": 1}
     bad = one(engine, "SELECT * FROM events WHERE state = 'quarantined'")
     assert bad.attempts == 3 and bad.last_error_class == "RuntimeError"
     assert bad.last_error_message == "poison event" and bad.finished_at is not None
     poison_calls = [r for r in sink_rows(engine) if r.event == bad.public_id]
     assert len(poison_calls) == 3
-    assert len(sink_rows(engine)) == 203
+    assert len(sink_rows(engine)) == 1003
 
 
 @pytest.mark.parametrize("flag", ["permanent", "keyerror"])
