@@ -23,6 +23,7 @@ from inbox.callbacks import Outgoing
 from inbox.errors import LeaseLost, PermanentError, RetryableError
 from inbox.playbooks import EventView, Playbook, Registry, StepContext, registry
 from inbox.store import deliveries, queue
+from inbox.store.batch import Completion
 from inbox.store.queue import Claim, LoadedEvent
 
 log = logging.getLogger(__name__)
@@ -41,34 +42,33 @@ def run_claimed(
     cfg: RunConfig,
     reg: Registry = registry,
     notify: Callable[[set[int]], None] | None = None,
+    ev: LoadedEvent | None = None,
 ) -> str:
     """Run the event's playbook; returns the resulting state ('lost' if the lease was lost)."""
     try:
-        with engine.begin() as conn:
-            ev = queue.load(conn, c)
+        if ev is None:
+            with engine.begin() as conn:
+                ev = queue.load(conn, c)
         loaded = time.monotonic()
-        playbook = reg.resolve(
-            ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook")
-        )
         pending = _Commits(engine, c, ev, cfg)
+        playbook: Playbook | None = None
         try:
+            playbook = reg.resolve(
+                ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook")
+            )
             check_body(ev.source_options.get("body_schema") or {}, ev.body, ev.content_type)
             outcome, decision, dup_of = _run_steps(engine, c, ev, playbook, cfg, pending)
         except LeaseLost:
             raise
         except Exception as exc:
-            state = _failed(engine, c, ev, exc, playbook.is_permanent(exc), cfg)
+            permanent = playbook is None or playbook.is_permanent(exc)
+            state = _failed(engine, c, ev, exc, permanent, cfg)
             metrics.record_completed(
                 ev.tenant, ev.source, ev.age_seconds + time.monotonic() - loaded, state
             )
             return state
-        response = (
-            json.dumps(
-                {"id": ev.public_id, "status": outcome, "decision": decision}, separators=(",", ":")
-            ).encode()
-            if ev.sync
-            else None
-        )
+        text_response = sync_response(ev, outcome, decision)
+        response = text_response.encode() if text_response is not None else None
         with engine.begin() as conn:
             pending.flush(conn)  # the last steps without outside effects ride with completion
             queue.complete(conn, c, outcome, decision, dup_of, response)
@@ -81,6 +81,54 @@ def run_claimed(
     except LeaseLost:
         log.warning("event %s: lease lost; another worker owns it now", c.id)
         return "lost"
+
+
+def sync_response(ev: LoadedEvent, outcome: str, decision: dict[str, Any]) -> str | None:
+    """What a synchronous (``Prefer: wait``) sender is answered, and duplicates replayed."""
+    if not ev.sync:
+        return None
+    return json.dumps(
+        {"id": ev.public_id, "status": outcome, "decision": decision}, separators=(",", ":")
+    )
+
+
+def is_pure(pb: Playbook) -> bool:
+    """No step has an outside effect: no recovery point is needed between them."""
+    return all(not s.effect and not s.once_per_business_key for s in pb.steps)
+
+
+def run_in_memory(ev: LoadedEvent, pb: Playbook, c: Claim) -> Completion | None:
+    """Run a pure playbook without touching the database.
+
+    None when the per-event path must take over: a failure (it re-runs the steps,
+    which have no outside effects, and records the failure) or callbacks to write.
+    """
+    try:
+        check_body(ev.source_options.get("body_schema") or {}, ev.body, ev.content_type)
+        view = EventView(
+            ev.id,
+            ev.public_id,
+            ev.tenant,
+            ev.source,
+            ev.event_type,
+            ev.content_type,
+            ev.body,
+            ev.attempts,
+        )
+        results: dict[str, Any] = dict(ev.steps)
+        new: dict[str, Any] = {}
+        for step in pb.steps:
+            if step.name in results:
+                continue
+            ctx = StepContext(view, step.name, results)
+            results[step.name] = new[step.name] = step.fn(ctx)
+            if ctx.outbox:
+                return None
+    except Exception:
+        return None
+    last = results[pb.steps[-1].name] if pb.steps else None
+    decision = last if isinstance(last, dict) else {"result": last}
+    return Completion(c, new, "completed", decision, sync_response(ev, "completed", decision))
 
 
 class _Commits:

@@ -66,7 +66,9 @@ def redis_url() -> str:
     if url := os.environ.get("INBOX_TEST_REDIS_URL"):
         return url
     if embedded.reachable("127.0.0.1", 6379):
-        return "redis://127.0.0.1:6379/7"
+        # A database of its own per run, so concurrent runs on one machine do not
+        # consume each other's messages.
+        return f"redis://127.0.0.1:6379/{1 + os.getpid() % 15}"
     return embedded.start_redis(ROOT / ".data" / "redis-test")
 
 

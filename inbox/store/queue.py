@@ -64,8 +64,7 @@ _CLAIM = text(
            lease_expires_at = now() + make_interval(secs => :lease),
            fence = ev.fence + 1,
            attempts = ev.attempts + 1
-      FROM picked
-     WHERE ev.id = picked.id
+     WHERE ev.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING ev.id, ev.fence
     """
 )
@@ -100,14 +99,17 @@ class LoadedEvent:
     age_seconds: float = 0.0
 
 
-_LOAD = text(
-    """
+LOAD_COLUMNS = """
     SELECT e.id, e.public_id, e.tenant_id, t.name AS tenant, s.name AS source,
            s.options AS source_options, e.event_type, e.business_key_digest, e.content_type,
            e.body, e.attempts, e.max_attempts, e.sync,
            extract(epoch FROM clock_timestamp() - e.received_at) AS age_seconds,
            coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
                       WHERE st.event_id = e.id), '{}'::jsonb) AS steps
+"""
+_LOAD = text(
+    LOAD_COLUMNS
+    + """
       FROM events e
       JOIN tenants t ON t.id = e.tenant_id
       JOIN sources s ON s.id = e.source_id
@@ -120,6 +122,10 @@ def load(conn: Connection, c: Claim) -> LoadedEvent:
     row = conn.execute(_LOAD, {"id": c.id, "fence": c.fence}).first()
     if row is None:
         raise LeaseLost()
+    return to_loaded(row)
+
+
+def to_loaded(row: Any) -> LoadedEvent:
     return LoadedEvent(
         id=row.id,
         public_id=row.public_id,

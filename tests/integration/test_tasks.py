@@ -43,7 +43,7 @@ def celery_env(monkeypatch, database_url: str, redis_url: str, engine) -> Iterat
     worker_process_init.connect(_fresh_engine)
 
 
-def wait(cond, timeout: float = 20) -> None:
+def wait(cond, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
