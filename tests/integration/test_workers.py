@@ -248,3 +248,63 @@ def test_prefer_wait_times_out_with_the_usual_202(client, make_source, engine):
     start = time.monotonic()
     resp = send(client, src, {"a": 1}, "slow", Prefer="respond-async, wait=1")
     assert resp.status_code == 202 and 0.9 < time.monotonic() - start < 5
+
+
+def test_batched_completion_is_fenced_too(client, make_source, engine):
+    from inbox.store import batch
+
+    src = make_source()
+    send(client, src, {"a": 1}, "k1")
+    send(client, src, {"a": 2}, "k2")
+    with engine.begin() as conn:
+        old = queue.claim(conn, "old", 10, 0.2)
+        loaded = batch.load_many(conn, old)
+    assert sorted(loaded) == [1, 2]
+    time.sleep(0.3)
+    sweep_once(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE events SET available_at = now() + interval '1 hour' WHERE id = 2")
+        )
+        [new] = queue.claim(conn, "new", 10, 30)  # only event 1 is taken over
+    assert new.id == 1
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE events SET state = 'processing', fence = fence + 1,"
+                " lease_expires_at = now() + interval '30 seconds' WHERE id = 2"
+            )
+        )
+    completions = [
+        batch.Completion(c, {"record": {"by": "old"}}, "completed", {"by": "old"}, None)
+        for c in old
+    ]
+    with engine.begin() as conn:
+        assert batch.complete_many(conn, completions) == set()  # both leases are gone
+    fresh = batch.Completion(new, {"record": {"by": "new"}}, "completed", {"by": "new"}, None)
+    with engine.begin() as conn:
+        assert batch.complete_many(conn, [fresh]) == {1}
+    with engine.connect() as conn:
+        steps = conn.execute(text("SELECT event_id, result FROM steps")).fetchall()
+    assert [(s.event_id, s.result) for s in steps] == [(1, {"by": "new"})]
+
+
+def test_effect_free_playbooks_complete_as_a_batch(client, make_source, engine, wsettings):
+    from sqlalchemy import event
+
+    src = make_source()
+    for i in range(30):
+        send(client, src, {"n": i}, f"k{i}")
+    commits: list[int] = []
+
+    def count(_conn) -> None:
+        commits.append(1)
+
+    event.listen(engine, "commit", count)
+    try:
+        result = drain_once(engine, wsettings)
+    finally:
+        event.remove(engine, "commit", count)
+    assert result.states == {"completed": 30}
+    assert events_by_state(engine) == {"completed": 30}
+    assert len(commits) == 2  # one claim, one completion: not two commits per event
