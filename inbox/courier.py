@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -13,7 +14,6 @@ from datetime import UTC, datetime
 from sqlalchemy import Engine
 
 from inbox import callbacks, metrics
-from inbox.errors import LeaseLost
 from inbox.outbound.http import Client, DeliveryError
 from inbox.store import deliveries as store
 from inbox.store.endpoints import Endpoint, get_endpoint, set_enabled
@@ -43,6 +43,32 @@ class CourierResult:
     lost: int = 0
 
 
+FLUSH_EVERY = 10
+FLUSH_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One attempt's result, waiting to be recorded with the others of its round."""
+
+    claim: store.Claimed
+    at: datetime
+    status: int | None
+    error: str | None
+    latency_ms: float
+    excerpt: str | None
+    state: str  # delivered | pending (retry) | failed (dead letter)
+    delay: float
+    disable: bool  # 410 Gone
+    unreachable: bool  # timeout, refused, reset, DNS: stop this round
+
+    @property
+    def outcome(self) -> str:
+        if self.error == "blocked":
+            return "blocked"
+        return {"delivered": "delivered", "pending": "retried", "failed": "failed"}[self.state]
+
+
 def deliver_once(
     engine: Engine,
     endpoint_id: int,
@@ -53,8 +79,12 @@ def deliver_once(
 ) -> CourierResult:
     """Claim up to a batch of this endpoint's due deliveries and send them in order.
 
-    After a timeout or connection failure the rest of the batch is handed back
-    unattempted: a dead endpoint costs one timeout per round, not one per delivery.
+    Results are recorded every few deliveries (or 200 ms) in one transaction; a
+    crash before that re-sends them with the same webhook-id, which the receiver
+    deduplicates. After a timeout or connection failure the rest of the batch is
+    handed back unattempted and the endpoint is marked failing (one courier at a
+    time until it answers again): a dead endpoint costs one timeout per round and
+    one worker thread, not one per delivery or per slot.
     """
     owner = owner or f"courier-{uuid.uuid4().hex[:12]}"
     with engine.begin() as conn:
@@ -65,43 +95,37 @@ def deliver_once(
         return result
     own_client = client is None
     client = client or Client(timeout=ep.timeout_ms / 1000, allow_private=allow_private)
+    sent: list[Sent] = []
+    flushed = time.monotonic()
     try:
         for i, c in enumerate(claims):
-            outcome, delay = _attempt(engine, client, ep, c)
-            setattr(result, outcome, getattr(result, outcome) + 1)
-            if outcome == "retried" and delay is not None and i + 1 < len(claims):
+            one = _send(client, ep, c)
+            sent.append(one)
+            stop = one.unreachable or one.disable or (one.status == 429)
+            if stop or len(sent) >= FLUSH_EVERY or time.monotonic() - flushed > FLUSH_SECONDS:
+                _record(engine, ep, sent, result)
+                sent, flushed = [], time.monotonic()
+            if stop:
                 rest = claims[i + 1 :]
                 with engine.begin() as conn:
-                    store.release(conn, rest, delay)
-                result.released = len(rest)
-                break
-            if outcome == "failed" and not _still_enabled(engine, endpoint_id):
-                rest = claims[i + 1 :]
-                with engine.begin() as conn:
-                    store.release(conn, rest, 0)
+                    store.release(conn, rest, 0.0 if one.disable else one.delay)
                 result.released = len(rest)
                 break
     finally:
+        _record(engine, ep, sent, result)
         if own_client:
             client.close()
     return result
 
 
-def _still_enabled(engine: Engine, endpoint_id: int) -> bool:
-    with engine.connect() as conn:
-        return get_endpoint(conn, endpoint_id).enabled
-
-
-def _attempt(
-    engine: Engine, client: Client, ep: Endpoint, c: store.Claimed
-) -> tuple[str, float | None]:
-    """Send one delivery; returns (what became of it, circuit delay or None)."""
-    hdrs = callbacks.headers(c.public_id, c.body, list(ep.secrets), datetime.now(UTC))
+def _send(client: Client, ep: Endpoint, c: store.Claimed) -> Sent:
+    """Send one delivery and judge the answer (no database work here)."""
+    now = datetime.now(UTC)
+    hdrs = callbacks.headers(c.public_id, c.body, list(ep.secrets), now)
     status: int | None = None
     error: str | None = None
     excerpt: str | None = None
     latency = 0.0
-    circuit = False
     try:
         resp = client.post(ep.url, c.body, hdrs)
         status, latency, excerpt = resp.status, resp.latency_ms, redact_excerpt(resp.body_excerpt)
@@ -109,7 +133,6 @@ def _attempt(
     except DeliveryError as exc:
         error = exc.kind
         verdict = callbacks.judge_error(exc.kind)
-        circuit = verdict.retry  # the endpoint is unreachable: stop this round
     exhausted = c.attempts >= ep.max_attempts
     if verdict.delivered:
         state, delay = "delivered", 0.0
@@ -122,18 +145,39 @@ def _attempt(
         )
     else:
         state, delay = "failed", 0.0
-    try:
-        with engine.begin() as conn:
-            store.record_attempt(conn, c, status, error, latency, excerpt)
-            store.finish(conn, c, state, status, error or _status_error(status, state), delay)
-            if verdict.disable_endpoint:
-                set_enabled(conn, ep.id, False, "the endpoint answered 410 Gone")
-    except LeaseLost:
-        metrics.record_delivery_attempt(ep.tenant, "lost")
-        return "lost", None  # the sweeper gave it to another courier: it will be re-sent
-    outcome = {"delivered": "delivered", "pending": "retried", "failed": "failed"}[state]
-    metrics.record_delivery_attempt(ep.tenant, "blocked" if error == "blocked" else outcome)
-    return outcome, (delay if circuit or status == 429 else None)
+    return Sent(
+        claim=c,
+        at=now,
+        status=status,
+        error=error or _status_error(status, state),
+        latency_ms=latency,
+        excerpt=excerpt,
+        state=state,
+        delay=delay,
+        disable=verdict.disable_endpoint,
+        unreachable=error is not None and verdict.retry,
+    )
+
+
+def _record(engine: Engine, ep: Endpoint, sent: list[Sent], result: CourierResult) -> None:
+    """Record a round's attempts and outcomes in one transaction; fenced per delivery."""
+    if not sent:
+        return
+    with engine.begin() as conn:
+        kept = store.finish_many(conn, sent)
+        if any(s.disable for s in sent):
+            set_enabled(conn, ep.id, False, "the endpoint answered 410 Gone")
+        answered = [s for s in sent if s.status is not None]
+        store.set_failing(conn, ep.id, failing=not answered or sent[-1].unreachable)
+    for s in sent:
+        if s.claim.id not in kept:
+            result.lost += 1  # the sweeper gave it to another courier: it is re-sent
+            metrics.record_delivery_attempt(ep.tenant, "lost")
+            continue
+        name = {"delivered": "delivered", "pending": "retried", "failed": "failed"}[s.state]
+        setattr(result, name, getattr(result, name) + 1)
+        metrics.record_delivery_attempt(ep.tenant, s.outcome)
+    sent.clear()
 
 
 def _status_error(status: int | None, state: str) -> str | None:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, text
 
 from inbox import callbacks
 from inbox.callbacks import Outgoing
-from inbox.errors import LeaseLost
 
 
 def enqueue(
@@ -73,14 +75,15 @@ class Claimed:
 _CLAIM = text(
     """
     WITH ep AS (
-        SELECT id, max_in_flight FROM endpoints WHERE id = :e AND enabled FOR UPDATE
+        SELECT id, CASE WHEN failing THEN 1 ELSE max_in_flight END AS slots
+          FROM endpoints WHERE id = :e AND enabled FOR UPDATE
     ), slots AS (
         SELECT count(DISTINCT lease_owner) AS busy FROM deliveries
          WHERE endpoint_id = :e AND state = 'sending' AND lease_expires_at > now()
     ), picked AS (
         SELECT d.id FROM deliveries d, ep, slots
          WHERE d.endpoint_id = ep.id AND d.state = 'pending' AND d.available_at <= now()
-           AND slots.busy < ep.max_in_flight
+           AND slots.busy < ep.slots
          ORDER BY d.available_at, d.id
          LIMIT :limit
            FOR UPDATE OF d SKIP LOCKED
@@ -110,60 +113,79 @@ def claim(
 _LIVE = "id = :id AND fence = :fence AND state = 'sending'"
 
 
-def record_attempt(
-    conn: Connection,
-    c: Claimed,
-    status: int | None,
-    error_class: str | None,
-    latency_ms: float,
-    excerpt: str | None,
-) -> None:
+# One round's results at once: every delivery still leased to this courier gets its
+# new state; every attempt is recorded (it happened, whether or not the lease held).
+_FINISH_MANY = text(
+    """
+    WITH input AS (
+        SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS i(
+            id bigint, fence bigint, at timestamptz, state text, status int, error text,
+            error_class text, delay float8, latency int, excerpt text)
+    ), done AS (
+        UPDATE deliveries d
+           SET state = i.state, last_status = i.status, last_error = i.error,
+               available_at = now() + make_interval(secs => i.delay),
+               finished_at = CASE WHEN i.state IN ('delivered', 'failed') THEN now() END,
+               lease_owner = NULL, lease_expires_at = NULL
+          FROM input i
+         WHERE d.id = i.id AND d.fence = i.fence AND d.state = 'sending'
+        RETURNING d.id
+    ), attempts AS (
+        INSERT INTO delivery_attempts (delivery_id, at, status, error_class, latency_ms, excerpt)
+        SELECT id, at, status, error_class, latency, excerpt FROM input
+    )
+    SELECT id FROM done
+    """
+)
+
+
+class _SentLike(Protocol):
+    """One attempt's result (inbox.courier.Sent)."""
+
+    @property
+    def claim(self) -> Claimed: ...
+    @property
+    def at(self) -> datetime: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def status(self) -> int | None: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def delay(self) -> float: ...
+    @property
+    def latency_ms(self) -> float: ...
+    @property
+    def excerpt(self) -> str | None: ...
+
+
+def finish_many(conn: Connection, sent: Sequence[_SentLike]) -> set[int]:
+    """Record attempts and outcomes; returns the ids whose lease was still ours."""
+    rows = [
+        {
+            "id": s.claim.id,
+            "fence": s.claim.fence,
+            "at": s.at.isoformat(),
+            "state": s.state,
+            "status": s.status,
+            "error": s.error,
+            "error_class": s.error if s.status is None else None,
+            "delay": s.delay,
+            "latency": round(s.latency_ms),
+            "excerpt": s.excerpt,
+        }
+        for s in sent
+    ]
+    return {int(r.id) for r in conn.execute(_FINISH_MANY, {"rows": json.dumps(rows)})}
+
+
+def set_failing(conn: Connection, endpoint_id: int, failing: bool) -> None:
+    """A failing endpoint (unreachable last time) gets one courier until it answers."""
     conn.execute(
-        text(
-            "INSERT INTO delivery_attempts (delivery_id, status, error_class, latency_ms, excerpt)"
-            " VALUES (:id, :status, :err, :lat, :exc)"
-        ),
-        {
-            "id": c.id,
-            "status": status,
-            "err": error_class,
-            "lat": round(latency_ms),
-            "exc": excerpt,
-        },
+        text("UPDATE endpoints SET failing = :f WHERE id = :e AND failing IS DISTINCT FROM :f"),
+        {"e": endpoint_id, "f": failing},
     )
-
-
-def finish(
-    conn: Connection,
-    c: Claimed,
-    state: str,
-    status: int | None,
-    error: str | None,
-    delay: float = 0.0,
-) -> None:
-    """delivered / failed (dead letter) / pending again after ``delay`` seconds."""
-    result = conn.execute(
-        text(
-            f"""
-            UPDATE deliveries
-               SET state = :state, last_status = :status, last_error = :error,
-                   available_at = now() + make_interval(secs => :delay),
-                   finished_at = CASE WHEN :state IN ('delivered', 'failed') THEN now() END,
-                   lease_owner = NULL, lease_expires_at = NULL
-             WHERE {_LIVE}
-            """
-        ),
-        {
-            "id": c.id,
-            "fence": c.fence,
-            "state": state,
-            "status": status,
-            "error": error,
-            "delay": delay,
-        },
-    )
-    if result.rowcount != 1:
-        raise LeaseLost()
 
 
 def release(conn: Connection, claims: list[Claimed], delay: float) -> None:

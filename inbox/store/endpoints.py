@@ -28,6 +28,7 @@ class Endpoint:
     timeout_ms: int
     max_in_flight: int
     secrets: tuple[str, ...]
+    failing: bool = False
 
 
 def _query() -> Select[Any]:
@@ -59,6 +60,7 @@ def _to_endpoint(r: Any) -> Endpoint:
         timeout_ms=r.timeout_ms,
         max_in_flight=r.max_in_flight,
         secrets=tuple(r.secrets or ()),
+        failing=r.failing,
     )
 
 

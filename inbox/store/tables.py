@@ -214,6 +214,8 @@ endpoints = Table(
     Column("retry_schedule", ARRAY(Integer), nullable=False, server_default=text("'{5,30,120}'")),
     Column("timeout_ms", Integer, nullable=False, server_default=text("5000")),
     Column("max_in_flight", Integer, nullable=False, server_default=text("4")),
+    # Unreachable at its last attempt: one courier at a time until it answers again.
+    Column("failing", Boolean, nullable=False, server_default=text("false")),
     _now(),
 )
 

@@ -6,6 +6,8 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -161,8 +163,12 @@ def test_a_timeout_retries(client, engine, wsettings, sink, forward_source):
             conn.execute(text("SELECT error_class FROM delivery_attempts")).scalar_one()
             == "timeout"
         )
+    with engine.connect() as conn:
+        assert estore.get_endpoint(conn, ep.id).failing  # unreachable: one courier at a time
     send_all(engine, ep.id)
     assert delivery(engine).state == "delivered" and delivery(engine).attempts == 2
+    with engine.connect() as conn:
+        assert not estore.get_endpoint(conn, ep.id).failing  # it answered again
 
 
 def test_410_disables_the_endpoint(client, engine, wsettings, sink, forward_source):
@@ -228,8 +234,18 @@ def test_concurrency_per_endpoint_is_bounded(client, engine, wsettings, forward_
         first = dstore.claim(conn, ep.id, "a", 1, 30)
     with engine.begin() as conn:
         assert dstore.claim(conn, ep.id, "b", 1, 30) == []  # the one slot is taken
+    done = SimpleNamespace(
+        claim=first[0],
+        at=datetime.now(UTC),
+        state="delivered",
+        status=200,
+        error=None,
+        delay=0.0,
+        latency_ms=1.0,
+        excerpt=None,
+    )
     with engine.begin() as conn:
-        dstore.finish(conn, first[0], "delivered", 200, None)
+        assert dstore.finish_many(conn, [done]) == {first[0].id}
     with engine.begin() as conn:
         assert len(dstore.claim(conn, ep.id, "b", 1, 30)) == 1
 
@@ -260,3 +276,19 @@ def test_a_dead_endpoint_does_not_hold_back_another(client, engine, wsettings, s
             {"e": dead.id},
         ).scalar_one()
     assert pending == 19
+
+
+def test_a_failing_endpoint_gets_one_courier_at_a_time(
+    client, engine, wsettings, forward_source, sink
+):
+    ep = endpoint(engine, forward_source.tenant, sink.script("/one"), max_in_flight=4)
+    for i in range(3):
+        decide(client, engine, wsettings, forward_source, key=f"k{i}")
+    with engine.begin() as conn:
+        dstore.set_failing(conn, ep.id, True)
+        assert len(dstore.claim(conn, ep.id, "a", 1, 30)) == 1
+    with engine.begin() as conn:
+        assert dstore.claim(conn, ep.id, "b", 1, 30) == []  # healthy, it would take 4
+        dstore.set_failing(conn, ep.id, False)
+    with engine.begin() as conn:
+        assert len(dstore.claim(conn, ep.id, "c", 1, 30)) == 1

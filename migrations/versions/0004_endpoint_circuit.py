@@ -1,0 +1,27 @@
+"""endpoint circuit
+
+Revision ID: 0004
+Revises: 0003
+Create Date: 2026-11-30
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0004"
+down_revision = "0003"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column(
+        "endpoints",
+        sa.Column("failing", sa.Boolean(), server_default=sa.text("false"), nullable=False),
+    )
+
+
+def downgrade() -> None:
+    op.drop_column("endpoints", "failing")
