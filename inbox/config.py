@@ -37,6 +37,7 @@ class Settings:
     playbook_modules: tuple[str, ...] = field(default_factory=tuple)
     allow_private_targets: bool = False
     log_level: str = "INFO"
+    secret_key: str = ""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -58,4 +59,5 @@ class Settings:
             ),
             allow_private_targets=_bool("INBOX_ALLOW_PRIVATE_TARGETS"),
             log_level=os.environ.get("INBOX_LOG_LEVEL", "INFO"),
+            secret_key=os.environ.get("INBOX_SECRET_KEY", ""),
         )

@@ -38,6 +38,16 @@ def _urls() -> dict[str, str]:
     return env
 
 
+def _secret_key() -> str:
+    """The console's session key, made once and kept in .data/ (every process shares it)."""
+    path = ROOT / ".data" / "secret_key"
+    path.parent.mkdir(exist_ok=True)
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(32))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
 def _demo_source() -> tuple[str, str]:
     """The demo tenant's source and its secret (created on first run)."""
     engine = make_engine(Settings.from_env(), pool_size=1)
@@ -104,6 +114,7 @@ def main() -> None:
     os.environ.setdefault("INBOX_PLAYBOOKS", "")
     # On a laptop, callback endpoints are usually local services.
     os.environ.setdefault("INBOX_ALLOW_PRIVATE_TARGETS", "1")
+    os.environ.setdefault("INBOX_SECRET_KEY", _secret_key())
     (ROOT / ".data").mkdir(exist_ok=True)
     migrate.upgrade(os.environ["DATABASE_URL"])
     path, secret = _demo_source()

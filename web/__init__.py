@@ -16,6 +16,7 @@ from web.health import health
 from web.ingest import hooks
 from web.metrics import metrics_bp
 from web.routes import RouteCache
+from web.ui import ui
 
 
 def create_app(
@@ -46,4 +47,5 @@ def create_app(
     app.register_blueprint(health)
     app.register_blueprint(metrics_bp)
     app.register_blueprint(api)
+    app.register_blueprint(ui)
     return app

@@ -1,0 +1,25 @@
+"""The operator console under ``/ui``: server-rendered pages over the admin API's store.
+
+Sign in with an API token (``inbox tokens create``); the signed session cookie holds
+the token's row id, never the token. Every POST form carries a per-session CSRF token.
+A viewer reads; an operator also replays. A tenant-scoped token sees only its tenant:
+anything else is a 404, exactly as in the API.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint
+from flask.sansio.blueprints import BlueprintSetupState
+
+from web.ui import security
+
+ui = Blueprint("ui", __name__, url_prefix="/ui")
+
+
+@ui.record_once
+def _configure(state: BlueprintSetupState) -> None:
+    security.configure(state.app)
+
+
+# The view modules register themselves on ``ui``.
+from web.ui import dashboard, display, errors, events, replays, session  # noqa: E402, F401

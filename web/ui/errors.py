@@ -1,0 +1,49 @@
+"""Errors inside the console are pages (JSON for the endpoints scripts read)."""
+
+from __future__ import annotations
+
+import logging
+
+from flask import jsonify, render_template, request
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response
+
+from inbox.errors import InboxError, Unavailable
+from web.ui import ui
+from web.ui.session import JSON_ENDPOINTS
+
+log = logging.getLogger(__name__)
+
+
+def _answer(status: int, code: str, title: str, message: str) -> Response:
+    if request.endpoint in JSON_ENDPOINTS:
+        resp: Response = jsonify({"error": {"code": code, "message": message}})
+        resp.status_code = status
+        return resp
+    html = render_template("ui/error.html", status=status, title=title, message=message)
+    return Response(html, status=status, mimetype="text/html")
+
+
+@ui.errorhandler(InboxError)
+def _inbox_error(err: InboxError) -> Response:
+    title = err.code.replace("_", " ").capitalize()
+    resp = _answer(err.http_status, err.code, title, err.message)
+    retry_after = getattr(err, "retry_after", None)
+    if retry_after is not None:
+        resp.headers["Retry-After"] = str(retry_after)
+    return resp
+
+
+@ui.errorhandler(HTTPException)
+def _http_error(err: HTTPException) -> Response:
+    name = err.name or "Error"
+    return _answer(err.code or 500, name.lower().replace(" ", "_"), name, err.description or "")
+
+
+@ui.errorhandler(DBAPIError)
+@ui.errorhandler(PoolTimeout)
+def _database_down(err: Exception) -> Response:
+    log.warning("database unavailable: %s", err.__class__.__name__)
+    return _inbox_error(Unavailable())

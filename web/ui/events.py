@@ -1,0 +1,161 @@
+"""Events: the filtered list, one event in full, replaying an event or a delivery."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import flash, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response
+
+from inbox.bulk import NotReplayable
+from inbox.store import admin, operator
+from inbox.store import deliveries as dstore
+from inbox.store.tables import STATES
+from web.api.common import cursor, encode_cursor, ext, hook, list_filter, not_found
+from web.ui import ui
+from web.ui.display import pretty_body
+from web.ui.session import current, require_operator, scope
+from web.ui.timeline import event_timeline
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = 50
+FILTER_KEYS = ("tenant", "source", "state", "type", "since", "until")
+
+
+def _filters() -> dict[str, Any]:
+    return {k: v for k in FILTER_KEYS if (v := request.args.get(k, "").strip())}
+
+
+@ui.get("/events")
+def events() -> str:
+    f, before = list_filter(STATES), cursor()
+    with ext()["engine"].connect() as conn:
+        rows = admin.list_events(conn, scope(), f, PAGE_SIZE + 1, before)
+    more = len(rows) > PAGE_SIZE
+    rows = rows[:PAGE_SIZE]
+    filters = _filters()
+    older = None
+    if more and rows:
+        older = url_for("ui.events", **filters, cursor=encode_cursor(rows[-1]["id"]))
+    return render_template(
+        "ui/events.html",
+        rows=rows,
+        filters=filters,
+        states=STATES,
+        older=older,
+        paged=before is not None,
+        can_bulk=f.state in (None, "quarantined"),
+        bulk_filters={k: v for k, v in filters.items() if k != "state"},
+    )
+
+
+@ui.get("/events/<public_id>")
+def event(public_id: str) -> str:
+    with ext()["engine"].connect() as conn:
+        e = admin.event_detail(conn, public_id, scope())
+    if e is None:
+        raise not_found("event")
+    return render_template(
+        "ui/event.html",
+        e=e,
+        timeline=event_timeline(e),
+        formatted=pretty_body(e.get("body"), e.get("content_type") or ""),
+    )
+
+
+@ui.get("/events/<public_id>/replay")
+def confirm_event_replay(public_id: str) -> str:
+    require_operator()
+    with ext()["engine"].connect() as conn:
+        e = admin.event_detail(conn, public_id, scope())
+    if e is None:
+        raise not_found("event")
+    if e["state"] != "quarantined":
+        raise NotReplayable("Only a quarantined event can be replayed.")
+    return render_template(
+        "ui/confirm.html",
+        what="event",
+        subject=e,
+        action=url_for("ui.replay_event", public_id=public_id),
+        back=url_for("ui.event", public_id=public_id),
+        extra={},
+    )
+
+
+@ui.post("/events/<public_id>/replay")
+def replay_event(public_id: str) -> Response:
+    """quarantined → received, audited with the token's name; 409 for anything else."""
+    token = current()
+    with ext()["engine"].begin() as conn:
+        if admin.visible(conn, "events", public_id, token.tenant_id) is None:
+            raise not_found("event")
+        moved = operator.replay(conn, [public_id], token.name)
+    if not moved:
+        raise NotReplayable("Only a quarantined event can be replayed.")
+    try:
+        ext()["doorbell"]()
+    except Exception as exc:  # the sweeper re-rings for due events
+        log.warning("doorbell failed: %s", exc.__class__.__name__)
+    flash(f"Event {public_id} replayed: it is back in the inbox.")
+    return redirect(url_for("ui.event", public_id=public_id))
+
+
+@ui.get("/deliveries/<public_id>")
+def delivery(public_id: str) -> str:
+    with ext()["engine"].connect() as conn:
+        d = admin.delivery_detail(conn, public_id, scope())
+    if d is None:
+        raise not_found("delivery")
+    return render_template("ui/delivery.html", d=d, event_id=_event_arg())
+
+
+def _event_arg() -> str | None:
+    """The event page a delivery was opened from (to return to it)."""
+    value = request.values.get("event", "")
+    return value if value.startswith("evt_") and value.isascii() else None
+
+
+@ui.get("/deliveries/<public_id>/replay")
+def confirm_delivery_replay(public_id: str) -> str:
+    require_operator()
+    with ext()["engine"].connect() as conn:
+        d = admin.delivery_detail(conn, public_id, scope())
+    if d is None:
+        raise not_found("delivery")
+    if d["state"] != "failed":
+        raise NotReplayable("Only a failed delivery can be replayed.")
+    event_id = _event_arg()
+    back = url_for("ui.delivery", public_id=public_id, event=event_id)
+    return render_template(
+        "ui/confirm.html",
+        what="delivery",
+        subject=d,
+        action=url_for("ui.replay_delivery", public_id=public_id),
+        back=back,
+        extra={"event": event_id} if event_id else {},
+    )
+
+
+@ui.post("/deliveries/<public_id>/replay")
+def replay_delivery(public_id: str) -> Response:
+    """failed → pending with the same webhook-id, audited; 409 for anything else."""
+    token = current()
+    with ext()["engine"].begin() as conn:
+        if admin.visible(conn, "deliveries", public_id, token.tenant_id) is None:
+            raise not_found("delivery")
+        moved = dstore.replay(conn, [public_id], token.name)
+    if not moved:
+        raise NotReplayable("Only a failed delivery can be replayed.")
+    ring = hook("ring_couriers")
+    if ring is not None:
+        try:
+            ring({endpoint_id for _, endpoint_id in moved})
+        except Exception as exc:  # the sweeper re-rings for due deliveries
+            log.warning("ringing the couriers failed: %s", exc.__class__.__name__)
+    flash(f"Delivery {public_id} replayed with the same webhook-id.")
+    event_id = _event_arg()
+    if event_id is not None:
+        return redirect(url_for("ui.event", public_id=event_id))
+    return redirect(url_for("ui.delivery", public_id=public_id))

@@ -1,0 +1,120 @@
+"""Bulk replays: confirm a filter, start the job, watch its progress, cancel it."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+from flask import flash, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response
+
+from inbox import bulk
+from inbox.errors import BadRequest
+from inbox.idempotency import validate_key
+from inbox.store import admin
+from inbox.store import bulk as store
+from web.api.common import ext, hook, jsonable, not_found
+from web.ui import ui
+from web.ui.session import current, require_operator, scope
+
+log = logging.getLogger(__name__)
+
+# The event-list filters a bulk replay takes over (its state is always quarantined).
+BULK_KEYS = ("tenant", "source", "type", "since", "until")
+PREVIEW = 500
+FINISHED = ("completed", "cancelled")
+
+
+def _filter(values: Any) -> dict[str, str]:
+    return {k: v for k in BULK_KEYS if (v := (values.get(k) or "").strip())}
+
+
+def progress(job: store.Job) -> dict[str, Any]:
+    """What the progress bar shows: the job as the API shows it, plus a percentage."""
+    shown: dict[str, Any] = jsonable(job.public())
+    if job.total:
+        shown["percent"] = min(100, job.done * 100 // job.total)
+    else:
+        shown["percent"] = 100 if job.status == "completed" else 0
+    shown["finished"] = job.status in FINISHED
+    return shown
+
+
+@ui.get("/replays/new")
+def new_replay() -> str:
+    """The confirmation: what the filter matches now, and the rate."""
+    require_operator()
+    raw = _filter(request.args)
+    req = bulk.parse_request({"kind": "events", "filter": raw})
+    with ext()["engine"].connect() as conn:
+        sample = admin.list_events(conn, scope(), req.match, PREVIEW + 1, None)
+    return render_template(
+        "ui/replay_new.html",
+        filters=raw,
+        matching=len(sample),
+        more=len(sample) > PREVIEW,
+        sample=sample[:5],
+        rate=bulk.DEFAULT_RATE,
+        max_rate=bulk.MAX_RATE,
+        key=secrets.token_urlsafe(18),
+    )
+
+
+@ui.post("/replays")
+def create_replay() -> Response:
+    """Snapshot the matching quarantined events into a job, start it, show its progress.
+
+    The form carries a one-time key, so submitting it twice makes one job.
+    """
+    token = current()
+    raw = _filter(request.form)
+    try:
+        rate = int(request.form.get("rate", bulk.DEFAULT_RATE))
+    except ValueError:
+        raise BadRequest("rate must be a whole number") from None
+    req = bulk.parse_request({"kind": "events", "filter": raw, "rate": rate})
+    key = request.form.get("key") or None
+    if key is not None:
+        validate_key(key)
+    with ext()["engine"].begin() as conn:
+        job, created = bulk.create(conn, req, token.tenant_id, token.name, key)
+    if created and job.status == "queued":
+        start = hook("start_bulk_replay")
+        if start is not None:
+            try:
+                start(job.id)
+            except Exception as exc:  # the sweeper starts queued jobs too
+                log.warning("starting bulk replay failed: %s", exc.__class__.__name__)
+    return redirect(url_for("ui.replay", public_id=job.public_id))
+
+
+def _job(public_id: str) -> store.Job:
+    with ext()["engine"].connect() as conn:
+        job = store.get_job(conn, public_id, scope())
+    if job is None:
+        raise not_found("bulk replay")
+    return job
+
+
+@ui.get("/replays/<public_id>")
+def replay(public_id: str) -> str:
+    job = _job(public_id)
+    return render_template("ui/replay.html", job=job, p=progress(job))
+
+
+@ui.get("/replays/<public_id>/progress")
+def replay_progress(public_id: str) -> dict[str, Any]:
+    """Polled every second by the progress bar."""
+    return progress(_job(public_id))
+
+
+@ui.post("/replays/<public_id>/cancel")
+def cancel_replay(public_id: str) -> Response:
+    token = current()
+    with ext()["engine"].begin() as conn:
+        job = store.cancel(conn, public_id, token.tenant_id, token.name)
+    if job is None:
+        raise not_found("bulk replay")
+    flash(f"Bulk replay {public_id} cancelled after {job.done} of {job.total}.")
+    return redirect(url_for("ui.replay", public_id=public_id))

@@ -1,0 +1,129 @@
+"""One event's history in time order: receipts, duplicates, conflicts, steps, errors,
+deliveries with their attempts, and the audit trail. Pure: it reads the detail dict
+``inbox.store.admin.event_detail`` returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Entry:
+    at: datetime
+    kind: str  # a CSS class: receipt, duplicate, conflict, step, error, delivery, audit, done
+    title: str
+    detail: str = ""
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _receipts(e: dict[str, Any]) -> list[Entry]:
+    out = [
+        Entry(
+            e["received_at"],
+            "receipt",
+            "Received",
+            f"{e['content_type']}; answered {e['response_status']}",
+        )
+    ]
+    n = int(e.get("duplicate_count") or 0)
+    if n and e.get("first_duplicate_at") is not None:
+        answer = "each answered with the stored response"
+        out.append(
+            Entry(
+                e["first_duplicate_at"],
+                "duplicate",
+                "First duplicate",
+                f"{_plural(n, 'duplicate')}, {answer}",
+            )
+        )
+        if n > 1 and e.get("last_duplicate_at") is not None:
+            out.append(
+                Entry(
+                    e["last_duplicate_at"], "duplicate", "Last duplicate", _plural(n, "duplicate")
+                )
+            )
+    for c in e.get("conflicts", []):
+        what = (
+            f"the same key with another body (sha256 {str(c['other_sha256'])[:16]}…), answered 422"
+        )
+        out.append(
+            Entry(
+                c["first_at"], "conflict", "Conflict", f"{_plural(int(c['count']), 'time')}: {what}"
+            )
+        )
+        if int(c["count"]) > 1:
+            out.append(Entry(c["last_at"], "conflict", "Last conflict", what))
+    return out
+
+
+def _processing(e: dict[str, Any]) -> list[Entry]:
+    out = [
+        Entry(s["completed_at"], "step", f"Step {s['name']} completed", f"attempt {s['attempt']}")
+        for s in e.get("steps", [])
+    ]
+    error = e.get("last_error_class")
+    if error:
+        message = f"{error}: {e.get('last_error_message') or ''}".rstrip(": ")
+        if e["state"] == "quarantined" and e.get("finished_at") is not None:
+            out.append(
+                Entry(
+                    e["finished_at"],
+                    "error",
+                    "Quarantined",
+                    f"after {_plural(int(e['attempts']), 'attempt')}: {message}",
+                )
+            )
+        elif e["state"] == "received":
+            out.append(
+                Entry(
+                    e["available_at"],
+                    "error",
+                    "Retry due",
+                    f"attempt {e['attempts']} failed: {message}",
+                )
+            )
+    if e["state"] == "completed" and e.get("finished_at") is not None:
+        outcome = e.get("outcome") or "done"
+        out.append(
+            Entry(
+                e["finished_at"],
+                "done",
+                "Completed",
+                f"{outcome} after {_plural(int(e['attempts']), 'attempt')}",
+            )
+        )
+    return out
+
+
+def _deliveries(e: dict[str, Any]) -> list[Entry]:
+    out = []
+    for d in e.get("deliveries", []):
+        ident = d["public_id"]
+        out.append(Entry(d["created_at"], "delivery", "Delivery created", f"{ident} → {d['url']}"))
+        for a in d.get("attempts_log", []):
+            answer = f"HTTP {a['status']}" if a.get("status") is not None else a.get("error_class")
+            out.append(
+                Entry(
+                    a["at"],
+                    "delivery",
+                    f"Delivery attempt: {answer}",
+                    f"{ident}, {a['latency_ms']} ms",
+                )
+            )
+        for au in d.get("audit", []):
+            out.append(Entry(au["at"], "audit", f"Delivery {au['action']} by {au['actor']}", ident))
+    return out
+
+
+def event_timeline(e: dict[str, Any]) -> list[Entry]:
+    entries = _receipts(e) + _processing(e) + _deliveries(e)
+    entries += [
+        Entry(a["at"], "audit", f"{a['action'].capitalize()} by {a['actor']}")
+        for a in e.get("audit", [])
+    ]
+    return sorted(entries, key=lambda x: x.at)
