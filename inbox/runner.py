@@ -83,6 +83,20 @@ def run_claimed(
         return "lost"
 
 
+def _view(ev: LoadedEvent) -> EventView:
+    """What a playbook sees of a loaded event."""
+    return EventView(
+        ev.id,
+        ev.public_id,
+        ev.tenant,
+        ev.source,
+        ev.event_type,
+        ev.content_type,
+        ev.body,
+        ev.attempts,
+    )
+
+
 def sync_response(ev: LoadedEvent, outcome: str, decision: dict[str, Any]) -> str | None:
     """What a synchronous (``Prefer: wait``) sender is answered, and duplicates replayed."""
     if not ev.sync:
@@ -105,16 +119,7 @@ def run_in_memory(ev: LoadedEvent, pb: Playbook, c: Claim) -> Completion | None:
     """
     try:
         check_body(ev.source_options.get("body_schema") or {}, ev.body, ev.content_type)
-        view = EventView(
-            ev.id,
-            ev.public_id,
-            ev.tenant,
-            ev.source,
-            ev.event_type,
-            ev.content_type,
-            ev.body,
-            ev.attempts,
-        )
+        view = _view(ev)
         results: dict[str, Any] = dict(ev.steps)
         new: dict[str, Any] = {}
         for step in pb.steps:
@@ -168,16 +173,7 @@ class _Commits:
 def _run_steps(
     engine: Engine, c: Claim, ev: LoadedEvent, pb: Playbook, cfg: RunConfig, pending: _Commits
 ) -> tuple[str, dict[str, Any], int | None]:
-    view = EventView(
-        ev.id,
-        ev.public_id,
-        ev.tenant,
-        ev.source,
-        ev.event_type,
-        ev.content_type,
-        ev.body,
-        ev.attempts,
-    )
+    view = _view(ev)
     results: dict[str, Any] = dict(ev.steps)
     outcome, dup_of = "completed", None
     for step in pb.steps:

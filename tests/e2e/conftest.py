@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 
 import pytest
 
-from tests.procs import Gunicorn
+from tests.procs import CeleryProc, Gunicorn
 
 
 @pytest.fixture
@@ -17,3 +18,12 @@ def gunicorn(web_env: dict[str, str]) -> Iterator[Gunicorn]:
     server = Gunicorn(web_env)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def procs() -> Iterator[list]:
+    """Processes a test starts; killed at its end (celery hard, gunicorn gently)."""
+    started: list = []
+    yield started
+    for p in started:
+        p.stop(signal.SIGKILL if isinstance(p, CeleryProc) else signal.SIGTERM)

@@ -36,14 +36,6 @@ def env(database_url: str, redis_url: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def procs() -> Iterator[list]:
-    started: list = []
-    yield started
-    for p in started:
-        p.stop(signal.SIGKILL if isinstance(p, CeleryProc) else signal.SIGTERM)
-
-
-@pytest.fixture
 def sink() -> Iterator[Sink]:
     s = Sink()
     yield s

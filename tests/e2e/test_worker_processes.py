@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -29,14 +29,6 @@ def env(database_url: str, redis_url: str) -> dict[str, str]:
         "INBOX_SWEEP_SECONDS": "1",
         "INBOX_RETRY_BASE_SECONDS": "0.05",
     }
-
-
-@pytest.fixture
-def procs() -> Iterator[list]:
-    started: list = []
-    yield started
-    for p in started:
-        p.stop(signal.SIGKILL if isinstance(p, CeleryProc) else signal.SIGTERM)
 
 
 def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from flask import Response, jsonify, request
 
 from inbox import bulk
-from inbox.idempotency import validate_key
 from inbox.store import bulk as store
+from web import actions
 from web.api import api, auth
-from web.api.common import ext, hook, jsonable, not_found
-
-log = logging.getLogger(__name__)
+from web.api.common import ext, jsonable, not_found
 
 
 @api.post("/replays")
@@ -21,18 +18,7 @@ def create_replay() -> Response:
     """Snapshot the matching dead letters into a job; a runner replays them at ``rate``."""
     token = auth.current()
     req = bulk.parse_request(request.get_json(silent=True))
-    key = request.headers.get("Idempotency-Key")
-    if key is not None:
-        validate_key(key)
-    with ext()["engine"].begin() as conn:
-        job, created = bulk.create(conn, req, token.tenant_id, token.name, key)
-    if created and job.status == "queued":
-        start = hook("start_bulk_replay")
-        if start is not None:
-            try:
-                start(job.id)
-            except Exception as exc:  # the sweeper starts queued jobs too
-                log.warning("starting bulk replay failed: %s", exc.__class__.__name__)
+    job, created = actions.start_bulk_replay(token, req, request.headers.get("Idempotency-Key"))
     resp = jsonify({"id": job.public_id, "status": job.status, "total": job.total})
     resp.status_code = 202
     if not created:

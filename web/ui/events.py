@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from inbox.bulk import NotReplayable
-from inbox.store import admin, operator
-from inbox.store import deliveries as dstore
+from inbox.store import admin
 from inbox.store.tables import STATES
-from web.api.common import cursor, encode_cursor, ext, hook, list_filter, not_found
+from web import actions
+from web.api.common import cursor, encode_cursor, ext, list_filter, not_found
 from web.ui import ui
 from web.ui.display import pretty_body
 from web.ui.session import current, require_operator, scope
 from web.ui.timeline import event_timeline
-
-log = logging.getLogger(__name__)
 
 PAGE_SIZE = 50
 FILTER_KEYS = ("tenant", "source", "state", "type", "since", "until")
@@ -87,17 +84,7 @@ def confirm_event_replay(public_id: str) -> str:
 @ui.post("/events/<public_id>/replay")
 def replay_event(public_id: str) -> Response:
     """quarantined → received, audited with the token's name; 409 for anything else."""
-    token = current()
-    with ext()["engine"].begin() as conn:
-        if admin.visible(conn, "events", public_id, token.tenant_id) is None:
-            raise not_found("event")
-        moved = operator.replay(conn, [public_id], token.name)
-    if not moved:
-        raise NotReplayable("Only a quarantined event can be replayed.")
-    try:
-        ext()["doorbell"]()
-    except Exception as exc:  # the sweeper re-rings for due events
-        log.warning("doorbell failed: %s", exc.__class__.__name__)
+    actions.replay_event(current(), public_id)
     flash(f"Event {public_id} replayed: it is back in the inbox.")
     return redirect(url_for("ui.event", public_id=public_id))
 
@@ -141,19 +128,7 @@ def confirm_delivery_replay(public_id: str) -> str:
 @ui.post("/deliveries/<public_id>/replay")
 def replay_delivery(public_id: str) -> Response:
     """failed → pending with the same webhook-id, audited; 409 for anything else."""
-    token = current()
-    with ext()["engine"].begin() as conn:
-        if admin.visible(conn, "deliveries", public_id, token.tenant_id) is None:
-            raise not_found("delivery")
-        moved = dstore.replay(conn, [public_id], token.name)
-    if not moved:
-        raise NotReplayable("Only a failed delivery can be replayed.")
-    ring = hook("ring_couriers")
-    if ring is not None:
-        try:
-            ring({endpoint_id for _, endpoint_id in moved})
-        except Exception as exc:  # the sweeper re-rings for due deliveries
-            log.warning("ringing the couriers failed: %s", exc.__class__.__name__)
+    actions.replay_delivery(current(), public_id)
     flash(f"Delivery {public_id} replayed with the same webhook-id.")
     event_id = _event_arg()
     if event_id is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import secrets
 from typing import Any
 
@@ -11,14 +10,12 @@ from werkzeug.wrappers import Response
 
 from inbox import bulk
 from inbox.errors import BadRequest
-from inbox.idempotency import validate_key
 from inbox.store import admin
 from inbox.store import bulk as store
-from web.api.common import ext, hook, jsonable, not_found
+from web import actions
+from web.api.common import ext, jsonable, not_found
 from web.ui import ui
 from web.ui.session import current, require_operator, scope
-
-log = logging.getLogger(__name__)
 
 # The event-list filters a bulk replay takes over (its state is always quarantined).
 BULK_KEYS = ("tenant", "source", "type", "since", "until")
@@ -74,18 +71,7 @@ def create_replay() -> Response:
     except ValueError:
         raise BadRequest("rate must be a whole number") from None
     req = bulk.parse_request({"kind": "events", "filter": raw, "rate": rate})
-    key = request.form.get("key") or None
-    if key is not None:
-        validate_key(key)
-    with ext()["engine"].begin() as conn:
-        job, created = bulk.create(conn, req, token.tenant_id, token.name, key)
-    if created and job.status == "queued":
-        start = hook("start_bulk_replay")
-        if start is not None:
-            try:
-                start(job.id)
-            except Exception as exc:  # the sweeper starts queued jobs too
-                log.warning("starting bulk replay failed: %s", exc.__class__.__name__)
+    job, _ = actions.start_bulk_replay(token, req, request.form.get("key") or None)
     return redirect(url_for("ui.replay", public_id=job.public_id))
 
 

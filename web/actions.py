@@ -1,0 +1,62 @@
+"""Operator actions shared by the admin API and the console: checked, audited, rung."""
+
+from __future__ import annotations
+
+import logging
+
+from inbox import bulk
+from inbox.bulk import NotReplayable
+from inbox.idempotency import validate_key
+from inbox.store import admin, operator
+from inbox.store import bulk as bulk_store
+from inbox.store import deliveries as dstore
+from inbox.store.tokens import Token
+from web.api.common import ext, hook, not_found
+
+log = logging.getLogger(__name__)
+
+
+def _ring(name: str, *args: object) -> None:
+    """Best effort: the sweeper re-rings for anything due."""
+    ring = ext().get(name) if name == "doorbell" else hook(name)
+    if ring is None:
+        return
+    try:
+        ring(*args)
+    except Exception as exc:
+        log.warning("%s failed: %s", name, exc.__class__.__name__)
+
+
+def replay_event(token: Token, public_id: str) -> None:
+    """quarantined → received, audited with the token's name; 404 / 409 otherwise."""
+    with ext()["engine"].begin() as conn:
+        if admin.visible(conn, "events", public_id, token.tenant_id) is None:
+            raise not_found("event")
+        moved = operator.replay(conn, [public_id], token.name)
+    if not moved:
+        raise NotReplayable("Only a quarantined event can be replayed.")
+    _ring("doorbell")
+
+
+def replay_delivery(token: Token, public_id: str) -> None:
+    """failed → pending with the same webhook-id, audited; 404 / 409 otherwise."""
+    with ext()["engine"].begin() as conn:
+        if admin.visible(conn, "deliveries", public_id, token.tenant_id) is None:
+            raise not_found("delivery")
+        moved = dstore.replay(conn, [public_id], token.name)
+    if not moved:
+        raise NotReplayable("Only a failed delivery can be replayed.")
+    _ring("ring_couriers", {endpoint_id for _, endpoint_id in moved})
+
+
+def start_bulk_replay(
+    token: Token, req: bulk.BulkRequest, key: str | None
+) -> tuple[bulk_store.Job, bool]:
+    """Create (or, for the same key, find) a bulk replay job and start its runner."""
+    if key is not None:
+        validate_key(key)
+    with ext()["engine"].begin() as conn:
+        job, created = bulk.create(conn, req, token.tenant_id, token.name, key)
+    if created and job.status == "queued":
+        _ring("start_bulk_replay", job.id)
+    return job, created
