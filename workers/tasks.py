@@ -74,16 +74,23 @@ def ring_couriers(endpoint_ids: set[int]) -> None:
 
 @app.task(name="inbox.deliver")  # type: ignore[untyped-decorator]
 def deliver(endpoint_id: int) -> dict[str, int]:
-    """Send one endpoint's due deliveries; ring again while some are left."""
-    result = deliver_once(
-        engine(),
-        endpoint_id,
-        allow_private=settings.allow_private_targets,
-        lease_seconds=settings.lease_seconds,
-    )
-    if result.claimed == BATCH and not result.released:
-        deliver.delay(endpoint_id)
-    return vars(result)
+    """Send one endpoint's due deliveries for a few seconds; ring again if some are left."""
+    deadline = time.monotonic() + DRAIN_BUDGET_SECONDS
+    total: dict[str, int] = {}
+    while True:
+        result = deliver_once(
+            engine(),
+            endpoint_id,
+            allow_private=settings.allow_private_targets,
+            lease_seconds=settings.lease_seconds,
+        )
+        for name, value in vars(result).items():
+            total[name] = total.get(name, 0) + value
+        if result.claimed < BATCH or result.released:
+            return total  # drained, or the endpoint stopped answering: the sweeper resumes
+        if time.monotonic() >= deadline:
+            deliver.delay(endpoint_id)  # more is due: continue in a fresh task
+            return total
 
 
 @app.task(name="inbox.sweep")  # type: ignore[untyped-decorator]
