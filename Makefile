@@ -29,7 +29,9 @@ test: lint
 	$(BIN)/python -m pytest -q
 
 bench: setup
-	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/ingest.py --seconds 8
+	$(BIN)/python bench/drain.py --repeats 1 --skip proto,profile
+	$(BIN)/python bench/deliver.py
 
 clean:
 	rm -rf $(VENV) .data .pytest_cache .mypy_cache .ruff_cache
