@@ -81,9 +81,12 @@ _CLAIM = text(
         SELECT count(DISTINCT lease_owner) AS busy FROM deliveries
          WHERE endpoint_id = :e AND state = 'sending' AND lease_expires_at > now()
     ), picked AS (
-        SELECT d.id FROM deliveries d, ep, slots
-         WHERE d.endpoint_id = ep.id AND d.state = 'pending' AND d.available_at <= now()
-           AND slots.busy < ep.slots
+        -- The endpoint id is the parameter itself (not a join with `ep`), so the due
+        -- index gives the rows in order without sorting the endpoint's whole backlog;
+        -- the slot check is a one-time filter.
+        SELECT d.id FROM deliveries d
+         WHERE d.endpoint_id = :e AND d.state = 'pending' AND d.available_at <= now()
+           AND EXISTS (SELECT 1 FROM ep, slots WHERE slots.busy < ep.slots)
          ORDER BY d.available_at, d.id
          LIMIT :limit
            FOR UPDATE OF d SKIP LOCKED
@@ -92,7 +95,7 @@ _CLAIM = text(
        SET state = 'sending', lease_owner = :owner,
            lease_expires_at = now() + make_interval(secs => :lease),
            fence = d.fence + 1, attempts = d.attempts + 1
-      FROM picked WHERE d.id = picked.id
+     WHERE d.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING d.id, d.fence, d.public_id, d.body, d.attempts
     """
 )
