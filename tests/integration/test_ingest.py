@@ -262,3 +262,35 @@ def test_key_window_pruned_key_is_a_new_event(client, make_source, engine):
             )
         ).scalar_one()
     assert round(float(hours)) == 24
+
+
+def _twilio_signature(token: str, url: str, params: dict[str, str]) -> str:
+    import base64
+    import hashlib
+    import hmac as hm
+
+    data = url + "".join(k + params[k] for k in sorted(params))
+    return base64.b64encode(hm.new(token.encode(), data.encode(), hashlib.sha1).digest()).decode()
+
+
+@pytest.mark.parametrize("public_url", [None, "https://hooks.example.com"])
+def test_twilio_signs_the_url_the_provider_called(client, make_source, engine, public_url):
+    from urllib.parse import urlencode
+
+    options = {"public_url": public_url} if public_url else {}
+    src = make_source(scheme="twilio", secrets_=("auth-token",), **options)
+    params = {"MessageSid": "SM1", "Body": "hello", "From": "+15550001111"}
+    url = (public_url or "http://localhost") + src.path
+    headers = {
+        "Content-Type": "application/x-www-form-urlencoded",
+        "X-Twilio-Signature": _twilio_signature("auth-token", url, params),
+        "I-Twilio-Idempotency-Token": "tw-1",
+    }
+    resp = client.post(src.path, data=urlencode(params), headers=headers)
+    assert resp.status_code == 202, resp.data
+    wrong = _twilio_signature("auth-token", "http://elsewhere" + src.path, params)
+    resp = client.post(
+        src.path, data=urlencode(params), headers={**headers, "X-Twilio-Signature": wrong}
+    )
+    assert resp.status_code == 401
+    assert len(rows(engine)) == 1
