@@ -21,6 +21,7 @@ from inbox.backoff import retry_delay
 from inbox.bodyschema import check_body
 from inbox.callbacks import Outgoing
 from inbox.errors import LeaseLost, PermanentError, RetryableError
+from inbox.heartbeat import Heartbeat
 from inbox.playbooks import EventView, Playbook, Registry, StepContext, registry
 from inbox.store import deliveries, queue
 from inbox.store.batch import Completion
@@ -191,7 +192,8 @@ def _run_steps(
                 pending.add(step.name, results[step.name])
                 continue
         ctx = StepContext(view, step.name, results)
-        value = step.fn(ctx)
+        with Heartbeat(engine, c, cfg.lease_seconds):
+            value = step.fn(ctx)
         results[step.name] = value
         pending.add(step.name, value, ctx.outbox)
         if step.effect:

@@ -308,3 +308,30 @@ def test_effect_free_playbooks_complete_as_a_batch(client, make_source, engine, 
     assert result.states == {"completed": 30}
     assert events_by_state(engine) == {"completed": 30}
     assert len(commits) == 2  # one claim, one completion: not two commits per event
+
+
+def test_a_step_longer_than_the_lease_keeps_it(client, make_source, engine, settings):
+    """A 2.5 s step under a 0.9 s lease: the heartbeat extends it, sweeps take nothing."""
+    src = make_source(event_type_path="type")
+    send(client, src, {"type": "flaky", "sleep": 2.5}, "slow")
+    short = Settings(database_url=settings.database_url, lease_seconds=1, retry_base_seconds=0.01)
+    sweeps: list[int] = []
+    done = threading.Event()
+
+    def sweeper() -> None:
+        while not done.is_set():
+            sweeps.append(sweep_once(engine).requeued)
+            time.sleep(0.2)
+
+    t = threading.Thread(target=sweeper)
+    t.start()
+    try:
+        result = drain_once(engine, short)
+    finally:
+        done.set()
+        t.join()
+    assert result.states == {"completed": 1}
+    assert sum(sweeps) == 0 and len(sweeps) >= 10  # swept all along, never requeued
+    ev = one(engine, "SELECT * FROM events")
+    assert ev.state == "completed" and ev.attempts == 1
+    assert len(sink_rows(engine)) == 1

@@ -1,0 +1,50 @@
+"""Keeping a lease alive while one long step runs.
+
+Leases are renewed at every step commit; a step that runs longer than that gets a
+heartbeat: a thread that extends the lease every third of its length until the step
+returns. If the lease was already lost, the heartbeat stops and the step's commit
+fails with LeaseLost, as it would without one.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+
+from sqlalchemy import Engine
+
+from inbox.store import queue
+from inbox.store.queue import Claim
+
+
+class Heartbeat:
+    def __init__(self, engine: Engine, claim: Claim, lease_seconds: float) -> None:
+        self._engine = engine
+        self._claim = claim
+        self._lease = lease_seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
+        self.beats = 0
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._lease / 3):
+            try:
+                with self._engine.begin() as conn:
+                    if queue.extend(conn, [self._claim], self._lease) == 0:
+                        return  # lost: nothing left to keep alive
+                self.beats += 1
+            except Exception:
+                return  # the database is unreachable: the step's own commit will tell
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self._lease)
