@@ -1,5 +1,8 @@
 """CPU accounting from /proc (Linux): who spent the machine's cores during a window.
 
+Also which worker process holds the receiver's keep-alive connections: a worker owns a
+connection from accept to close, so a lopsided split lasts the whole window.
+
 Cumulative counters, sampled at the start and the end of a measured window:
 
 - the machine: busy jiffies of all cores (``/proc/stat``);
@@ -122,3 +125,33 @@ def window(before: dict[str, float], after: dict[str, float], seconds: float) ->
     attributed = sum(v for k, v in used.items() if k != "machine")
     used["other"] = max(0.0, used["machine"] - attributed)
     return used
+
+
+def _established_inodes(port: int) -> set[str]:
+    """Socket inodes of established IPv4 TCP connections whose local port is ``port``."""
+    inodes: set[str] = set()
+    try:
+        lines = (PROC / "net" / "tcp").read_text().splitlines()[1:]
+    except OSError:
+        return inodes
+    for line in lines:
+        fields = line.split()
+        # sl local_address rem_address st ... inode(9)
+        if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+            inodes.add(fields[9])
+    return inodes
+
+
+def connections_by_process(root: int, port: int) -> dict[int, int]:
+    """pid -> established connections on ``port`` held by each process of the tree."""
+    inodes = _established_inodes(port)
+    out: dict[int, int] = {}
+    for pid in _descendants(_table(), root):
+        try:
+            links = [os.readlink(f) for f in (PROC / str(pid) / "fd").iterdir()]
+        except OSError:
+            continue
+        held = sum(1 for link in links if link.startswith("socket:[") and link[8:-1] in inodes)
+        if held:
+            out[pid] = held
+    return out

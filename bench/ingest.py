@@ -4,6 +4,9 @@ Both receivers run one after the other under gunicorn with identical settings, a
 the same fresh PostgreSQL database, and are driven the same way by ``_load``: signed
 1 KiB JSON events, each with a unique Idempotency-Key, from 8, 32 and 64 concurrent
 senders (closed loop, keep-alive connections), a warm-up then a fixed measured window.
+gunicorn runs with the project's config file (``web/gunicorn_conf.py``, as the Procfile
+does) and the flags below, which override it; without REDIS_URL / BROKER_URL, so the real
+receiver's doorbell is a no-op and ingest alone is measured.
 
     .venv/bin/python bench/ingest.py --seconds 10
 
@@ -72,6 +75,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=None,
         help="load-generator processes per level (default: about 8 senders each, max 8)",
+    )
+    p.add_argument(
+        "--gunicorn-conf",
+        default="web/gunicorn_conf.py",
+        help="gunicorn -c for both receivers, as deployed (Procfile); '' for none",
     )
     p.add_argument(
         "--gunicorn-extra",
@@ -169,8 +177,10 @@ def free_port() -> int:
 
 
 def gunicorn_args(args: argparse.Namespace, port: int) -> list[str]:
-    """The settings both receivers share."""
+    """The settings both receivers share (flags override the config file's values)."""
+    conf = ["-c", args.gunicorn_conf] if args.gunicorn_conf else []
     return [
+        *conf,
         "-k",
         args.worker_class,
         "-w",
@@ -191,14 +201,23 @@ def gunicorn_args(args: argparse.Namespace, port: int) -> list[str]:
     ]
 
 
+def settings_line(args: argparse.Namespace) -> str:
+    conf = f"-c {args.gunicorn_conf} " if args.gunicorn_conf else ""
+    extra = f" {args.gunicorn_extra}" if args.gunicorn_extra else ""
+    return f"{conf}-k {args.worker_class} -w {args.workers} --threads {args.threads}{extra}"
+
+
 class Receiver:
     """One gunicorn master we started (and stop, by its own pid)."""
 
     def __init__(self, name: str, args: argparse.Namespace, db_url: str, port: int) -> None:
         self.name = name
         self.port = port
+        # No broker: the real receiver's doorbell is then a no-op (ingest alone is measured),
+        # and the config file makes a private Prometheus multiprocess directory.
+        scrub = {"REDIS_URL", "BROKER_URL", "PROMETHEUS_MULTIPROC_DIR"}
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k not in scrub},
             "DATABASE_URL": db_url,
             "INBOX_DB_POOL_SIZE": str(args.pool_size),
             "NAIVE_SECRET": SECRET,
@@ -265,16 +284,21 @@ def drive(name: str, args: argparse.Namespace, db_url: str, run_tag: str) -> lis
                 args.warmup,
                 tag=f"{run_tag}-{name}-{senders}",
                 procs=args.load_procs,
-                probe=sampler.sample,
+                probe=lambda: {
+                    "cpu": sampler.sample(),
+                    "connections": _cpu.connections_by_process(receiver.proc.pid, port),
+                },
             )
             result["receiver"] = name
             add_cpu(result)
             levels.append(result)
             other = result.get("cpu_cores", {}).get("other", math.nan)
+            split = "/".join(str(n) for n in result.get("connections_per_worker", [])) or "n/a"
             print(
                 f"  {name:5} {senders:3} senders: {result['accepted_per_s']:8.1f} accepted/s"
                 f"  p50 {result['p50_ms']:6.1f} ms  p99 {result['p99_ms']:6.1f} ms"
-                f"  errors {result['errors']}  (other processes: {_fmt(other, 2)} cores)",
+                f"  errors {result['errors']}  (other processes: {_fmt(other, 2)} cores;"
+                f" connections per worker: {split})",
                 flush=True,
             )
     finally:
@@ -294,7 +318,9 @@ def add_cpu(result: dict[str, Any]) -> None:
     probe = result.pop("probe")
     if not probe:
         return
-    cores = _cpu.window(probe[0], probe[1], result["seconds"])
+    # Keep-alive connections held by each worker when the window opened, largest first.
+    result["connections_per_worker"] = sorted(probe[0]["connections"].values(), reverse=True)
+    cores = _cpu.window(probe[0]["cpu"], probe[1]["cpu"], result["seconds"])
     result["cpu_cores"] = cores
     accepted = result["accepted"]
     result["cpu_ms_per_accepted"] = {
@@ -459,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     background = background_cores()
     print(f"cores busy before the run: {background:.2f} of {os.cpu_count()}", flush=True)
     name, db_url = create_database(args.pg_url)
-    print(f"database {name}; gunicorn {' '.join(gunicorn_args(args, 0)[:6])}", flush=True)
+    print(f"database {name}; gunicorn {settings_line(args)}", flush=True)
     try:
         create_source(db_url)
         levels: list[dict[str, Any]] = []
@@ -479,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
                 "postgresql": server_info(db_url),
             },
             "settings": {
-                "gunicorn": gunicorn_args(args, 0)[:6],
+                "gunicorn": settings_line(args),
                 "pool_size_per_worker": args.pool_size,
                 "seconds": args.seconds,
                 "warmup_seconds": args.warmup,
