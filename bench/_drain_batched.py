@@ -31,7 +31,7 @@ from inbox.bodyschema import check_body
 from inbox.config import Settings
 from inbox.drain import DrainResult, run_config, worker_id
 from inbox.playbooks import EventView, Playbook, StepContext, registry
-from inbox.runner import RunConfig, _failed, run_claimed
+from inbox.runner import RunConfig, _failed, is_pure, run_claimed
 from inbox.store import queue
 from inbox.store.queue import Claim, LoadedEvent
 
@@ -45,13 +45,11 @@ _BY_KEY = """     WHERE ev.id = ANY(ARRAY(SELECT id FROM picked))"""
 CLAIM_REWRITTEN = _JOIN in queue._CLAIM.text
 _CLAIM = text(queue._CLAIM.text.replace(_JOIN, _BY_KEY)) if CLAIM_REWRITTEN else queue._CLAIM
 
+# The shipped load's columns (inbox.store.queue.LOAD_COLUMNS), plus the fence.
 _LOAD_BATCH = text(
-    """
-    SELECT e.id, e.fence, e.public_id, e.tenant_id, t.name AS tenant, s.name AS source,
-           s.options AS source_options, e.event_type, e.business_key_digest, e.content_type,
-           e.body, e.attempts, e.max_attempts, e.sync,
-           coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
-                      WHERE st.event_id = e.id), '{}'::jsonb) AS steps
+    queue.LOAD_COLUMNS
+    + """
+         , e.fence
       FROM unnest(CAST(:ids AS bigint[]), CAST(:fences AS bigint[])) AS c(id, fence)
       JOIN events e ON e.id = c.id AND e.fence = c.fence AND e.state = 'processing'
       JOIN tenants t ON t.id = e.tenant_id
@@ -97,31 +95,6 @@ def claim(conn: Connection, owner: str, limit: int, lease_seconds: float) -> lis
         _CLAIM, {"owner": owner, "limit": limit, "per_tenant": per_tenant, "lease": lease_seconds}
     )
     return sorted((Claim(r.id, r.fence) for r in rows), key=lambda c: c.id)
-
-
-def _loaded(row: Any) -> LoadedEvent:
-    return LoadedEvent(
-        id=row.id,
-        public_id=row.public_id,
-        tenant_id=row.tenant_id,
-        tenant=row.tenant,
-        source=row.source,
-        source_options=row.source_options,
-        event_type=row.event_type,
-        business_key_digest=(
-            bytes(row.business_key_digest) if row.business_key_digest is not None else None
-        ),
-        content_type=row.content_type,
-        body=bytes(row.body) if row.body is not None else b"",
-        attempts=row.attempts,
-        max_attempts=row.max_attempts,
-        sync=row.sync,
-        steps=dict(row.steps),
-    )
-
-
-def batchable(pb: Playbook) -> bool:
-    return all(not s.effect and not s.once_per_business_key for s in pb.steps)
 
 
 class _Unbatchable(Exception):
@@ -184,11 +157,11 @@ def drain_batched_once(
     cfg = run_config(settings)
     finished: list[dict[str, Any]] = []
     for row in rows:
-        ev, c = _loaded(row), Claim(row.id, row.fence)
+        ev, c = queue.to_loaded(row), Claim(row.id, row.fence)
         pb = registry.resolve(
             ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook")
         )
-        if not batchable(pb):
+        if not is_pure(pb):
             result.states[_run_one(engine, c, cfg, notify)] += 1
             continue
         try:
