@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import psycopg
 from flask import Flask, Response, jsonify
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -30,6 +31,7 @@ def register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(DBAPIError)
     @app.errorhandler(PoolTimeout)
+    @app.errorhandler(psycopg.Error)  # the receiver's claim goes to the driver directly
     def _database_down(err: Exception) -> Response:
         # Never a 2xx without a commit: the sender keeps the event and retries.
         log.warning("database unavailable: %s", err.__class__.__name__)

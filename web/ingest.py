@@ -13,7 +13,7 @@ from inbox import ingest as core
 from inbox import metrics
 from inbox.errors import IdempotencyConflict, InFlight, MethodNotAllowed, NotFound, PayloadTooLarge
 from inbox.store.events import stored_response
-from inbox.store.ingest import IngestResult, ingest
+from inbox.store.ingest import IngestResult, claim, ingest
 from inbox.store.sources import Source
 from web.errors import error_response
 
@@ -75,8 +75,10 @@ def receive(tenant: str, source: str) -> Response:
     prepared = core.prepare(route, req, time.time(), ext["settings"].key_ttl_hours)
     if isinstance(prepared, core.Handshake):
         return _json(prepared.status, prepared.body)
-    with ext["engine"].begin() as conn:
-        result = ingest(conn, route, prepared)
+    result = claim(ext["engine"], route, prepared)
+    if result is None:  # the key is taken: a duplicate or a conflict
+        with ext["engine"].begin() as conn:
+            result = ingest(conn, route, prepared, key_taken=True)
     metrics.record_ingest(route.tenant, route.name, result.outcome)
     # Committed. Only now may the sender hear 2xx; the doorbell is best effort.
     if result.outcome == "accepted":

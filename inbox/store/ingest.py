@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from sqlalchemy import Connection, func, select, text
+import psycopg
+from sqlalchemy import Connection, Engine, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 
 from inbox.ingest import Prepared
@@ -25,30 +26,25 @@ class IngestResult:
     body: bytes
 
 
-# One statement, compiled once: the hot path builds no SQL per request.
-_CLAIM = text(
-    """
+# The claim: one statement, written once, in the driver's own parameter style, so the hot
+# path builds no SQL per request and can go to the driver directly.
+_CLAIM = """
     INSERT INTO events (public_id, tenant_id, source_id, key_digest, key_expires_at, event_type,
                         business_key_digest, ordering_key, content_type, body, body_sha256,
                         headers, response_status, response_body, sync, max_attempts)
-    VALUES (:public_id, :tenant_id, :source_id, :key_digest,
-            CASE WHEN CAST(:key_digest AS bytea) IS NULL THEN NULL
-                 ELSE now() + make_interval(hours => :key_hours) END,
-            :event_type, :business_key_digest, :ordering_key, :content_type, :body, :body_sha256,
-            CAST(:headers AS jsonb), :response_status, :response_body, :sync, :max_attempts)
+    VALUES (%(public_id)s, %(tenant_id)s, %(source_id)s, %(key_digest)s,
+            CASE WHEN CAST(%(key_digest)s AS bytea) IS NULL THEN NULL
+                 ELSE now() + make_interval(hours => %(key_hours)s) END,
+            %(event_type)s, %(business_key_digest)s, %(ordering_key)s, %(content_type)s,
+            %(body)s, %(body_sha256)s, CAST(%(headers)s AS jsonb), %(response_status)s,
+            %(response_body)s, %(sync)s, %(max_attempts)s)
     ON CONFLICT (tenant_id, source_id, key_digest) WHERE key_digest IS NOT NULL DO NOTHING
     RETURNING id
-    """
-)
+"""
 
 
-def _claim(conn: Connection, source: Source, ev: Prepared) -> IngestResult | None:
-    """INSERT ... ON CONFLICT DO NOTHING RETURNING: a row back means this request owns the key.
-
-    When another transaction holds the same key uncommitted, PostgreSQL waits for it
-    to finish before deciding, so exactly one of any number of racing copies inserts.
-    """
-    params = {
+def _claim_params(source: Source, ev: Prepared) -> dict[str, Any]:
+    return {
         "public_id": ev.public_id,
         "tenant_id": source.tenant_id,
         "source_id": source.id,
@@ -68,10 +64,46 @@ def _claim(conn: Connection, source: Source, ev: Prepared) -> IngestResult | Non
         "sync": ev.wait_seconds is not None,
         "max_attempts": source.options.max_attempts,
     }
-    event_id = conn.execute(_CLAIM, params).scalar_one_or_none()
-    if event_id is None:
-        return None
+
+
+def _accepted(event_id: int, ev: Prepared) -> IngestResult:
     return IngestResult("accepted", event_id, ev.public_id, ev.response_status, ev.response_body)
+
+
+def claim(engine: Engine, source: Source, ev: Prepared) -> IngestResult | None:
+    """The accepted path in one round trip: the claiming INSERT alone, in autocommit.
+
+    INSERT ... ON CONFLICT DO NOTHING RETURNING is atomic on its own: a row back means
+    this request owns the key and the row is already committed, so 2xx may be sent.
+    When another transaction holds the same key uncommitted, PostgreSQL waits for it to
+    finish before deciding, so exactly one of any number of racing copies inserts.
+    None means the key is taken: the caller answers as a duplicate or a conflict, in
+    ``ingest``'s transaction.
+
+    This goes to the driver directly, on a connection from the engine's pool. Measured
+    in-process, SQLAlchemy's Connection/Result machinery plus the separate BEGIN and
+    COMMIT round trips cost ~40 % of the receiver's CPU per event (~0.3 ms of ~0.8 ms).
+    Driver errors (psycopg.Error) reach the caller unwrapped; the web maps them to 503.
+    """
+    pooled = engine.raw_connection()
+    driver = pooled.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    try:
+        driver.autocommit = True
+        try:
+            row = driver.execute(_CLAIM, _claim_params(source, ev)).fetchone()
+        finally:
+            if not driver.closed:  # back to the pool as it came: transactions for the rest
+                driver.autocommit = False
+    finally:
+        pooled.close()  # the pool drops a connection that died
+    return None if row is None else _accepted(row[0], ev)
+
+
+def _claim_in(conn: Connection, source: Source, ev: Prepared) -> IngestResult | None:
+    """The claim inside the caller's transaction (the duplicate path's retry)."""
+    event_id = conn.exec_driver_sql(_CLAIM, _claim_params(source, ev)).scalar_one_or_none()
+    return None if event_id is None else _accepted(event_id, ev)
 
 
 # A duplicate: count it on the original row (no row per copy) and read back what the
@@ -112,12 +144,19 @@ def _conflict(conn: Connection, source: Source, ev: Prepared) -> IngestResult | 
     return IngestResult("conflict", original.id, original.public_id, 422, b"")
 
 
-def ingest(conn: Connection, source: Source, ev: Prepared) -> IngestResult:
-    """Run inside one transaction; the caller commits, then answers."""
-    for _ in range(3):
-        claimed = _claim(conn, source, ev)
-        if claimed is not None:
-            return claimed
+def ingest(
+    conn: Connection, source: Source, ev: Prepared, *, key_taken: bool = False
+) -> IngestResult:
+    """Run inside one transaction; the caller commits, then answers.
+
+    ``key_taken``: ``claim`` has just found the key taken, so start with the duplicate
+    test. If the key was pruned in between, the next round claims it afresh.
+    """
+    for round_ in range(3):
+        if round_ > 0 or not key_taken:
+            claimed = _claim_in(conn, source, ev)
+            if claimed is not None:
+                return claimed
         params = {
             "tenant_id": source.tenant_id,
             "source_id": source.id,

@@ -58,3 +58,66 @@ def test_database_too_slow_is_503_and_stores_nothing(settings, make_source, engi
     retry = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "k1"))
     slow_engine.dispose()
     assert retry.status_code == 202
+
+
+def _hold_events_lock(engine, locked: threading.Event, release: threading.Event) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("LOCK TABLE events IN ACCESS EXCLUSIVE MODE"))
+        locked.set()
+        release.wait(10)
+
+
+def test_a_timed_out_claim_returns_its_connection_in_transaction_mode(
+    settings, make_source, engine
+):
+    """The accepted path runs in autocommit on a pooled connection; after a failure the
+    connection must go back to the pool as it came, or the next user's transaction
+    (the duplicate path, the workers) would silently commit statement by statement."""
+    src = make_source()
+    slow = Settings(database_url=settings.database_url, db_timeout_ms=300)
+    one = make_engine(slow, pool_size=1)
+    app = create_app(slow, engine=one, doorbell=lambda: None, route_cache_seconds=60)
+    client = app.test_client()
+    body = body_of({"a": 1})
+    assert (
+        client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "a")).status_code
+        == 202
+    )
+    locked, release = threading.Event(), threading.Event()
+    t = threading.Thread(target=_hold_events_lock, args=(engine, locked, release))
+    t.start()
+    locked.wait(5)
+    try:
+        resp = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "b"))
+    finally:
+        release.set()
+        t.join()
+    assert resp.status_code == 503
+    with one.connect() as conn:
+        assert conn.connection.driver_connection.autocommit is False
+    one.dispose()
+
+
+def test_a_claim_whose_connection_dies_is_503_and_the_pool_recovers(settings, make_source, engine):
+    src = make_source()
+    one = make_engine(settings, pool_size=1)
+    app = create_app(settings, engine=one, doorbell=lambda: None, route_cache_seconds=60)
+    client = app.test_client()
+    body = body_of({"a": 1})
+    assert (
+        client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "a")).status_code
+        == 202
+    )
+    with one.connect() as conn:
+        pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar_one()
+    # the pooled connection is dead: this claim fails on it, and is never a 2xx
+    resp = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "b"))
+    assert resp.status_code == 503 and resp.headers["Retry-After"]
+    # the dead connection was dropped from the pool: the sender's retry is accepted
+    retry = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "b"))
+    one.dispose()
+    assert retry.status_code == 202
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM events")).scalar_one() == 2
