@@ -18,7 +18,7 @@ ui = Blueprint("ui", __name__, url_prefix="/ui")
 
 @ui.record_once
 def _configure(state: BlueprintSetupState) -> None:
-    security.configure(state.app)
+    security.configure(state.app, state.url_prefix or "/ui")
 
 
 # The view modules register themselves on ``ui``.

@@ -8,8 +8,9 @@ import os
 import secrets
 from urllib.parse import urlsplit
 
-from flask import abort, request, session
+from flask import Flask, Request, abort, request, session
 from flask.sansio.app import App
+from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 from werkzeug.wrappers import Response
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,23 @@ POLICY = (
 )
 
 
-def configure(app: App) -> None:
+class ConsoleSessions(SecureCookieSessionInterface):
+    """Signed-cookie sessions for the console only.
+
+    Every other path (the receiver above all) gets Flask's null session: no cookie is
+    read, verified or written there, and the receiver's hot path skips the signing setup.
+    """
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def open_session(self, app: Flask, request: Request) -> SecureCookieSession | None:
+        if request.path == self.prefix or request.path.startswith(self.prefix + "/"):
+            return super().open_session(app, request)
+        return self.make_null_session(app)
+
+
+def configure(app: App, prefix: str = "/ui") -> None:
     """Give the app a session key and cookie settings, unless it has them already.
 
     The key is ``SECRET_KEY`` from the app's config, else the settings' ``secret_key``,
@@ -45,6 +62,8 @@ def configure(app: App) -> None:
         )
         key = secrets.token_urlsafe(32)
     app.config["SECRET_KEY"] = key
+    if isinstance(app, Flask):
+        app.session_interface = ConsoleSessions(prefix)
     if app.config.get("SESSION_COOKIE_NAME") in (None, "session"):
         app.config["SESSION_COOKIE_NAME"] = "inbox_console"
     app.config["SESSION_COOKIE_HTTPONLY"] = True
