@@ -10,6 +10,7 @@ to have one ``/metrics`` report both. Command-line flags override the values bel
 
 from __future__ import annotations
 
+import gc
 import glob
 import os
 import re
@@ -72,3 +73,12 @@ def on_exit(server: Any) -> None:
     owned = os.environ.get(_OWN_DIR)
     if owned and owned == os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         shutil.rmtree(owned, ignore_errors=True)
+
+
+def post_worker_init(worker: Any) -> None:
+    # Everything loaded so far (the app, its libraries) lives as long as the worker: move
+    # it out of the collector's sight. Without this, each full collection walks those
+    # ~80,000 objects while holding the interpreter lock; under load that stalled all of a
+    # worker's threads for 45-135 ms, twice per worker in a 10 s benchmark window, which
+    # was most of the receiver's p99. After: ~1 ms.
+    gc.freeze()
