@@ -108,7 +108,9 @@ class Sampler:
         for name, root in self.trees.items():
             pids = _descendants(table, root) - claimed
             claimed |= pids
-            out[name] = sum(table[p][1] for p in pids if p in table)
+            # Children that ended and were reaped (a wrk run) count for their parent.
+            reaped = table[root][2] if root in table else 0.0
+            out[name] = sum(table[p][1] for p in pids if p in table) + reaped
         if self.postmaster is not None and self.postmaster in table:
             pids = {
                 p
