@@ -21,7 +21,7 @@ def validate_key(raw: str) -> str:
         raise BadRequest("Idempotency-Key must not be empty.")
     if len(raw) > MAX_KEY_LENGTH:
         raise BadRequest(f"Idempotency-Key is longer than {MAX_KEY_LENGTH} characters.")
-    if not all(" " <= ch <= "~" for ch in raw):
+    if not (raw.isascii() and raw.isprintable()):  # ASCII printable: " " to "~"
         raise BadRequest("Idempotency-Key must be printable ASCII.")
     return raw
 

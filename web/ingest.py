@@ -39,8 +39,20 @@ def _read_body(limit: int) -> bytes:
     return body
 
 
+_BODY_HEADERS = {"CONTENT_TYPE": "content-type", "CONTENT_LENGTH": "content-length"}
+
+
 def _headers() -> dict[str, str]:
-    return {name.lower(): value for name, value in request.headers.items()}
+    """Lower-cased request headers, read from the WSGI environ as werkzeug's
+    ``request.headers`` does, without building its title-cased names first."""
+    out: dict[str, str] = {}
+    for key, value in request.environ.items():
+        if key.startswith("HTTP_"):
+            if key not in ("HTTP_CONTENT_TYPE", "HTTP_CONTENT_LENGTH"):
+                out[key[5:].replace("_", "-").lower()] = value
+        elif key in _BODY_HEADERS and value:
+            out[_BODY_HEADERS[key]] = value
+    return out
 
 
 def _answer(result: IngestResult) -> Response:
