@@ -113,11 +113,10 @@ def script(path: str, secret: bytes, now: float | None = None) -> str:
     }
 
 
-def _run(url: str, script_path: Path, senders: int, seconds: float, tag: str) -> dict[str, Any]:
-    threads = min(2, senders)
-    cmd = [
+def _command(url: str, script_path: Path, senders: int, seconds: float, tag: str) -> list[str]:
+    return [
         WRK,
-        f"-t{threads}",
+        f"-t{min(2, senders)}",
         f"-c{senders}",
         f"-d{max(1, round(seconds))}s",
         "--timeout",
@@ -128,13 +127,23 @@ def _run(url: str, script_path: Path, senders: int, seconds: float, tag: str) ->
         "--",
         tag,
     ]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
+
+def _run(cmd: list[str], during: Callable[[], Any] | None = None) -> tuple[dict[str, Any], Any]:
+    """Run wrk; ``during`` is called one second in (its result is returned too)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = None
+    if during is not None:
+        time.sleep(1.0)
+        seen = during()
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"wrk exited with {proc.returncode}: {err}")
     line = next((ln for ln in out.splitlines() if ln.startswith(_RESULT)), None)
     if line is None:
         raise RuntimeError(f"wrk printed no result:\n{out}")
     result: dict[str, Any] = json.loads(line[len(_RESULT) :])
-    result["threads"] = threads
-    return result
+    return result, seen
 
 
 def _statuses(result: dict[str, Any]) -> dict[str, int]:
@@ -162,12 +171,16 @@ def run_level(
     script_path.write_text(script(path, secret))
     url = f"http://{host}:{port}/"
     try:
-        warm = _run(url, script_path, senders, warmup, f"{tag}-w") if warmup > 0 else None
+        warm = None
+        if warmup > 0:
+            warm, _ = _run(_command(url, script_path, senders, warmup, f"{tag}-w"))
         before = probe() if probe is not None else None
-        measured = _run(url, script_path, senders, seconds, f"{tag}-m")
+        measured, during = _run(_command(url, script_path, senders, seconds, f"{tag}-m"), probe)
         after = probe() if probe is not None else None
     finally:
         script_path.unlink(missing_ok=True)
+    if before is not None and during is not None:
+        before["connections"] = during["connections"]  # wrk's connections exist only while it runs
     window_s = measured["duration_us"] / 1e6
     window = _statuses(measured)
     total = Counter(window)
@@ -177,7 +190,7 @@ def run_level(
     return {
         "senders": senders,
         "load_processes": 1,
-        "load_generator": f"wrk -t{measured['threads']}",
+        "load_generator": f"wrk -t{min(2, senders)}",
         "seconds": window_s,
         "warmup_seconds": warmup,
         "accepted": accepted,
