@@ -63,8 +63,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--senders", default="8,32,64", help="comma-separated concurrency levels")
     p.add_argument("--receivers", default="real,naive", help="which receivers, in order")
     p.add_argument("--worker-class", default="gthread", help="gunicorn -k (both receivers)")
-    p.add_argument("--workers", type=int, default=2, help="gunicorn -w (both receivers)")
-    p.add_argument("--threads", type=int, default=16, help="gunicorn --threads (both)")
+    # The defaults of web/gunicorn_conf.py: one worker per two cores, 8 threads.
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("WEB_CONCURRENCY") or max(1, (os.cpu_count() or 2) // 2)),
+        help="gunicorn -w (both receivers; default as web/gunicorn_conf.py)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=int(os.environ.get("WEB_THREADS") or 8),
+        help="gunicorn --threads (both; default as web/gunicorn_conf.py)",
+    )
     p.add_argument(
         "--pool-size",
         type=int,
