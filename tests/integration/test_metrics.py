@@ -340,6 +340,30 @@ def test_gunicorn_conf_makes_and_removes_its_own_directory_when_none_is_set(mp_e
     assert not second["exists"]
 
 
+GUNICORN_SIZING = """
+import gc, json, os, runpy
+ns = runpy.run_path("web/gunicorn_conf.py")
+frozen_before = gc.get_freeze_count()
+ns["post_worker_init"](None)
+print(json.dumps({"workers": ns["workers"], "threads": ns["threads"], "cpus": os.cpu_count(),
+                  "frozen_before": frozen_before, "frozen_after": gc.get_freeze_count()}))
+ns["on_exit"](None)
+"""
+
+
+def test_gunicorn_conf_sizes_workers_by_cores_and_freezes_the_loaded_app(mp_env):
+    env = {k: v for k, v in mp_env.items() if k not in ("WEB_CONCURRENCY", "WEB_THREADS")}
+    got = json.loads(_run(GUNICORN_SIZING, env=env))
+    assert got["workers"] == max(1, got["cpus"] // 2)
+    assert got["threads"] == 8
+    # what is loaded when a worker starts is moved out of the collector's sight
+    assert got["frozen_before"] == 0 and got["frozen_after"] > 1000
+    told = json.loads(
+        _run(GUNICORN_SIZING, env={**env, "WEB_CONCURRENCY": "3", "WEB_THREADS": "5"})
+    )
+    assert (told["workers"], told["threads"]) == (3, 5)
+
+
 # --- readiness --------------------------------------------------------------------------
 
 
