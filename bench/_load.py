@@ -170,33 +170,48 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
+@dataclass(frozen=True)
+class Level:
+    """One level of load, whichever generator drives it."""
+
+    host: str
+    port: int
+    path: str
+    secret: bytes
+    senders: int
+    seconds: float  # the measured window
+    warmup: float  # unrecorded, before the window
+    tag: str  # makes Idempotency-Keys unique across runs, levels and processes
+
+
 def run_level(
-    host: str,
-    port: int,
-    path: str,
-    secret: bytes,
-    senders: int,
-    seconds: float,
-    warmup: float,
-    tag: str,
-    procs: int | None = None,
-    probe: Callable[[], Any] | None = None,
+    level: Level, procs: int | None = None, probe: Callable[[], Any] | None = None
 ) -> dict[str, Any]:
     """Drive one receiver with ``senders`` concurrent senders; the level's figures.
 
     ``probe``, when given, is called when the measured window opens and when it closes;
     its two results are returned under ``"probe"``.
     """
-    counts = split(senders, procs or default_procs(senders))
+    counts = split(level.senders, procs or default_procs(level.senders))
     ctx = get_context("fork")
     probed: list[Any] = []
     with ctx.Pool(len(counts)) as pool:
         # Slack for the pool's processes to start before the common start instant.
         t_start = time.monotonic() + 0.5
-        t_measure = t_start + warmup
-        t_end = t_measure + seconds
+        t_measure = t_start + level.warmup
+        t_end = t_measure + level.seconds
         specs = [
-            Spec(host, port, path, secret, n, f"{tag}-p{i}", t_start, t_measure, t_end)
+            Spec(
+                level.host,
+                level.port,
+                level.path,
+                level.secret,
+                n,
+                f"{level.tag}-p{i}",
+                t_start,
+                t_measure,
+                t_end,
+            )
             for i, n in enumerate(counts)
         ]
         watcher = None
@@ -215,12 +230,12 @@ def run_level(
     accepted = len(lat)
     errors = sum(n for status, n in merged.window_statuses.items() if not 200 <= status < 300)
     return {
-        "senders": senders,
+        "senders": level.senders,
         "load_processes": len(counts),
-        "seconds": seconds,
-        "warmup_seconds": warmup,
+        "seconds": level.seconds,
+        "warmup_seconds": level.warmup,
         "accepted": accepted,
-        "accepted_per_s": accepted / seconds,
+        "accepted_per_s": accepted / level.seconds,
         "p50_ms": percentile(lat, 50) * 1000,
         "p90_ms": percentile(lat, 90) * 1000,
         "p99_ms": percentile(lat, 99) * 1000,

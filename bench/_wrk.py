@@ -155,21 +155,13 @@ def _statuses(result: dict[str, Any]) -> dict[str, int]:
 
 
 def run_level(
-    host: str,
-    port: int,
-    path: str,
-    secret: bytes,
-    senders: int,
-    seconds: float,
-    warmup: float,
-    tag: str,
-    script_dir: Path,
-    probe: Callable[[], Any] | None = None,
+    level: _load.Level, script_dir: Path, probe: Callable[[], Any] | None = None
 ) -> dict[str, Any]:
     """One level with wrk; the same keys as ``_load.run_level``."""
+    senders, seconds, warmup, tag = level.senders, level.seconds, level.warmup, level.tag
     script_path = script_dir / f"wrk-{tag}.lua"
-    script_path.write_text(script(path, secret))
-    url = f"http://{host}:{port}/"
+    script_path.write_text(script(level.path, level.secret))
+    url = f"http://{level.host}:{level.port}/"
     try:
         warm = None
         if warmup > 0:

@@ -303,16 +303,20 @@ def drive(name: str, args: argparse.Namespace, db_url: str, run_tag: str) -> lis
                     "connections": _cpu.connections_by_process(receiver.proc.pid, port),
                 }
 
-            level = (HOST, port, f"/hooks/{TENANT}/{SOURCE}", SECRET.encode(), senders)
-            tag = f"{run_tag}-{name}-{senders}"
+            level = _load.Level(
+                HOST,
+                port,
+                f"/hooks/{TENANT}/{SOURCE}",
+                SECRET.encode(),
+                senders,
+                args.seconds,
+                args.warmup,
+                tag=f"{run_tag}-{name}-{senders}",
+            )
             if args.load == "wrk":
-                result = _wrk.run_level(
-                    *level, args.seconds, args.warmup, tag, RESULTS, probe=probe
-                )
+                result = _wrk.run_level(level, RESULTS, probe=probe)
             else:
-                result = _load.run_level(
-                    *level, args.seconds, args.warmup, tag, procs=args.load_procs, probe=probe
-                )
+                result = _load.run_level(level, procs=args.load_procs, probe=probe)
             result["receiver"] = name
             add_cpu(result)
             levels.append(result)

@@ -26,31 +26,43 @@ def test_database_down_is_503_with_retry_after(settings, make_source, engine):
     assert resp.json["error"]["code"] == "unavailable"
 
 
-def test_database_too_slow_is_503_and_stores_nothing(settings, make_source, engine):
-    src = make_source()
-    slow = Settings(database_url=settings.database_url, db_timeout_ms=300)
-    slow_engine = make_engine(slow)
-    app = create_app(slow, engine=slow_engine, doorbell=lambda: None, route_cache_seconds=60)
-    client = app.test_client()
+def _receiver(settings: Settings, src, pool_size: int | None = None):
+    """An app on its own engine, which has just accepted one event."""
+    eng = make_engine(settings, pool_size=pool_size)
+    client = create_app(
+        settings, engine=eng, doorbell=lambda: None, route_cache_seconds=60
+    ).test_client()
     body = body_of({"a": 1})
     first = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "k0"))
     assert first.status_code == 202
+    return eng, client, body
+
+
+def _post_while_events_locked(engine, client, path: str, body: bytes, key: str):
+    """POST while another transaction holds an exclusive lock on the events table."""
     locked, release = threading.Event(), threading.Event()
 
-    def hold_lock() -> None:
+    def hold() -> None:
         with engine.begin() as conn:
             conn.execute(text("LOCK TABLE events IN ACCESS EXCLUSIVE MODE"))
             locked.set()
             release.wait(10)
 
-    t = threading.Thread(target=hold_lock)
+    t = threading.Thread(target=hold)
     t.start()
     locked.wait(5)
     try:
-        resp = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "k1"))
+        return client.post(path, data=body, headers=hmac_headers("s3cret", body, key))
     finally:
         release.set()
         t.join()
+
+
+def test_database_too_slow_is_503_and_stores_nothing(settings, make_source, engine):
+    src = make_source()
+    slow = Settings(database_url=settings.database_url, db_timeout_ms=300)
+    slow_engine, client, body = _receiver(slow, src)
+    resp = _post_while_events_locked(engine, client, src.path, body, "k1")
     assert resp.status_code == 503 and "Retry-After" in resp.headers
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM events")).scalar_one() == 1
@@ -58,13 +70,6 @@ def test_database_too_slow_is_503_and_stores_nothing(settings, make_source, engi
     retry = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "k1"))
     slow_engine.dispose()
     assert retry.status_code == 202
-
-
-def _hold_events_lock(engine, locked: threading.Event, release: threading.Event) -> None:
-    with engine.begin() as conn:
-        conn.execute(text("LOCK TABLE events IN ACCESS EXCLUSIVE MODE"))
-        locked.set()
-        release.wait(10)
 
 
 def test_a_timed_out_claim_returns_its_connection_in_transaction_mode(
@@ -75,23 +80,8 @@ def test_a_timed_out_claim_returns_its_connection_in_transaction_mode(
     (the duplicate path, the workers) would silently commit statement by statement."""
     src = make_source()
     slow = Settings(database_url=settings.database_url, db_timeout_ms=300)
-    one = make_engine(slow, pool_size=1)
-    app = create_app(slow, engine=one, doorbell=lambda: None, route_cache_seconds=60)
-    client = app.test_client()
-    body = body_of({"a": 1})
-    assert (
-        client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "a")).status_code
-        == 202
-    )
-    locked, release = threading.Event(), threading.Event()
-    t = threading.Thread(target=_hold_events_lock, args=(engine, locked, release))
-    t.start()
-    locked.wait(5)
-    try:
-        resp = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "b"))
-    finally:
-        release.set()
-        t.join()
+    one, client, body = _receiver(slow, src, pool_size=1)
+    resp = _post_while_events_locked(engine, client, src.path, body, "k1")
     assert resp.status_code == 503
     with one.connect() as conn:
         assert conn.connection.driver_connection.autocommit is False
@@ -100,23 +90,16 @@ def test_a_timed_out_claim_returns_its_connection_in_transaction_mode(
 
 def test_a_claim_whose_connection_dies_is_503_and_the_pool_recovers(settings, make_source, engine):
     src = make_source()
-    one = make_engine(settings, pool_size=1)
-    app = create_app(settings, engine=one, doorbell=lambda: None, route_cache_seconds=60)
-    client = app.test_client()
-    body = body_of({"a": 1})
-    assert (
-        client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "a")).status_code
-        == 202
-    )
+    one, client, body = _receiver(settings, src, pool_size=1)
     with one.connect() as conn:
         pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
     with engine.connect() as conn:
         assert conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar_one()
     # the pooled connection is dead: this claim fails on it, and is never a 2xx
-    resp = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "b"))
+    resp = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "k1"))
     assert resp.status_code == 503 and resp.headers["Retry-After"]
     # the dead connection was dropped from the pool: the sender's retry is accepted
-    retry = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "b"))
+    retry = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "k1"))
     one.dispose()
     assert retry.status_code == 202
     with engine.connect() as conn:
