@@ -29,7 +29,7 @@ test: lint
 	$(BIN)/python -m pytest -q
 
 bench: setup
-	$(BIN)/python bench/ingest.py --seconds 10
+	$(BIN)/python bench/ingest.py --seconds 10 --repeats 3
 	$(BIN)/python bench/drain.py --repeats 1 --skip proto,profile
 	$(BIN)/python bench/deliver.py
 
