@@ -90,7 +90,7 @@ def receive(tenant: str, source: str) -> Response:
     result = claim(ext["engine"], route, prepared)
     if result is None:  # the key is taken: a duplicate or a conflict
         with ext["engine"].begin() as conn:
-            result = ingest(conn, route, prepared, key_taken=True)
+            result = ingest(conn, route, prepared)
     metrics.record_ingest(route.tenant, route.name, result.outcome)
     # Committed. Only now may the sender hear 2xx; the doorbell is best effort.
     if result.outcome == "accepted":

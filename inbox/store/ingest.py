@@ -155,16 +155,14 @@ def _conflict(conn: Connection, source: Source, ev: Prepared) -> IngestResult | 
     return IngestResult("conflict", original.id, original.public_id, 422, b"")
 
 
-def ingest(
-    conn: Connection, source: Source, ev: Prepared, *, key_taken: bool = False
-) -> IngestResult:
-    """Run inside one transaction; the caller commits, then answers.
+def ingest(conn: Connection, source: Source, ev: Prepared) -> IngestResult:
+    """Answer a request whose key ``claim`` found taken: a duplicate or a conflict.
 
-    ``key_taken``: ``claim`` has just found the key taken, so start with the duplicate
-    test. If the key was pruned in between, the next round claims it afresh.
+    Run inside one transaction; the caller commits, then answers. If the key was pruned
+    in between, the next round claims it afresh.
     """
     for round_ in range(3):
-        if round_ > 0 or not key_taken:
+        if round_ > 0:
             claimed = _claim_in(conn, source, ev)
             if claimed is not None:
                 return claimed
