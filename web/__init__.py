@@ -9,6 +9,7 @@ from sqlalchemy import Engine
 
 from inbox.config import Settings
 from inbox.logs import configure_logging
+from inbox.store.claims import Claims
 from inbox.store.engine import make_engine
 from web.api import api
 from web.errors import register_error_handlers
@@ -40,6 +41,7 @@ def create_app(
         "engine": engine,
         "doorbell": doorbell,
         "routes": RouteCache(engine, route_cache_seconds),
+        "claims": Claims(engine),
         **hooks_,
     }
     register_error_handlers(app)

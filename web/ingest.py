@@ -87,7 +87,7 @@ def receive(tenant: str, source: str) -> Response:
     prepared = core.prepare(route, req, time.time(), ext["settings"].key_ttl_hours)
     if isinstance(prepared, core.Handshake):
         return _json(prepared.status, prepared.body)
-    result = claim(ext["engine"], route, prepared)
+    result = claim(ext["claims"], route, prepared)
     if result is None:  # the key is taken: a duplicate or a conflict
         with ext["engine"].begin() as conn:
             result = ingest(conn, route, prepared)

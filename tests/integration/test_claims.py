@@ -1,0 +1,209 @@
+"""Group commit of claims (inbox.store.claims) against real PostgreSQL.
+
+To make the batching deterministic, a first claim is held up by another transaction
+(an uncommitted row with its key, or a table lock) while more claims queue behind it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import Connection, Engine, text
+
+from inbox.ingest import Prepared
+from inbox.store.claims import Claims, row, statement
+from inbox.store.sources import Source
+
+
+def _event(key: str | None, event_type: str = "t") -> Prepared:
+    return Prepared(
+        public_id=f"evt_{secrets.token_hex(8)}",
+        key_digest=None if key is None else hashlib.sha256(key.encode()).digest(),
+        key_expires_hours=24,
+        event_type=event_type,
+        business_key_digest=None,
+        content_type="application/json",
+        body=b"{}",
+        body_sha256=hashlib.sha256(b"{}").digest(),
+        headers={"content-type": "application/json"},
+        response_status=202,
+        response_body=b'{"status":"accepted"}',
+        wait_seconds=None,
+    )
+
+
+class Racer:
+    """Runs claims on threads; keeps each one's outcome (an event id, None or an error)."""
+
+    def __init__(self, claims: Claims, src: Source) -> None:
+        self.claims, self.src = claims, src
+        self.threads: list[threading.Thread] = []
+        self.outcomes: dict[str, Any] = {}
+
+    def start(self, ev: Prepared) -> None:
+        def run() -> None:
+            try:
+                self.outcomes[ev.public_id] = self.claims.claim(self.src, ev)
+            except Exception as exc:
+                self.outcomes[ev.public_id] = exc
+
+        t = threading.Thread(target=run)
+        t.start()
+        self.threads.append(t)
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(10)
+            assert not t.is_alive(), "a claim never returned"
+
+
+def _until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def _blocked(engine: Engine) -> int:
+    """Claim statements now waiting for a lock."""
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE 'INSERT INTO events%'"
+                )
+            ).scalar_one()
+        )
+
+
+@contextmanager
+def _holding_key(engine: Engine, src: Source, key: str) -> Iterator[Connection]:
+    """Another transaction that has claimed ``key`` and not committed; rolled back at exit."""
+    with engine.connect() as conn:
+        tx = conn.begin()
+        conn.exec_driver_sql(statement(1), row(src, _event(key)))
+        yield conn
+        tx.rollback()
+
+
+def _rows(engine: Engine) -> list[Any]:
+    with engine.connect() as conn:
+        return list(conn.execute(text("SELECT id, public_id, key_digest FROM events ORDER BY id")))
+
+
+@pytest.fixture
+def claims(engine: Engine) -> Claims:
+    return Claims(engine)
+
+
+def test_claims_that_queue_behind_a_statement_share_the_next_one(engine, make_source, claims):
+    src = make_source()
+    racer = Racer(claims, src)
+    first = _event("held")
+    with _holding_key(engine, src, "held"):
+        racer.start(first)
+        _until(lambda: _blocked(engine) == 1)
+        queued = [_event(f"k{i}") for i in range(5)] + [_event(None)]
+        for ev in queued:
+            racer.start(ev)
+        _until(lambda: claims.pending() == len(queued))
+        assert claims.statements == 1  # they wait for the statement that is out
+    racer.join()
+    assert claims.statements == 2  # ...and then go together
+    stored = {r.public_id: r.id for r in _rows(engine)}
+    assert len(stored) == 7
+    # each request hears its own row's id, and only once that row is committed
+    for ev in [first, *queued]:
+        assert racer.outcomes[ev.public_id] == stored[ev.public_id]
+
+
+def test_copies_of_one_key_never_share_a_statement(engine, make_source, claims):
+    src = make_source()
+    racer = Racer(claims, src)
+    copies = [_event("same") for _ in range(3)]
+    other = _event("other")
+    with _holding_key(engine, src, "held"):
+        racer.start(_event("held"))
+        _until(lambda: _blocked(engine) == 1)
+        for ev in [*copies, other]:
+            racer.start(ev)
+        _until(lambda: claims.pending() == 4)
+    racer.join()
+    # the first copy goes with `other`; each later copy in a statement of its own
+    assert claims.statements == 4
+    won = [ev for ev in copies if racer.outcomes[ev.public_id] is not None]
+    assert len(won) == 1  # the rest find the key taken: None, for the duplicate path
+    stored = {r.public_id for r in _rows(engine)}
+    assert len(stored) == 3  # held (rolled back, then claimed by its own copy), one, other
+    assert {won[0].public_id, other.public_id} <= stored
+    assert not {ev.public_id for ev in copies if ev is not won[0]} & stored
+
+
+def test_a_row_the_database_refuses_fails_alone(engine, make_source, claims):
+    src = make_source()
+    racer = Racer(claims, src)
+    bad = _event("bad", event_type="nul\x00byte")  # text cannot hold NUL: a DataError
+    good = [_event(f"good{i}") for i in range(3)]
+    with _holding_key(engine, src, "held"):
+        racer.start(_event("held"))
+        _until(lambda: _blocked(engine) == 1)
+        for ev in [good[0], bad, good[1], good[2]]:
+            racer.start(ev)
+        _until(lambda: claims.pending() == 4)
+    racer.join()
+    assert isinstance(racer.outcomes[bad.public_id], psycopg.DataError)
+    stored = {r.public_id: r.id for r in _rows(engine)}
+    assert bad.public_id not in stored
+    for ev in good:
+        assert racer.outcomes[ev.public_id] == stored[ev.public_id]
+
+
+def _terminate_blocked(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO events%'"
+                )
+            ).scalar_one()
+        )
+
+
+def test_a_failed_statement_fails_every_claim_in_it_and_the_next_ones_recover(
+    engine, make_source, claims
+):
+    src = make_source()
+    racer = Racer(claims, src)
+    first = _event("first")
+    queued = [_event(f"q{i}") for i in range(3)]
+    with engine.connect() as locker:
+        tx = locker.begin()
+        locker.execute(text("LOCK TABLE events IN ACCESS EXCLUSIVE MODE"))
+        racer.start(first)
+        _until(lambda: _blocked(engine) == 1)
+        for ev in queued:
+            racer.start(ev)
+        _until(lambda: claims.pending() == 3)
+        assert _terminate_blocked(engine) == 1  # the first statement's connection dies
+        _until(lambda: claims.statements == 2 and _blocked(engine) == 1)
+        assert claims.pending() == 0  # all three rode in the second statement
+        assert _terminate_blocked(engine) == 1  # ...which dies too
+        racer.join()
+        tx.rollback()
+    for ev in [first, *queued]:
+        assert isinstance(racer.outcomes[ev.public_id], psycopg.OperationalError)
+    assert _rows(engine) == []
+    # nothing is stuck: the next claims go through on fresh connections
+    again = [_event(f"q{i}") for i in range(3)]
+    ids = [claims.claim(src, ev) for ev in again]
+    assert all(isinstance(i, int) for i in ids) and len(_rows(engine)) == 3
