@@ -188,6 +188,8 @@ def prepare(
         event_type = verified.event_type
         if event_type is None and scheme.event_type_path:
             event_type = jsonpath.get_text(parsed, scheme.event_type_path)
+    if event_type is not None and "\x00" in event_type:  # text columns cannot hold NUL
+        raise BadRequest("The event type contains a NUL character.")
 
     bk_values = [jsonpath.get_text(parsed, p) for p in opts.business_key_paths]
     bk = (

@@ -246,6 +246,14 @@ def test_event_type_and_business_key_from_paths(client, make_source, engine):
     assert b"acct-9" not in bytes(r[0].business_key_digest)
 
 
+def test_an_event_type_with_a_nul_character_is_400_and_stores_nothing(client, make_source, engine):
+    src = make_source(event_type_path="kind")
+    resp = post(client, src, {"kind": "sim\u0000swap"}, key="a")
+    assert resp.status_code == 400
+    assert resp.json["error"]["message"] == "The event type contains a NUL character."
+    assert rows(engine) == []
+
+
 def test_key_window_pruned_key_is_a_new_event(client, make_source, engine):
     src = make_source()
     assert post(client, src, {"a": 1}).status_code == 202
