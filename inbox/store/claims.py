@@ -25,7 +25,6 @@ from typing import Any
 
 import psycopg
 from sqlalchemy import Engine
-from sqlalchemy.pool import PoolProxiedConnection
 
 from inbox.ingest import Prepared
 from inbox.store.sources import Source
@@ -34,19 +33,27 @@ _COLUMNS = """public_id, tenant_id, source_id, key_digest, key_expires_at, event
     business_key_digest, ordering_key, content_type, body, body_sha256, headers,
     response_status, response_body, sync, max_attempts"""
 
-# key_expires_at: the database's clock; NULL hours (no key) make it NULL.
-_ROW = (
-    "(%s, %s, %s, %s, now() + make_interval(hours => CAST(%s AS integer)), %s, %s, %s, %s,"
-    " %s, %s, CAST(%s AS jsonb), %s, %s, %s, %s)"
-)
-
+_FIELDS = 16  # parameters per row, in ``row``'s order
 MAX_ROWS = 64  # per statement; a process rarely has more threads than this
+
+
+def _values(first: int) -> str:
+    """One row's VALUES item, with PostgreSQL's own numbered placeholders from ``first``."""
+    p = [f"${first + i}" for i in range(_FIELDS)]
+    p[4] = f"now() + make_interval(hours => CAST({p[4]} AS integer))"  # the database's clock
+    p[11] = f"CAST({p[11]} AS jsonb)"
+    return "(" + ", ".join(p) + ")"
 
 
 @lru_cache(maxsize=MAX_ROWS)
 def statement(rows: int) -> str:
-    """The claiming INSERT for this many rows; RETURNING says which rows went in."""
-    values = ", ".join([_ROW] * rows)
+    """The claiming INSERT for this many rows; RETURNING says which rows went in.
+
+    Numbered placeholders, for a ``psycopg.RawCursor``: the driver sends the text as it is.
+    With ``%s`` placeholders it parses the statement on every call once it has more than
+    50 parameters (its cache stops there), which cost ~30 us per row in a batch of eight.
+    """
+    values = ", ".join(_values(1 + r * _FIELDS) for r in range(rows))
     return (
         f"INSERT INTO events ({_COLUMNS}) VALUES {values}"
         " ON CONFLICT (tenant_id, source_id, key_digest) WHERE key_digest IS NOT NULL"
@@ -55,7 +62,7 @@ def statement(rows: int) -> str:
 
 
 def row(source: Source, ev: Prepared) -> tuple[Any, ...]:
-    """One event's parameters, in ``_ROW``'s order."""
+    """One event's parameters, in ``_COLUMNS``' order."""
     return (
         ev.public_id,
         source.tenant_id,
@@ -76,14 +83,14 @@ def row(source: Source, ev: Prepared) -> tuple[Any, ...]:
     )
 
 
-def _cursor(pooled: PoolProxiedConnection, driver: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
-    """The claim's cursor, kept with its pooled connection: making one per statement costs
-    about a fifth of a one-row claim's client-side CPU."""
-    cursor = pooled.info.get("inbox_claim_cursor")
-    if cursor is None or cursor.closed:
-        cursor = pooled.info["inbox_claim_cursor"] = driver.cursor()
-    assert isinstance(cursor, psycopg.Cursor)
-    return cursor
+def cursor(driver: psycopg.Connection[Any], info: dict[Any, Any]) -> psycopg.RawCursor[Any]:
+    """The claim's cursor, kept with its connection (``info``: the pool's per-connection
+    dict): making one per statement costs about a fifth of a one-row claim's CPU."""
+    cur = info.get("inbox_claim_cursor")
+    if cur is None or cur.closed:
+        cur = info["inbox_claim_cursor"] = psycopg.RawCursor(driver)
+    assert isinstance(cur, psycopg.RawCursor)
+    return cur
 
 
 def insert(engine: Engine, rows: list[tuple[Any, ...]]) -> dict[str, int]:
@@ -101,7 +108,7 @@ def insert(engine: Engine, rows: list[tuple[Any, ...]]) -> dict[str, int]:
     try:
         driver.autocommit = True
         try:
-            found = _cursor(pooled, driver).execute(statement(len(rows)), params).fetchall()
+            found = cursor(driver, pooled.info).execute(statement(len(rows)), params).fetchall()
         finally:
             if not driver.closed:  # back to the pool as it came: transactions for the rest
                 driver.autocommit = False

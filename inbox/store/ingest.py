@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import psycopg
 from sqlalchemy import Connection, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 
 from inbox.ingest import Prepared
-from inbox.store.claims import Claims, row, statement
+from inbox.store.claims import Claims, cursor, row, statement
 from inbox.store.sources import Source
 from inbox.store.tables import events, idempotency_conflicts
 
@@ -43,7 +44,9 @@ def claim(claims: Claims, source: Source, ev: Prepared) -> IngestResult | None:
 
 def _claim_in(conn: Connection, source: Source, ev: Prepared) -> IngestResult | None:
     """The claim inside the caller's transaction (the duplicate path's retry)."""
-    found = conn.exec_driver_sql(statement(1), row(source, ev)).first()
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    found = cursor(driver, conn.connection.info).execute(statement(1), row(source, ev)).fetchone()
     return None if found is None else _accepted(found[0], ev)
 
 

@@ -90,7 +90,9 @@ def _holding_key(engine: Engine, src: Source, key: str) -> Iterator[Connection]:
     """Another transaction that has claimed ``key`` and not committed; rolled back at exit."""
     with engine.connect() as conn:
         tx = conn.begin()
-        conn.exec_driver_sql(statement(1), row(src, _event(key)))
+        driver = conn.connection.driver_connection
+        assert isinstance(driver, psycopg.Connection)
+        psycopg.RawCursor(driver).execute(statement(1), row(src, _event(key)))
         yield conn
         tx.rollback()
 
