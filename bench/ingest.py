@@ -70,11 +70,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--receivers", default="real,naive", help="which receivers, in order")
     p.add_argument("--worker-class", default="gthread", help="gunicorn -k (both receivers)")
-    # The defaults of web/gunicorn_conf.py: one worker per two cores, 8 threads.
+    # The defaults of web/gunicorn_conf.py: one worker per core, 8 threads.
     p.add_argument(
         "--workers",
         type=int,
-        default=int(os.environ.get("WEB_CONCURRENCY") or max(1, (os.cpu_count() or 2) // 2)),
+        default=int(os.environ.get("WEB_CONCURRENCY") or os.cpu_count() or 1),
         help="gunicorn -w (both receivers; default as web/gunicorn_conf.py)",
     )
     p.add_argument(

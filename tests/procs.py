@@ -48,7 +48,13 @@ class Proc:
 
 
 class Gunicorn(Proc):
-    def __init__(self, env: dict[str, str], app: str = "web.wsgi:app", workers: int = 2) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        app: str = "web.wsgi:app",
+        workers: int = 2,
+        extra: tuple[str, ...] = (),
+    ) -> None:
         (ROOT / ".data").mkdir(exist_ok=True)
         self.port = free_port()
         super().__init__(
@@ -64,6 +70,7 @@ class Gunicorn(Proc):
                 "8",
                 "--graceful-timeout",
                 "5",
+                *extra,
                 app,
             ],
             env,

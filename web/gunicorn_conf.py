@@ -20,17 +20,22 @@ from typing import Any
 
 bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
 worker_class = "gthread"
-# One gthread worker per two cores unless WEB_CONCURRENCY says otherwise. A worker's
-# Python runs on one core at a time (the interpreter lock), and where the Procfile runs,
-# PostgreSQL and the Celery workers share the host's cores. On the 2-core benchmark
-# machine one worker with 8 threads matched two with 16 in throughput, with a lower and
-# steadier p99 at 32 senders: two workers split keep-alive connections unevenly (the one
-# that wakes first accepts most of a burst and keeps them: 27/5, 29/3, 32/0 were seen).
-# Eight threads (WEB_THREADS) leave room for requests that wait (``Prefer: wait``, a slow
-# database) without a long queue for the interpreter lock; keep INBOX_DB_POOL_SIZE
-# (default 10) at least as large.
-workers = int(os.environ.get("WEB_CONCURRENCY") or max(1, (os.cpu_count() or 2) // 2))
+# One gthread worker per core unless WEB_CONCURRENCY says otherwise, 8 threads each
+# (WEB_THREADS); keep INBOX_DB_POOL_SIZE (default 10) at least as large. A worker's Python
+# runs on one core at a time (the interpreter lock), and its threads queue for that lock:
+# on the 2-core benchmark machine one worker of 8 threads spent 0.7 ms of CPU per request
+# of a bare Flask view, two workers 0.4 ms, with three times the throughput. Eight
+# threads leave room for requests that wait (``Prefer: wait``, a slow database).
+workers = int(os.environ.get("WEB_CONCURRENCY") or os.cpu_count() or 1)
 threads = int(os.environ.get("WEB_THREADS") or 8)
+
+# Each worker listens on its own socket and the kernel spreads new connections over them.
+# On one shared socket the worker that wakes first accepts, and under load that is the
+# busy one: 28/4 and 30/1 splits of 32 keep-alive connections were measured, which left
+# one worker queueing while the other idled. (A worker's own socket goes with it: the
+# few connections still in its accept queue when it exits are refused, and the senders
+# retry them.)
+reuse_port = True
 
 _OWN_DIR = "INBOX_METRICS_DIR_OWNED"  # set when this config created the directory
 
@@ -91,3 +96,19 @@ def post_worker_init(worker: Any) -> None:
     # worker's threads for 45-135 ms, twice per worker in a 10 s benchmark window, which
     # was most of the receiver's p99. After: ~1 ms.
     gc.freeze()
+
+
+# A keep-alive connection is closed after about this many requests (as nginx's
+# keepalive_requests does), with "Connection: close" on its last answer: a connection
+# stays with the worker that accepted it, so without a limit an unlucky split of
+# long-lived connections (a busy sender's, a proxy's) would never even out.
+keepalive_requests = int(os.environ.get("WEB_KEEPALIVE_REQUESTS") or 100)
+
+
+def pre_request(worker: Any, req: Any) -> None:
+    # Each connection's limit is spread over [n/2, 3n/2), so that connections opened
+    # together are not all closed together.
+    n = keepalive_requests
+    if n > 0 and req.req_number >= n // 2:
+        if req.req_number >= n // 2 + hash(req.peer_addr) % n:
+            req.must_close = True

@@ -115,3 +115,25 @@ def test_crash_after_commit_then_the_retry_gets_the_replay(web_env, make_source,
         assert count(engine) == 1
     finally:
         server.stop()
+
+
+def test_the_deployed_config_recycles_keep_alive_connections(web_env):
+    """web/gunicorn_conf.py closes a keep-alive connection after n/2 to 3n/2 requests,
+    saying so with ``Connection: close`` on the last answer (WEB_KEEPALIVE_REQUESTS=n)."""
+    env = {**web_env, "WEB_KEEPALIVE_REQUESTS": "4"}
+    server = Gunicorn(env, workers=1, extra=("-c", "web/gunicorn_conf.py"))
+    try:
+        for _ in range(3):  # three connections: three draws of the limit
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+            answered = 0
+            while answered < 10:
+                conn.request("GET", "/healthz")
+                resp = conn.getresponse()
+                resp.read()
+                answered += 1
+                if resp.getheader("Connection", "").lower() == "close":
+                    break
+            conn.close()
+            assert 2 <= answered < 6, answered
+    finally:
+        server.stop()

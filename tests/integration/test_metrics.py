@@ -346,6 +346,7 @@ ns = runpy.run_path("web/gunicorn_conf.py")
 frozen_before = gc.get_freeze_count()
 ns["post_worker_init"](None)
 print(json.dumps({"workers": ns["workers"], "threads": ns["threads"], "cpus": os.cpu_count(),
+                  "reuse_port": ns["reuse_port"],
                   "frozen_before": frozen_before, "frozen_after": gc.get_freeze_count()}))
 ns["on_exit"](None)
 """
@@ -354,8 +355,9 @@ ns["on_exit"](None)
 def test_gunicorn_conf_sizes_workers_by_cores_and_freezes_the_loaded_app(mp_env):
     env = {k: v for k, v in mp_env.items() if k not in ("WEB_CONCURRENCY", "WEB_THREADS")}
     got = json.loads(_run(GUNICORN_SIZING, env=env))
-    assert got["workers"] == max(1, got["cpus"] // 2)
+    assert got["workers"] == got["cpus"]
     assert got["threads"] == 8
+    assert got["reuse_port"] is True  # each worker its own socket: connections spread evenly
     # what is loaded when a worker starts is moved out of the collector's sight
     assert got["frozen_before"] == 0 and got["frozen_after"] > 1000
     told = json.loads(
