@@ -37,6 +37,12 @@ threads = int(os.environ.get("WEB_THREADS") or 8)
 # retry them.)
 reuse_port = True
 
+
+def when_ready(server: Any) -> None:
+    # With reuse_port the master holds no socket, and gunicorn's own "Listening at" is empty.
+    server.log.info("Listening at: %s (a socket per worker)", ", ".join(server.cfg.bind))
+
+
 _OWN_DIR = "INBOX_METRICS_DIR_OWNED"  # set when this config created the directory
 
 if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
