@@ -29,6 +29,10 @@ def make_engine(settings: Settings, pool_size: int | None = None) -> Engine:
         max_overflow=0,
         pool_timeout=timeout_s,
         pool_pre_ping=False,
+        # The most recently used connection first: the receiver's claims keep landing on one
+        # warm backend with their statements already prepared (PostgreSQL CPU per accepted
+        # event 0.13-0.17 ms against 0.17-0.21 with the default FIFO order).
+        pool_use_lifo=True,
         pool_recycle=1800,
         connect_args={
             "connect_timeout": timeout_s,
