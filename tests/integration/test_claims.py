@@ -72,17 +72,15 @@ def _until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
         time.sleep(0.005)
 
 
-def _blocked(engine: Engine) -> int:
-    """Claim statements now waiting for a lock."""
+_WAITING = "wait_event_type = 'Lock' AND query LIKE 'INSERT INTO events%'"
+
+
+def _blocked(engine: Engine, terminate: bool = False) -> int:
+    """Claim statements now waiting for a lock (ended first, with ``terminate``)."""
+    what = "pg_terminate_backend(pid)" if terminate else "*"
     with engine.connect() as conn:
-        return int(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND query LIKE 'INSERT INTO events%'"
-                )
-            ).scalar_one()
-        )
+        sql = f"SELECT count({what}) FROM pg_stat_activity WHERE {_WAITING}"
+        return int(conn.execute(text(sql)).scalar_one())
 
 
 @contextmanager
@@ -169,18 +167,6 @@ def test_a_row_the_database_refuses_fails_alone(engine, make_source, claims):
         assert racer.outcomes[ev.public_id] == stored[ev.public_id]
 
 
-def _terminate_blocked(engine: Engine) -> int:
-    with engine.connect() as conn:
-        return int(
-            conn.execute(
-                text(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                    " WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO events%'"
-                )
-            ).scalar_one()
-        )
-
-
 def test_a_failed_statement_fails_every_claim_in_it_and_the_next_ones_recover(
     engine, make_source, claims
 ):
@@ -196,10 +182,10 @@ def test_a_failed_statement_fails_every_claim_in_it_and_the_next_ones_recover(
         for ev in queued:
             racer.start(ev)
         _until(lambda: claims.pending() == 3)
-        assert _terminate_blocked(engine) == 1  # the first statement's connection dies
+        assert _blocked(engine, terminate=True) == 1  # the first statement's connection dies
         _until(lambda: claims.statements == 2 and _blocked(engine) == 1)
         assert claims.pending() == 0  # all three rode in the second statement
-        assert _terminate_blocked(engine) == 1  # ...which dies too
+        assert _blocked(engine, terminate=True) == 1  # ...which dies too
         racer.join()
         tx.rollback()
     for ev in [first, *queued]:
