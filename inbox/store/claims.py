@@ -25,6 +25,7 @@ from typing import Any
 
 import psycopg
 from sqlalchemy import Engine
+from sqlalchemy.pool import PoolProxiedConnection
 
 from inbox.ingest import Prepared
 from inbox.store.sources import Source
@@ -83,7 +84,7 @@ def row(source: Source, ev: Prepared) -> tuple[Any, ...]:
     )
 
 
-def cursor(driver: psycopg.Connection[Any], info: dict[Any, Any]) -> psycopg.RawCursor[Any]:
+def _cursor(driver: psycopg.Connection[Any], info: dict[Any, Any]) -> psycopg.RawCursor[Any]:
     """The claim's cursor, kept with its connection (``info``: the pool's per-connection
     dict): making one per statement costs about a fifth of a one-row claim's CPU."""
     cur = info.get("inbox_claim_cursor")
@@ -91,6 +92,16 @@ def cursor(driver: psycopg.Connection[Any], info: dict[Any, Any]) -> psycopg.Raw
         cur = info["inbox_claim_cursor"] = psycopg.RawCursor(driver)
     assert isinstance(cur, psycopg.RawCursor)
     return cur
+
+
+def execute(pooled: PoolProxiedConnection, rows: list[tuple[Any, ...]]) -> dict[str, int]:
+    """The claiming INSERT for ``rows`` on ``pooled`` as it is (autocommit, or inside the
+    caller's transaction); the public ids that went in, with their row ids."""
+    driver = pooled.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    params = [value for r in rows for value in r]
+    found = _cursor(driver, pooled.info).execute(statement(len(rows)), params).fetchall()
+    return {public_id: event_id for event_id, public_id in found}
 
 
 def insert(engine: Engine, rows: list[tuple[Any, ...]]) -> dict[str, int]:
@@ -101,20 +112,18 @@ def insert(engine: Engine, rows: list[tuple[Any, ...]]) -> dict[str, int]:
     round trips cost ~40 % of the receiver's CPU per event. Driver errors (psycopg.Error)
     reach the caller unwrapped; the web maps them to 503.
     """
-    params = [value for r in rows for value in r]
     pooled = engine.raw_connection()
     driver = pooled.driver_connection
     assert isinstance(driver, psycopg.Connection)
     try:
         driver.autocommit = True
         try:
-            found = cursor(driver, pooled.info).execute(statement(len(rows)), params).fetchall()
+            return execute(pooled, rows)
         finally:
             if not driver.closed:  # back to the pool as it came: transactions for the rest
                 driver.autocommit = False
     finally:
         pooled.close()  # the pool drops a connection that died
-    return {public_id: event_id for event_id, public_id in found}
 
 
 class _Ticket:

@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-import psycopg
 from sqlalchemy import Connection, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 
 from inbox.ingest import Prepared
-from inbox.store.claims import Claims, cursor, row, statement
+from inbox.store.claims import Claims, execute, row
 from inbox.store.sources import Source
 from inbox.store.tables import events, idempotency_conflicts
 
@@ -44,10 +43,8 @@ def claim(claims: Claims, source: Source, ev: Prepared) -> IngestResult | None:
 
 def _claim_in(conn: Connection, source: Source, ev: Prepared) -> IngestResult | None:
     """The claim inside the caller's transaction (the duplicate path's retry)."""
-    driver = conn.connection.driver_connection
-    assert isinstance(driver, psycopg.Connection)
-    found = cursor(driver, conn.connection.info).execute(statement(1), row(source, ev)).fetchone()
-    return None if found is None else _accepted(found[0], ev)
+    event_id = execute(conn.connection, [row(source, ev)]).get(ev.public_id)
+    return None if event_id is None else _accepted(event_id, ev)
 
 
 # A duplicate: count it on the original row (no row per copy) and read back what the

@@ -19,7 +19,8 @@ import pytest
 from sqlalchemy import Connection, Engine, text
 
 from inbox.ingest import Prepared
-from inbox.store.claims import Claims, row, statement
+from inbox.store.claims import Claims, execute, row
+from inbox.store.ingest import ingest
 from inbox.store.sources import Source
 
 
@@ -88,9 +89,7 @@ def _holding_key(engine: Engine, src: Source, key: str) -> Iterator[Connection]:
     """Another transaction that has claimed ``key`` and not committed; rolled back at exit."""
     with engine.connect() as conn:
         tx = conn.begin()
-        driver = conn.connection.driver_connection
-        assert isinstance(driver, psycopg.Connection)
-        psycopg.RawCursor(driver).execute(statement(1), row(src, _event(key)))
+        execute(conn.connection, [row(src, _event(key))])
         yield conn
         tx.rollback()
 
@@ -195,3 +194,14 @@ def test_a_failed_statement_fails_every_claim_in_it_and_the_next_ones_recover(
     again = [_event(f"q{i}") for i in range(3)]
     ids = [claims.claim(src, ev) for ev in again]
     assert all(isinstance(i, int) for i in ids) and len(_rows(engine)) == 3
+
+
+def test_the_duplicate_path_claims_a_key_pruned_in_between(engine, make_source):
+    """``ingest`` answers keys that ``claim`` found taken; if the row is gone by then (pruned),
+    it claims the key itself, inside its transaction."""
+    src = make_source()
+    ev = _event("pruned")
+    with engine.begin() as conn:
+        result = ingest(conn, src, ev)
+    assert result.outcome == "accepted" and result.public_id == ev.public_id
+    assert [(r.id, r.public_id) for r in _rows(engine)] == [(result.event_id, ev.public_id)]
