@@ -6,7 +6,7 @@ connection from accept to close, so a lopsided split lasts the whole window.
 Cumulative counters, sampled at the start and the end of a measured window:
 
 - the machine: busy jiffies of all cores (``/proc/stat``);
-- a process tree (the gunicorn master and its workers; the load generator): user + system
+- a process tree (the web server and its workers; the load generator): user + system
   time of every live process in the tree;
 - PostgreSQL: the postmaster, its auxiliary processes and the backends of the run's
   database, plus the postmaster's ``cutime + cstime`` (the CPU of backends that already

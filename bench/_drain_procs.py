@@ -1,4 +1,4 @@
-"""Processes for the drain benchmark (celery workers, beat, gunicorn) and their CPU time.
+"""Processes for the drain benchmark (celery workers, beat, the web server) and their CPU time.
 
 Each process runs in its own session with its output in ``.data/bench-drain-*.log``;
 ``stop`` signals the whole process group it started, and nothing else.
@@ -106,30 +106,21 @@ def celery_beat(app: str, env: dict[str, str], tag: str) -> Proc:
     return Proc(args, env, tag)
 
 
-def gunicorn(app: str, env: dict[str, str], workers: int, threads: int) -> tuple[Proc, int]:
+def web(app: str, env: dict[str, str], workers: int, threads: int) -> tuple[Proc, int]:
+    """The project's web server (``python -m web``, as the Procfile runs it)."""
     port = free_port()
     args = [
-        str(BIN / "gunicorn"),
-        "-b",
-        f"127.0.0.1:{port}",
-        "-w",
-        str(workers),
-        "-k",
-        "gthread",
-        "--threads",
-        str(threads),
-        "--graceful-timeout",
-        "5",
-        app,
+        *(str(BIN / "python"), "-m", "web", "--app", app, "--host", "127.0.0.1"),
+        *("--port", str(port), "--workers", str(workers), "--threads", str(threads)),
     ]
-    return Proc(args, env, f"gunicorn-{port}"), port
+    return Proc(args, {"WEB_GRACEFUL_TIMEOUT": "5", **env}, f"web-{port}"), port
 
 
 def wait_http(proc: Proc, port: int, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not proc.alive():
-            raise RuntimeError(f"gunicorn exited:\n{proc.tail()}")
+            raise RuntimeError(f"web server exited:\n{proc.tail()}")
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
         try:
             conn.request("GET", "/healthz")
@@ -139,7 +130,7 @@ def wait_http(proc: Proc, port: int, timeout: float = 30) -> None:
             time.sleep(0.1)
         finally:
             conn.close()
-    raise RuntimeError(f"gunicorn not ready:\n{proc.tail()}")
+    raise RuntimeError(f"web server not ready:\n{proc.tail()}")
 
 
 def wait_celery(control_app, proc: Proc, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]

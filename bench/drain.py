@@ -13,7 +13,7 @@ Redis database 9 (flushed), all on 127.0.0.1:
    a bare Celery app with --concurrency 1 and 2, once with acks_late + prefetch 1 (as
    ``workers/app.py``) and once with acks_late + Celery's default prefetch (4); timed
    from telling the idle worker to consume the queue to the last task.
-3. End-to-end latency: the real receiver under gunicorn (REDIS_URL set: the doorbell
+3. End-to-end latency: the real receiver under the web server (REDIS_URL set: the doorbell
    rings), one worker with --concurrency 2, and beat; signed events sent open-loop at
    --rate per second for --seconds; ``finished_at - received_at`` per event, from the
    database.
@@ -390,7 +390,7 @@ def _start_e2e(b: Bench) -> tuple[procs.Proc, procs.Proc, procs.Proc, int]:
     env = b.env(INBOX_SWEEP_SECONDS=str(b.args.sweep_seconds))
     worker = b.track(procs.celery_worker("workers.app", "inbox", 2, env, "e2e-worker"))
     beat = b.track(procs.celery_beat("workers.app", env, "e2e-beat"))
-    web, port = procs.gunicorn("web.wsgi:app", {**env, "INBOX_DB_POOL_SIZE": "8"}, 2, 8)
+    web, port = procs.web("web.wsgi:app", {**env, "INBOX_DB_POOL_SIZE": "8"}, 2, 8)
     b.track(web)
     procs.wait_http(web, port)
     procs.wait_celery(b.ctl, worker)
@@ -451,7 +451,7 @@ def run_e2e(b: Bench) -> dict[str, Any]:
         db.reset_events(conn)
     b.redis.flushdb()
     worker, beat, web, port = _start_e2e(b)
-    started = {"worker": worker, "beat": beat, "gunicorn": web}
+    started = {"worker": worker, "beat": beat, "web": web}
     with psycopg.connect(b.url, autocommit=True) as conn:
         if a.warmup > 0:
             sent = load.paced(port, b.sources["warm"].path, SECRET, a.rate, a.warmup, "warm")
@@ -574,7 +574,7 @@ def _window_lines(w: dict[str, Any]) -> list[str]:
 
 def e2e_lines(e: dict[str, Any]) -> list[str]:
     lines = [
-        f"End-to-end (gunicorn 2x8 gthread -> PostgreSQL -> doorbell -> 1 celery worker "
+        f"End-to-end (web server 2x8 -> PostgreSQL -> doorbell -> 1 celery worker "
         f"--concurrency 2, beat sweep {e['sweep_seconds']} s); the window with the lowest p99 "
         f"of {len(e['p99_ms_of_every_window'])} (p99s: {e['p99_ms_of_every_window']} ms):",
         *_window_lines(e),

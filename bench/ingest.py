@@ -1,12 +1,12 @@
 """Ingest benchmark: Webhook Inbox's receiver against a naive hand-written one.
 
-Both receivers run one after the other under gunicorn with identical settings, against
-the same fresh PostgreSQL database, and are driven the same way by ``_load``: signed
-1 KiB JSON events, each with a unique Idempotency-Key, from 8, 32 and 64 concurrent
-senders (closed loop, keep-alive connections), a warm-up then a fixed measured window.
-gunicorn runs with the project's config file (``web/gunicorn_conf.py``, as the Procfile
-does) and the flags below, which override it; without REDIS_URL / BROKER_URL, so the real
-receiver's doorbell is a no-op and ingest alone is measured.
+Both receivers run one after the other under the project's web server (``python -m web``,
+as the Procfile runs it) with identical settings, against the same fresh PostgreSQL
+database, and are driven the same way: signed 1 KiB JSON events, each with a unique
+Idempotency-Key, from 8, 32 and 64 concurrent senders (closed loop, keep-alive
+connections), a warm-up then a fixed measured window. The server runs without
+REDIS_URL / BROKER_URL, so the real receiver's doorbell is a no-op and ingest alone is
+measured.
 
     .venv/bin/python bench/ingest.py --seconds 10
 
@@ -25,7 +25,6 @@ import json
 import math
 import os
 import platform
-import shlex
 import signal
 import socket
 import statistics
@@ -41,6 +40,9 @@ import _cpu
 import _load
 import _wrk
 import psycopg
+
+from web import serve
+from web.keepalive import keepalive_requests
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -69,19 +71,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run all receivers this many times, alternating; targets judged on the medians",
     )
     p.add_argument("--receivers", default="real,naive", help="which receivers, in order")
-    p.add_argument("--worker-class", default="gthread", help="gunicorn -k (both receivers)")
-    # The defaults of web/gunicorn_conf.py: one worker per core, 8 threads.
+    # The web server's defaults (web/serve.py): one worker per core, 8 threads.
+    deployed = serve.server_settings(os.environ)
     p.add_argument(
         "--workers",
         type=int,
-        default=int(os.environ.get("WEB_CONCURRENCY") or os.cpu_count() or 1),
-        help="gunicorn -w (both receivers; default as web/gunicorn_conf.py)",
+        default=deployed.workers,
+        help="web worker processes (both receivers; default as deployed)",
     )
     p.add_argument(
         "--threads",
         type=int,
-        default=int(os.environ.get("WEB_THREADS") or 8),
-        help="gunicorn --threads (both; default as web/gunicorn_conf.py)",
+        default=deployed.threads,
+        help="threads per web worker (both receivers; default as deployed)",
+    )
+    p.add_argument(
+        "--keepalive-requests",
+        type=int,
+        default=keepalive_requests(os.environ),
+        help="WEB_KEEPALIVE_REQUESTS for both receivers (default as deployed)",
     )
     p.add_argument(
         "--pool-size",
@@ -94,16 +102,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=None,
         help="load-generator processes per level (default: about 8 senders each, max 8)",
-    )
-    p.add_argument(
-        "--gunicorn-conf",
-        default="web/gunicorn_conf.py",
-        help="gunicorn -c for both receivers, as deployed (Procfile); '' for none",
-    )
-    p.add_argument(
-        "--gunicorn-extra",
-        default="",
-        help='more gunicorn arguments for both receivers, e.g. "-c conf.py"',
     )
     p.add_argument(
         "--load",
@@ -130,7 +128,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     elif args.load == "wrk" and not _wrk.available():
         p.error("wrk is not installed (apt-get install wrk)")
     if args.pool_size is None:
-        args.pool_size = args.threads if args.worker_class == "gthread" else 1
+        args.pool_size = args.threads
     return args
 
 
@@ -196,7 +194,7 @@ def server_info(db_url: str) -> dict[str, str]:
     return out
 
 
-# -- gunicorn ----------------------------------------------------------------------------
+# -- the web server ---------------------------------------------------------------------
 
 
 def free_port() -> int:
@@ -205,39 +203,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def gunicorn_args(args: argparse.Namespace, port: int) -> list[str]:
-    """The settings both receivers share (flags override the config file's values)."""
-    conf = ["-c", args.gunicorn_conf] if args.gunicorn_conf else []
-    return [
-        *conf,
-        "-k",
-        args.worker_class,
-        "-w",
-        str(args.workers),
-        "--threads",
-        str(args.threads),
-        "-b",
-        f"{HOST}:{port}",
-        "--keep-alive",
-        "30",
-        "--backlog",
-        "2048",
-        "--log-level",
-        "warning",
-        "--pythonpath",
-        str(BENCH),
-        *shlex.split(args.gunicorn_extra),
-    ]
-
-
 def settings_line(args: argparse.Namespace) -> str:
-    conf = f"-c {args.gunicorn_conf} " if args.gunicorn_conf else ""
-    extra = f" {args.gunicorn_extra}" if args.gunicorn_extra else ""
-    return f"{conf}-k {args.worker_class} -w {args.workers} --threads {args.threads}{extra}"
+    return f"python -m web --workers {args.workers} --threads {args.threads}"
 
 
 class Receiver:
-    """One gunicorn master we started (and stop, by its own pid)."""
+    """One web server (``python -m web``, as the Procfile runs it) we started and stop."""
 
     def __init__(self, name: str, args: argparse.Namespace, db_url: str, port: int) -> None:
         self.name = name
@@ -251,9 +222,14 @@ class Receiver:
             "INBOX_DB_POOL_SIZE": str(args.pool_size),
             "NAIVE_SECRET": SECRET,
             "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": str(BENCH),  # for the naive receiver's module
+            "WEB_KEEPALIVE_REQUESTS": str(args.keepalive_requests),
         }
-        self.cmd = [sys.executable, "-m", "gunicorn", APPS[name], *gunicorn_args(args, port)]
-        self.log_path = RESULTS / f"gunicorn-{name}.log"
+        self.cmd = [
+            *(sys.executable, "-m", "web", "--app", APPS[name], "--host", HOST),
+            *("--port", str(port), "--workers", str(args.workers), "--threads", str(args.threads)),
+        ]
+        self.log_path = RESULTS / f"web-{name}.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
             self.cmd, env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT
@@ -573,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     background = background_cores()
     print(f"cores busy before the run: {background:.2f} of {os.cpu_count()}", flush=True)
     name, db_url = create_database(args.pg_url)
-    print(f"database {name}; gunicorn {settings_line(args)}; load: {args.load}", flush=True)
+    print(f"database {name}; {settings_line(args)}; load: {args.load}", flush=True)
     try:
         create_source(db_url)
         levels: list[dict[str, Any]] = []
@@ -598,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
                 "postgresql": server_info(db_url),
             },
             "settings": {
-                "gunicorn": settings_line(args),
+                "server": settings_line(args),
                 "load_generator": args.load,
                 "pool_size_per_worker": args.pool_size,
                 "seconds": args.seconds,

@@ -16,7 +16,7 @@ kept, no error mapping (a database failure is a 500).
 
 Configuration comes from the environment: ``DATABASE_URL`` (a libpq URL) and
 ``NAIVE_SECRET`` (default ``benchsecret``). Run it with
-``gunicorn --pythonpath bench naive_receiver:app``.
+``PYTHONPATH=bench python -m web --app naive_receiver:app``.
 """
 
 from __future__ import annotations

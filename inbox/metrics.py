@@ -3,7 +3,7 @@
 Every ``record_*`` function is cheap and never raises: a metrics failure must not fail
 an ingest, a playbook or a delivery. With ``PROMETHEUS_MULTIPROC_DIR`` set before
 ``prometheus_client`` is first imported, values are written to per-process files in that
-directory and ``/metrics`` (web/metrics.py) adds up every gunicorn and Celery process on
+directory and ``/metrics`` (web/metrics.py) adds up every web and Celery process on
 the host. Gauges say how to combine processes (``multiprocess_mode``).
 
 Inbox depth and the age of the oldest pending event are not here: they are read from the

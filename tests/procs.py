@@ -1,4 +1,4 @@
-"""Starting real processes (gunicorn, celery) for end-to-end tests."""
+"""Starting real processes (the web server, celery) for end-to-end tests."""
 
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ BIN = Path(sys.executable).parent
 
 
 class Proc:
-    def __init__(self, args: list[str], env: dict[str, str], name: str) -> None:
+    def __init__(self, args: list[str], env: dict[str, str | None], name: str) -> None:
+        """``env`` adds to this process's environment; a None value removes the variable."""
         self.name = name
         self.log = open(ROOT / ".data" / f"{name}-{os.getpid()}.log", "wb")
         self.popen = subprocess.Popen(
             args,
-            env={**os.environ, **env},
+            env={k: v for k, v in {**os.environ, **env}.items() if v is not None},
             cwd=ROOT,
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -47,10 +48,12 @@ class Proc:
         return (ROOT / ".data" / f"{self.name}-{os.getpid()}.log").read_text(errors="replace")
 
 
-class Gunicorn(Proc):
+class Web(Proc):
+    """``python -m web`` (the Procfile's web process) on a free port."""
+
     def __init__(
         self,
-        env: dict[str, str],
+        env: dict[str, str | None],
         app: str = "web.wsgi:app",
         workers: int = 2,
         extra: tuple[str, ...] = (),
@@ -59,22 +62,21 @@ class Gunicorn(Proc):
         self.port = free_port()
         super().__init__(
             [
-                str(BIN / "gunicorn"),
-                "-b",
-                f"127.0.0.1:{self.port}",
-                "-w",
-                str(workers),
-                "-k",
-                "gthread",
-                "--threads",
-                "8",
-                "--graceful-timeout",
-                "5",
-                *extra,
+                sys.executable,
+                "-m",
+                "web",
+                "--app",
                 app,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                str(workers),
+                *extra,
             ],
-            env,
-            f"gunicorn-{self.port}",
+            {"WEB_GRACEFUL_TIMEOUT": "5", **env},
+            f"web-{self.port}",
         )
         self.wait_ready()
 
@@ -82,7 +84,7 @@ class Gunicorn(Proc):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
-                raise RuntimeError(f"gunicorn exited:\n{self.output()}")
+                raise RuntimeError(f"web server exited:\n{self.output()}")
             conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
             try:
                 conn.request("GET", "/healthz")
@@ -92,7 +94,7 @@ class Gunicorn(Proc):
                 time.sleep(0.1)
             finally:
                 conn.close()
-        raise RuntimeError(f"gunicorn not ready:\n{self.output()}")
+        raise RuntimeError(f"web server not ready:\n{self.output()}")
 
     def request(
         self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None

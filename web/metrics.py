@@ -1,6 +1,6 @@
 """``GET /metrics``: the process (or every process on the host) plus the inbox's depth.
 
-With ``PROMETHEUS_MULTIPROC_DIR`` set, the counters of every gunicorn and Celery process
+With ``PROMETHEUS_MULTIPROC_DIR`` set, the counters of every web and Celery process
 writing to that directory are added up; otherwise this process's default registry is
 served. Depth and ages come from the database at scrape time (``inbox.store.stats``).
 """

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.procs import CeleryProc, Gunicorn
+from tests.procs import CeleryProc, Web
 
 
 @pytest.fixture
@@ -14,15 +14,15 @@ def web_env(database_url: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def gunicorn(web_env: dict[str, str]) -> Iterator[Gunicorn]:
-    server = Gunicorn(web_env)
+def web_server(web_env: dict[str, str]) -> Iterator[Web]:
+    server = Web(web_env)
     yield server
     server.stop()
 
 
 @pytest.fixture
 def procs() -> Iterator[list]:
-    """Processes a test starts; killed at its end (celery hard, gunicorn gently)."""
+    """Processes a test starts; killed at its end (celery hard, the web server gently)."""
     started: list = []
     yield started
     for p in started:

@@ -17,7 +17,7 @@ from inbox.store import endpoints as estore
 from inbox.store import sources as sstore
 from tests.e2e.test_worker_processes import wait_for
 from tests.helpers import body_of, hmac_headers
-from tests.procs import CeleryProc, Gunicorn
+from tests.procs import CeleryProc, Web
 from tests.sink import Answer, Sink
 
 pytestmark = pytest.mark.e2e
@@ -50,7 +50,7 @@ def states(engine) -> list[tuple[str, int]]:
 def test_our_own_standard_receiver_accepts_what_we_send(env, procs, make_source, engine):
     """A decision forwarded to an endpoint that is another tenant's `standard` source."""
     secret = callbacks.new_secret()
-    web = Gunicorn(env)
+    web = Web(env)
     procs.append(web)
     src = make_source(playbook="forward", event_type_path="type")
     with engine.begin() as conn:
@@ -99,7 +99,7 @@ def test_courier_killed_after_200_before_commit_resends_the_same_id(
         threading.Timer(0.5, os.killpg, (courier.popen.pid, signal.SIGKILL)).start()
 
     sink.on_request = freeze_then_kill
-    web = Gunicorn(env)
+    web = Web(env)
     procs.append(web)
     body = body_of({"type": "fraud.alert", "account": "acct-1"})
     assert web.request("POST", src.path, body, hmac_headers("s3cret", body, "kill"))[0] == 202

@@ -1,4 +1,4 @@
-"""The console in a real headless Chromium, against gunicorn with real celery processes.
+"""The console in a real headless Chromium, against the real web server with real celery processes.
 
 Uses the system's Chromium (``/usr/bin/chromium``) driven by Playwright; no browser is
 ever downloaded. Screenshots of the phone-sized pages go to ``.data/``.
@@ -20,7 +20,7 @@ from sqlalchemy import text
 from inbox.store import tokens as tstore
 from tests.e2e.test_worker_processes import wait_for
 from tests.helpers import body_of, events_by_state, hmac_headers, sink_rows
-from tests.procs import ROOT, CeleryProc, Gunicorn
+from tests.procs import ROOT, CeleryProc, Web
 from tests.sink_playbooks import CRASH_DIR
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("sink_table")]
@@ -48,7 +48,7 @@ def env(database_url: str, redis_url: str) -> dict[str, str]:
         "INBOX_LEASE_SECONDS": "3",
         "INBOX_SWEEP_SECONDS": "1",
         "INBOX_RETRY_BASE_SECONDS": "0.05",
-        # Two gunicorn workers must both accept a session the other signed.
+        # Two web workers must both accept a session the other signed.
         "INBOX_SECRET_KEY": "e2e-console-" + os.urandom(8).hex(),
     }
 
@@ -145,7 +145,7 @@ def test_an_operator_replays_a_dead_letter_and_a_bulk_replay_in_the_browser(
 
     src = make_source(event_type_path="type", max_attempts=1, name="billing")
     bulk_src = make_source(tenant=src.tenant, name="bulk", event_type_path="type")
-    web = Gunicorn(env)
+    web = Web(env)
     procs.append(web)
     procs += [CeleryProc(env), CeleryProc(env, kind="beat")]
     base = f"http://127.0.0.1:{web.port}"
@@ -269,7 +269,7 @@ def seed_for_phone(engine, make_source) -> str:
 
 def test_the_console_fits_a_phone(env, procs, make_source, engine, browser):
     evt = seed_for_phone(engine, make_source)
-    web = Gunicorn(env)
+    web = Web(env)
     procs.append(web)
     base = f"http://127.0.0.1:{web.port}"
     secret = token(engine, "phone-ops", "operator")

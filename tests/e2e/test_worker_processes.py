@@ -12,7 +12,7 @@ import redis
 from sqlalchemy import text
 
 from tests.helpers import body_of, events_by_state, hmac_headers, sink_rows
-from tests.procs import CeleryProc, Gunicorn
+from tests.procs import CeleryProc, Web
 from tests.sink_playbooks import CRASH_DIR
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("sink_table")]
@@ -64,7 +64,7 @@ def test_sigkill_mid_playbook_resumes_with_the_same_step_key(env, procs, make_so
     src = make_source(event_type_path="type")
     CRASH_DIR.mkdir(parents=True, exist_ok=True)
     (CRASH_DIR / "c1").touch()
-    web = Gunicorn(env)
+    web = Web(env)
     procs.append(web)
     worker = CeleryProc(env)
     procs.append(worker)
@@ -118,7 +118,7 @@ def test_doorbell_makes_an_event_complete_without_waiting_for_a_sweep(
     env = {**env, "INBOX_SWEEP_SECONDS": "3600"}
     src = make_source(event_type_path="type")
     procs.append(CeleryProc(env))
-    web = Gunicorn(env)
+    web = Web(env)
     procs.append(web)
     time.sleep(2)  # the worker is up
     body = body_of({"type": "flaky"})
@@ -136,7 +136,7 @@ def test_rabbitmq_as_the_broker_by_changing_only_the_url(env, procs, make_source
         pytest.skip("no RabbitMQ at 127.0.0.1:5672")
     env = {**env, "BROKER_URL": "amqp://guest:guest@127.0.0.1:5672//"}
     src = make_source(event_type_path="type")
-    web = Gunicorn(env)
+    web = Web(env)
     procs += [web, CeleryProc(env, concurrency=2), CeleryProc(env, kind="beat")]
     insert_pending(engine, src, 100, {"type": "flaky"})  # found by the sweeper
     body = body_of({"type": "flaky"})

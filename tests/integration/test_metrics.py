@@ -27,7 +27,7 @@ from inbox.config import Settings
 from inbox.store import endpoints as estore
 from inbox.store.engine import make_engine
 from tests.helpers import body_of, hmac_headers
-from web import create_app
+from web import create_app, serve
 from web.metrics import metrics_bp
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -303,20 +303,8 @@ def test_multiprocess_mode_adds_up_every_process(mp_env, engine):
     assert value(m, "inbox_stats_up") == 1  # the depth collector runs in this mode too
 
 
-GUNICORN_CONF = """
-import json, os, runpy
-ns = runpy.run_path("web/gunicorn_conf.py")
-path = os.environ["PROMETHEUS_MULTIPROC_DIR"]
-before = sorted(os.listdir(path))
-ns["on_starting"](None)
-print(json.dumps({"path": path, "before": before, "after": sorted(os.listdir(path))}))
-ns["on_exit"](None)
-print(json.dumps({"exists": os.path.isdir(path)}))
-"""
-
-
-def test_gunicorn_conf_prunes_files_of_dead_processes_only(mp_env):
-    prom = Path(mp_env["PROMETHEUS_MULTIPROC_DIR"])
+def test_the_web_server_prunes_files_of_dead_processes_only(tmp_path):
+    prom = tmp_path / "prom"
     prom.mkdir()
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
@@ -327,43 +315,42 @@ def test_gunicorn_conf_prunes_files_of_dead_processes_only(mp_env):
     dead_pid = int(dead.stdout)
     (prom / f"counter_{dead_pid}.db").write_bytes(b"")
     (prom / f"counter_{os.getpid()}.db").write_bytes(b"")  # a live process (this one)
-    first, second = (json.loads(x) for x in _run(GUNICORN_CONF, env=mp_env).splitlines())
-    assert first["before"] == sorted([f"counter_{dead_pid}.db", f"counter_{os.getpid()}.db"])
-    assert first["after"] == [f"counter_{os.getpid()}.db"]
-    assert second["exists"]  # a directory it did not create is left in place
+    environ = {"PROMETHEUS_MULTIPROC_DIR": str(prom)}
+    assert serve.metrics_dir(environ) is None  # a directory it did not create: not its own
+    assert sorted(p.name for p in prom.iterdir()) == [f"counter_{os.getpid()}.db"]
 
 
-def test_gunicorn_conf_makes_and_removes_its_own_directory_when_none_is_set(mp_env):
-    env = {k: v for k, v in mp_env.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
-    first, second = (json.loads(x) for x in _run(GUNICORN_CONF, env=env).splitlines())
-    assert "inbox-metrics-" in first["path"] and first["after"] == []
-    assert not second["exists"]
+def test_the_web_server_makes_its_own_directory_when_none_is_set(tmp_path, monkeypatch):
+    monkeypatch.setattr(serve.tempfile, "tempdir", str(tmp_path))
+    environ: dict[str, str] = {}
+    owned = serve.metrics_dir(environ)
+    assert owned is not None and environ["PROMETHEUS_MULTIPROC_DIR"] == owned
+    assert Path(owned).parent == tmp_path and Path(owned).is_dir()
 
 
-GUNICORN_SIZING = """
-import gc, json, os, runpy
-ns = runpy.run_path("web/gunicorn_conf.py")
-frozen_before = gc.get_freeze_count()
-ns["post_worker_init"](None)
-print(json.dumps({"workers": ns["workers"], "threads": ns["threads"], "cpus": os.cpu_count(),
-                  "reuse_port": ns["reuse_port"],
-                  "frozen_before": frozen_before, "frozen_after": gc.get_freeze_count()}))
-ns["on_exit"](None)
+def test_the_web_server_sizes_workers_by_cores():
+    s = serve.server_settings({})
+    assert (s.workers, s.threads, s.port) == (os.cpu_count(), 8, 8000)
+    told = serve.server_settings({"WEB_CONCURRENCY": "3", "WEB_THREADS": "5", "PORT": "9"})
+    assert (told.workers, told.threads, told.port) == (3, 5, 9)
+    target, flags = serve.parse_args(["--workers", "2", "--app", "x:y"], {"WEB_THREADS": "4"})
+    assert (target, flags.workers, flags.threads) == ("x:y", 2, 4)
+
+
+FREEZE = """
+import gc, json
+before = gc.get_freeze_count()
+import web.wsgi
+print(json.dumps({"before": before, "after": gc.get_freeze_count()}))
+web.wsgi.app.extensions["inbox"]["engine"].dispose()
 """
 
 
-def test_gunicorn_conf_sizes_workers_by_cores_and_freezes_the_loaded_app(mp_env):
-    env = {k: v for k, v in mp_env.items() if k not in ("WEB_CONCURRENCY", "WEB_THREADS")}
-    got = json.loads(_run(GUNICORN_SIZING, env=env))
-    assert got["workers"] == got["cpus"]
-    assert got["threads"] == 8
-    assert got["reuse_port"] is True  # each worker its own socket: connections spread evenly
+def test_the_wsgi_module_freezes_the_loaded_app(mp_env):
     # what is loaded when a worker starts is moved out of the collector's sight
-    assert got["frozen_before"] == 0 and got["frozen_after"] > 1000
-    told = json.loads(
-        _run(GUNICORN_SIZING, env={**env, "WEB_CONCURRENCY": "3", "WEB_THREADS": "5"})
-    )
-    assert (told["workers"], told["threads"]) == (3, 5)
+    Path(mp_env["PROMETHEUS_MULTIPROC_DIR"]).mkdir()
+    got = json.loads(_run(FREEZE, env=mp_env))
+    assert got["before"] == 0 and got["after"] > 1000
 
 
 # --- readiness --------------------------------------------------------------------------

@@ -47,7 +47,7 @@ def configure(app: App, prefix: str = "/ui") -> None:
 
     The key is ``SECRET_KEY`` from the app's config, else the settings' ``secret_key``,
     else ``INBOX_SECRET_KEY``. Without one a random key is made: sessions then end
-    when the process restarts and do not span processes (gunicorn workers).
+    when the process restarts and do not span processes (web workers).
     """
     settings = app.extensions.get("inbox", {}).get("settings")
     key = (

@@ -1,0 +1,5 @@
+"""``python -m web``: the web process (see web/serve.py)."""
+
+from web.serve import main
+
+main()

@@ -1,0 +1,141 @@
+"""The web process: ``python -m web`` (the Procfile's ``web``) serves ``web.wsgi:app``.
+
+The HTTP server is granian: its HTTP/1.1 handling is Rust, and each worker process runs
+the Flask app in a pool of threads. On the 2-core benchmark machine it took 0.26 ms of
+CPU per request of a bare Flask view where gunicorn's threaded workers took 0.62 ms,
+and the real receiver's CPU per accepted event fell by about a third (bench/ingest.md).
+
+Settings come from the environment (the README's table); the flags override them:
+
+    python -m web [--app MODULE:NAME] [--host H] [--port N] [--workers N] [--threads N]
+
+Prometheus multiprocess mode: every process writes its metrics to files in
+``PROMETHEUS_MULTIPROC_DIR`` and ``/metrics`` (any worker) adds them up. The variable
+must be set before a worker imports ``prometheus_client``, so it is set here when missing
+(a fresh private directory, removed at exit). Set it yourself, to the same directory for
+the web and Celery processes of one host, to have one ``/metrics`` report both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    host: str
+    port: int
+    # One worker process per core: a process runs Python on one core at a time (the
+    # interpreter lock). Eight threads each leave room for requests that wait
+    # (``Prefer: wait``, a slow database); keep INBOX_DB_POOL_SIZE at least as large.
+    workers: int
+    threads: int
+    backlog: int
+    # A worker that stops answering a shutdown in time is killed.
+    graceful_seconds: int
+
+
+def server_settings(env: Mapping[str, str]) -> ServerSettings:
+    return ServerSettings(
+        host=env.get("WEB_HOST") or "0.0.0.0",
+        port=int(env.get("PORT") or 8000),
+        workers=int(env.get("WEB_CONCURRENCY") or os.cpu_count() or 1),
+        threads=int(env.get("WEB_THREADS") or 8),
+        backlog=int(env.get("WEB_BACKLOG") or 2048),
+        graceful_seconds=int(env.get("WEB_GRACEFUL_TIMEOUT") or 30),
+    )
+
+
+# -- the Prometheus multiprocess directory -----------------------------------------------
+
+_PID = re.compile(r"_(\d+)\.db$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def prune_dead_files(path: str) -> int:
+    """Remove the files of processes that no longer run (a previous run's workers).
+
+    Files of live processes (Celery workers sharing the directory) are kept.
+    """
+    removed = 0
+    for name in glob.glob(os.path.join(path, "*.db")):
+        m = _PID.search(name)
+        if m and not _alive(int(m.group(1))):
+            os.remove(name)
+            removed += 1
+    return removed
+
+
+def metrics_dir(environ: MutableMapping[str, str]) -> str | None:
+    """Make sure ``PROMETHEUS_MULTIPROC_DIR`` names a directory and prune it; the
+    directory's path when this call created it (the caller removes it at exit)."""
+    owned = None
+    if not environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        owned = environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="inbox-metrics-")
+    path = environ["PROMETHEUS_MULTIPROC_DIR"]
+    os.makedirs(path, exist_ok=True)
+    prune_dead_files(path)
+    return owned
+
+
+# -- granian -----------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None, env: Mapping[str, str]) -> tuple[str, ServerSettings]:
+    base = server_settings(env)
+    p = argparse.ArgumentParser(prog="python -m web", description="Serve the web app.")
+    p.add_argument("--app", default="web.wsgi:app", help="WSGI target, MODULE:NAME")
+    p.add_argument("--host", default=base.host)
+    p.add_argument("--port", type=int, default=base.port)
+    p.add_argument("--workers", type=int, default=base.workers)
+    p.add_argument("--threads", type=int, default=base.threads)
+    a = p.parse_args(argv)
+    settings = ServerSettings(
+        a.host, a.port, a.workers, a.threads, base.backlog, base.graceful_seconds
+    )
+    return a.app, settings
+
+
+def main(argv: list[str] | None = None) -> None:
+    from granian import Granian
+    from granian.constants import HTTPModes, Interfaces
+    from granian.log import LogLevels
+
+    target, s = parse_args(argv, os.environ)
+    owned = metrics_dir(os.environ)
+    server = Granian(
+        target,
+        address=s.host,
+        port=s.port,
+        interface=Interfaces.WSGI,
+        workers=s.workers,
+        blocking_threads=s.threads,
+        # Webhook senders and the proxies in front of us speak HTTP/1.1.
+        http=HTTPModes.http1,
+        websockets=False,
+        backlog=s.backlog,
+        # A worker that dies (a crash, the OOM killer) is replaced, as the others serve on.
+        respawn_failed_workers=True,
+        respawn_interval=1.0,
+        workers_kill_timeout=s.graceful_seconds,
+        log_level=LogLevels.info,
+    )
+    if owned:
+        server.on_shutdown(lambda: shutil.rmtree(owned, ignore_errors=True))
+    server.serve()
