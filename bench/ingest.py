@@ -41,6 +41,7 @@ import _load
 import _wrk
 import psycopg
 
+from inbox.config import Settings
 from web import serve
 from web.keepalive import keepalive_requests
 
@@ -95,7 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--pool-size",
         type=int,
         default=None,
-        help="INBOX_DB_POOL_SIZE per worker process of the real receiver (default: --threads)",
+        help="INBOX_DB_POOL_SIZE per worker process of the real receiver (default as deployed)",
     )
     p.add_argument(
         "--load-procs",
@@ -127,8 +128,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.load = "wrk" if _wrk.available() else "python"
     elif args.load == "wrk" and not _wrk.available():
         p.error("wrk is not installed (apt-get install wrk)")
-    if args.pool_size is None:
-        args.pool_size = args.threads
+    if args.pool_size is None:  # as deployed
+        args.pool_size = int(os.environ.get("INBOX_DB_POOL_SIZE") or Settings.pool_size)
     return args
 
 

@@ -330,7 +330,7 @@ def test_the_web_server_makes_its_own_directory_when_none_is_set(tmp_path, monke
 
 def test_the_web_server_sizes_workers_by_cores():
     s = serve.server_settings({})
-    assert (s.workers, s.threads, s.port) == (os.cpu_count(), 8, 8000)
+    assert (s.workers, s.threads, s.port) == (os.cpu_count(), 24, 8000)
     told = serve.server_settings({"WEB_CONCURRENCY": "3", "WEB_THREADS": "5", "PORT": "9"})
     assert (told.workers, told.threads, told.port) == (3, 5, 9)
     target, flags = serve.parse_args(["--workers", "2", "--app", "x:y"], {"WEB_THREADS": "4"})
