@@ -1,6 +1,12 @@
 """A short-lived cache of sources, so the hot path does not read them on every request.
 
-Changes (new secrets, a disabled source) take effect within ``ttl`` seconds.
+Changes (new secrets, a disabled source) take effect within ``ttl`` seconds, plus the time
+one refresh takes (at most ``2 * ttl``).
+
+When an entry expires, one request reads it again while the others go on with the entry
+they have. Without that, every request arriving during the refresh made its own query,
+each taking a pool connection, the claims' included: under load that stalled a worker's
+requests for 100-170 ms every ``ttl`` seconds (bench/ingest.md).
 """
 
 from __future__ import annotations
@@ -19,18 +25,40 @@ class RouteCache:
         self._ttl = ttl
         self._lock = threading.Lock()
         self._entries: dict[tuple[str, str], tuple[float, Source | None]] = {}
+        self._refreshing: set[tuple[str, str]] = set()
 
     def get(self, tenant: str, source: str) -> Source | None:
         key = (tenant, source)
         now = time.monotonic()
         hit = self._entries.get(key)
-        if hit is not None and hit[0] > now:
-            return hit[1]
-        with self._engine.connect() as conn:
-            found = find_source(conn, tenant, source)
-        if self._ttl > 0:
-            with self._lock:
-                if len(self._entries) > 10_000:
-                    self._entries.clear()
-                self._entries[key] = (now + self._ttl, found)
-        return found
+        if hit is not None:
+            expires, found = hit
+            if now < expires:
+                return found
+            if now < expires + self._ttl:
+                if not self._take_refresh(key):
+                    return found  # another request is reading it; this one keeps what there is
+                return self._load(key, now, refreshing=True)
+        return self._load(key, now, refreshing=False)
+
+    def _take_refresh(self, key: tuple[str, str]) -> bool:
+        with self._lock:
+            if key in self._refreshing:
+                return False
+            self._refreshing.add(key)
+            return True
+
+    def _load(self, key: tuple[str, str], now: float, refreshing: bool) -> Source | None:
+        try:
+            with self._engine.connect() as conn:
+                found = find_source(conn, *key)
+            if self._ttl > 0:
+                with self._lock:
+                    if len(self._entries) > 10_000:
+                        self._entries.clear()
+                    self._entries[key] = (now + self._ttl, found)
+            return found
+        finally:
+            if refreshing:
+                with self._lock:
+                    self._refreshing.discard(key)
