@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import logging
 import os
 import re
 import shutil
@@ -100,6 +101,26 @@ def metrics_dir(environ: MutableMapping[str, str]) -> str | None:
 # -- granian -----------------------------------------------------------------------------
 
 
+class _ThreadCountNotice(logging.Filter):
+    """Drops granian's warning that more than 2 x cores + 1 threads "seems quite high": it
+    assumes threads that compute, and ours mostly wait on the database (bench/ingest.md
+    measured 24 against 8)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Python threads" not in record.getMessage()
+
+
+def log_config() -> dict[str, object]:
+    """granian's own log lines as the project's JSON lines on stderr, like every other
+    process's (its default is plain text on stdout)."""
+    stream = {"class": "logging.StreamHandler", "stream": "ext://sys.stderr", "formatter": "json"}
+    return {
+        "filters": {"threads": {"()": _ThreadCountNotice}},
+        "formatters": {"json": {"()": "inbox.logs.JsonFormatter"}},
+        "handlers": {"console": {**stream, "filters": ["threads"]}, "access": stream},
+    }
+
+
 def parse_args(argv: list[str] | None, env: Mapping[str, str]) -> tuple[str, ServerSettings]:
     base = server_settings(env)
     p = argparse.ArgumentParser(prog="python -m web", description="Serve the web app.")
@@ -138,6 +159,7 @@ def main(argv: list[str] | None = None) -> None:
         respawn_interval=1.0,
         workers_kill_timeout=s.graceful_seconds,
         log_level=LogLevels.info,
+        log_dictconfig=log_config(),
     )
     if owned:
         server.on_shutdown(lambda: shutil.rmtree(owned, ignore_errors=True))

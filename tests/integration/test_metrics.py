@@ -7,6 +7,7 @@ exact values of their label sets.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -396,3 +397,21 @@ def test_readyz_without_a_broker_checks_the_database_only(settings, engine, dead
     assert status == 200 and body["checks"] == {"database": "ok", "broker": "not configured"}
     status, body = ready(settings, dead_engine)
     assert status == 503 and body["checks"]["database"] != "ok"
+
+
+def test_the_web_servers_log_lines_are_json_without_the_thread_count_notice(capsys):
+    from granian.log import LogLevels, configure_logging
+
+    configure_logging(LogLevels.info, serve.log_config())
+    try:
+        granian_log = logging.getLogger("_granian")
+        granian_log.warning("Configuration allows spawning up to 24 Python threads, ...")
+        granian_log.info("Listening at: http://127.0.0.1:8000")
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert [json.loads(line)["message"] for line in lines] == [
+            "Listening at: http://127.0.0.1:8000"
+        ]
+    finally:  # leave the root logger and granian's loggers as the other tests expect
+        for name in ("_granian", "granian.access"):
+            logging.getLogger(name).handlers.clear()
+            logging.getLogger(name).propagate = True
