@@ -106,13 +106,17 @@ def celery_beat(app: str, env: dict[str, str], tag: str) -> Proc:
     return Proc(args, env, tag)
 
 
-def web(app: str, env: dict[str, str], workers: int, threads: int) -> tuple[Proc, int]:
-    """The project's web server (``python -m web``, as the Procfile runs it)."""
-    port = free_port()
-    args = [
+def web_args(app: str, port: int, workers: int, threads: int) -> list[str]:
+    """The project's web server (``python -m web``, as the Procfile runs it) on 127.0.0.1."""
+    return [
         *(str(BIN / "python"), "-m", "web", "--app", app, "--host", "127.0.0.1"),
         *("--port", str(port), "--workers", str(workers), "--threads", str(threads)),
     ]
+
+
+def web(app: str, env: dict[str, str], workers: int, threads: int) -> tuple[Proc, int]:
+    port = free_port()
+    args = web_args(app, port, workers, threads)
     return Proc(args, {"WEB_GRACEFUL_TIMEOUT": "5", **env}, f"web-{port}"), port
 
 

@@ -26,7 +26,6 @@ import math
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ import _cpu
 import _load
 import _wrk
 import psycopg
+from _drain_procs import free_port, web_args
 
 from inbox.config import Settings
 from web import serve
@@ -198,12 +198,6 @@ def server_info(db_url: str) -> dict[str, str]:
 # -- the web server ---------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
 def settings_line(args: argparse.Namespace) -> str:
     return f"python -m web --workers {args.workers} --threads {args.threads}"
 
@@ -226,10 +220,7 @@ class Receiver:
             "PYTHONPATH": str(BENCH),  # for the naive receiver's module
             "WEB_KEEPALIVE_REQUESTS": str(args.keepalive_requests),
         }
-        self.cmd = [
-            *(sys.executable, "-m", "web", "--app", APPS[name], "--host", HOST),
-            *("--port", str(port), "--workers", str(args.workers), "--threads", str(args.threads)),
-        ]
+        self.cmd = web_args(APPS[name], port, args.workers, args.threads)
         self.log_path = RESULTS / f"web-{name}.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(

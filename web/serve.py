@@ -26,7 +26,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -130,10 +130,7 @@ def parse_args(argv: list[str] | None, env: Mapping[str, str]) -> tuple[str, Ser
     p.add_argument("--workers", type=int, default=base.workers)
     p.add_argument("--threads", type=int, default=base.threads)
     a = p.parse_args(argv)
-    settings = ServerSettings(
-        a.host, a.port, a.workers, a.threads, base.backlog, base.graceful_seconds
-    )
-    return a.app, settings
+    return a.app, replace(base, host=a.host, port=a.port, workers=a.workers, threads=a.threads)
 
 
 def main(argv: list[str] | None = None) -> None:
