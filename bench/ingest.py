@@ -37,6 +37,7 @@ from typing import Any
 
 import _cpu
 import _load
+import _speed
 import _wrk
 import psycopg
 from _drain_procs import free_port, web_args
@@ -409,11 +410,10 @@ def compare(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def targets(levels: list[dict[str, Any]], ratios: list[dict[str, Any]]) -> dict[str, Any]:
     """Judged at TARGET_SENDERS on the medians over the runs (one run: its own figures)."""
-    p99s = [
-        lv["p99_ms"]
-        for lv in levels
-        if lv["receiver"] == "real" and lv["senders"] == TARGET_SENDERS
+    mine_levels = [
+        lv for lv in levels if lv["receiver"] == "real" and lv["senders"] == TARGET_SENDERS
     ]
+    p99s = [lv["p99_ms"] for lv in mine_levels]
     mine = [r for r in ratios if r["senders"] == TARGET_SENDERS]
     per_run = [r["throughput_ratio"] for r in mine if r["run"] != 0]
     ratio = _median(per_run) if per_run else None
@@ -430,6 +430,7 @@ def targets(levels: list[dict[str, Any]], ratios: list[dict[str, Any]]) -> dict[
         "p99s_ms": p99s,
         "p99_met": None if p99 is None else p99 < TARGET_P99_MS,
         "p99_runs_met": sum(1 for v in p99s if v < TARGET_P99_MS),
+        "speed_probes_us": [lv.get("speed_probe_us") for lv in mine_levels],
     }
 
 
@@ -474,6 +475,13 @@ def print_report(report: dict[str, Any]) -> None:
             f"  (medians over {tgt['runs']} runs; p99 per run: "
             + ", ".join(_fmt(v) for v in tgt["p99s_ms"])
             + f" ms, under {TARGET_P99_MS:.0f} in {tgt['p99_runs_met']})"
+        )
+    probes = [v for v in tgt.get("speed_probes_us", []) if v is not None]
+    if probes:
+        print(
+            "  (speed probe before each of those runs, us, lower is faster: "
+            + ", ".join(f"{v:.2f}" for v in probes)
+            + ")"
         )
     noisy = [
         f"{lv['receiver']}/{lv['senders']}"
@@ -548,9 +556,12 @@ def main(argv: list[str] | None = None) -> int:
         correctness: dict[str, Any] = {}
         for run in range(1, args.repeats + 1):
             for receiver in args.receiver_list:
+                speed = _speed.probe_us()  # on the idle machine, before the server starts
+                print(f"run {run} {receiver}: speed probe {speed:.2f} us", flush=True)
                 mine = drive(receiver, args, db_url, f"{run_tag}-r{run}")
                 for level in mine:
                     level["run"] = run
+                    level["speed_probe_us"] = speed
                 levels.extend(mine)
         for receiver in args.receiver_list:  # rows accumulate over the runs
             mine = [lv for lv in levels if lv["receiver"] == receiver]
