@@ -17,6 +17,7 @@ source deleted meanwhile) fails only itself: the others are retried one by one.
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 from collections import deque
@@ -126,6 +127,17 @@ def insert(engine: Engine, rows: list[tuple[Any, ...]]) -> dict[str, int]:
         pooled.close()  # the pool drops a connection that died
 
 
+def _own_copy(error: BaseException) -> BaseException:
+    """A copy of a failed statement's error for one of the claims it carried: each thread
+    raises an object of its own, instead of all of them growing one shared traceback."""
+    try:
+        twin = copy.copy(error)
+    except Exception:  # an exception that cannot be copied: a fresh one of its kind
+        return type(error)(*error.args) if isinstance(error, Exception) else error
+    twin.__traceback__ = None
+    return twin
+
+
 class _Ticket:
     """One waiting claim. ``wake`` is held until the thread may go on."""
 
@@ -174,7 +186,9 @@ class Claims:
         if ticket.alone:
             return insert(self._engine, [ticket.row]).get(ticket.public_id)
         if ticket.error is not None:
-            raise ticket.error
+            if lead:
+                raise ticket.error
+            raise _own_copy(ticket.error) from ticket.error
         return ticket.event_id
 
     def _take(self) -> list[_Ticket]:
