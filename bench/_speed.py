@@ -6,7 +6,9 @@ does the kind of work the receiver does per event (an HMAC-SHA256 and a SHA-256 
 1 KiB body, ``json.loads`` of it, a small dict built from header-like pairs), alone on an
 idle machine before each run, so a slow run can be told from a slow machine.
 
-The figure is the best of a few rounds, in microseconds per iteration: lower is faster.
+The figure is the best of a few rounds, in microseconds per iteration: lower is faster,
+taken on each CPU in turn. It is a snapshot: on the shared machines each CPU has been seen
+to switch between ~12 and ~22 us from one second to the next.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import time
 
 ITERATIONS = 2000
@@ -43,3 +46,16 @@ def probe_us() -> float:
         _once()
         best = min(best, time.perf_counter() - start)
     return best * 1e6 / ITERATIONS
+
+
+def probe_cpus() -> list[float]:
+    """``probe_us`` on each CPU this process may run on, one after the other."""
+    allowed = os.sched_getaffinity(0)
+    out = []
+    try:
+        for cpu in sorted(allowed):
+            os.sched_setaffinity(0, {cpu})
+            out.append(probe_us())
+    finally:
+        os.sched_setaffinity(0, allowed)
+    return out

@@ -479,8 +479,8 @@ def print_report(report: dict[str, Any]) -> None:
     probes = [v for v in tgt.get("speed_probes_us", []) if v is not None]
     if probes:
         print(
-            "  (speed probe before each of those runs, us, lower is faster: "
-            + ", ".join(f"{v:.2f}" for v in probes)
+            "  (speed probe per CPU before each of those runs, us, lower is faster: "
+            + ", ".join(" / ".join(f"{v:.2f}" for v in cpus) for cpus in probes)
             + ")"
         )
     noisy = [
@@ -556,8 +556,9 @@ def main(argv: list[str] | None = None) -> int:
         correctness: dict[str, Any] = {}
         for run in range(1, args.repeats + 1):
             for receiver in args.receiver_list:
-                speed = _speed.probe_us()  # on the idle machine, before the server starts
-                print(f"run {run} {receiver}: speed probe {speed:.2f} us", flush=True)
+                speed = _speed.probe_cpus()  # on the idle machine, before the server starts
+                shown = " / ".join(f"{v:.2f}" for v in speed)
+                print(f"run {run} {receiver}: speed probe {shown} us per CPU", flush=True)
                 mine = drive(receiver, args, db_url, f"{run_tag}-r{run}")
                 for level in mine:
                     level["run"] = run
