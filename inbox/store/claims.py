@@ -129,13 +129,12 @@ def insert(engine: Engine, rows: list[tuple[Any, ...]]) -> dict[str, int]:
 
 def _own_copy(error: BaseException) -> BaseException:
     """A copy of a failed statement's error for one of the claims it carried: each thread
-    raises an object of its own, instead of all of them growing one shared traceback."""
+    raises an object of its own, instead of all of them growing one shared traceback.
+    The copy has no traceback yet and keeps the driver's details (sqlstate, diag)."""
     try:
-        twin = copy.copy(error)
-    except Exception:  # an exception that cannot be copied: a fresh one of its kind
-        return type(error)(*error.args) if isinstance(error, Exception) else error
-    twin.__traceback__ = None
-    return twin
+        return copy.copy(error)
+    except Exception:  # cannot be copied: the shared object, rather than a new failure
+        return error
 
 
 class _Ticket:
@@ -186,9 +185,10 @@ class Claims:
         if ticket.alone:
             return insert(self._engine, [ticket.row]).get(ticket.public_id)
         if ticket.error is not None:
-            if lead:
-                raise ticket.error
-            raise _own_copy(ticket.error) from ticket.error
+            own = ticket.error if lead else _own_copy(ticket.error)
+            if own is ticket.error:
+                raise own
+            raise own from ticket.error
         return ticket.event_id
 
     def _take(self) -> list[_Ticket]:
