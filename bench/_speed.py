@@ -59,3 +59,8 @@ def probe_cpus() -> list[float]:
     finally:
         os.sched_setaffinity(0, allowed)
     return out
+
+
+def shown(values: list[float]) -> str:
+    """Per-CPU figures as printed: ``12.22 / 21.06``."""
+    return " / ".join(f"{v:.2f}" for v in values)

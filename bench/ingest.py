@@ -73,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run all receivers this many times, alternating; targets judged on the medians",
     )
     p.add_argument("--receivers", default="real,naive", help="which receivers, in order")
-    # The web server's defaults (web/serve.py): one worker per core, 8 threads.
+    # The web server's defaults (web/serve.py): one worker per core, 24 threads.
     deployed = serve.server_settings(os.environ)
     p.add_argument(
         "--workers",
@@ -480,7 +480,7 @@ def print_report(report: dict[str, Any]) -> None:
     if probes:
         print(
             "  (speed probe per CPU before each of those runs, us, lower is faster: "
-            + ", ".join(" / ".join(f"{v:.2f}" for v in cpus) for cpus in probes)
+            + ", ".join(_speed.shown(cpus) for cpus in probes)
             + ")"
         )
     noisy = [
@@ -557,8 +557,10 @@ def main(argv: list[str] | None = None) -> int:
         for run in range(1, args.repeats + 1):
             for receiver in args.receiver_list:
                 speed = _speed.probe_cpus()  # on the idle machine, before the server starts
-                shown = " / ".join(f"{v:.2f}" for v in speed)
-                print(f"run {run} {receiver}: speed probe {shown} us per CPU", flush=True)
+                print(
+                    f"run {run} {receiver}: speed probe {_speed.shown(speed)} us per CPU",
+                    flush=True,
+                )
                 mine = drive(receiver, args, db_url, f"{run_tag}-r{run}")
                 for level in mine:
                     level["run"] = run
