@@ -16,12 +16,12 @@ setup: $(STAMP)
 
 ## make run: web + worker + beat on the embedded PostgreSQL/Redis unless DATABASE_URL/REDIS_URL are set
 run: setup
-	$(BIN)/python -m inbox.devrun
+	$(BIN)/python -m dev.devrun
 
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy inbox web workers
+	$(BIN)/mypy inbox web workers dev
 	$(BIN)/lint-imports
 
 ## make test: lint, type-check, import contracts, then the whole suite

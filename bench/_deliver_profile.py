@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from inbox.courier import deliver_once
+from inbox.services.courier import deliver_once
 
 # (label, file suffix, function name) picked out of the cProfile table.
 _PARTS = [

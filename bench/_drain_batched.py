@@ -27,13 +27,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
-from inbox.bodyschema import check_body
-from inbox.config import Settings
-from inbox.drain import DrainResult, run_config, worker_id
-from inbox.playbooks import EventView, Playbook, StepContext, registry
-from inbox.runner import RunConfig, _failed, is_pure, run_claimed
+from inbox.domain.bodyschema import check_body
+from inbox.domain.playbooks import EventView, Playbook, StepContext, registry
+from inbox.domain.records import Claim, LoadedEvent
+from inbox.infra.config import Settings
+from inbox.services.drain import DrainResult, run_config, worker_id
+from inbox.services.runner import RunConfig, _failed, is_pure, run_claimed
 from inbox.store import queue
-from inbox.store.queue import Claim, LoadedEvent
 
 Notify = Callable[[set[int]], None]
 

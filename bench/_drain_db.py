@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import psycopg
 from sqlalchemy import create_engine
 
-from inbox import migrate
-from inbox.sources import SourceOptions
+from inbox.domain.sources import SourceOptions
+from inbox.store import migrate
 from inbox.store import sources as store
 from inbox.store.engine import sqlalchemy_url
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inbox.playbooks import Playbook, StepContext, register
+from inbox.domain.playbooks import Playbook, StepContext, register
 
 NAME = "bench-noop"
 

@@ -28,8 +28,8 @@ import psycopg
 from _drain_db import BenchSource, insert_pending, reset_events
 from sqlalchemy import Engine, event, text
 
-from inbox.config import Settings
-from inbox.drain import DrainResult, drain_once
+from inbox.infra.config import Settings
+from inbox.services.drain import DrainResult, drain_once
 from inbox.store import queue
 from inbox.store.engine import make_engine
 

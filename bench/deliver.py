@@ -45,8 +45,9 @@ import redis  # noqa: E402
 from celery import Celery  # noqa: E402
 from sqlalchemy import Engine, create_engine  # noqa: E402
 
-from inbox import callbacks, migrate  # noqa: E402
+from inbox.domain import callbacks  # noqa: E402
 from inbox.store import endpoints as estore  # noqa: E402
+from inbox.store import migrate  # noqa: E402
 from inbox.store import sources as sstore  # noqa: E402
 from inbox.store.engine import sqlalchemy_url  # noqa: E402
 from tests.procs import CeleryProc  # noqa: E402

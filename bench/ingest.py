@@ -42,7 +42,7 @@ import _wrk
 import psycopg
 from _drain_procs import free_port, web_args
 
-from inbox.config import Settings
+from inbox.infra.config import Settings
 from web import serve
 from web.keepalive import keepalive_requests
 
@@ -147,7 +147,7 @@ def create_database(pg_url: str) -> tuple[str, str]:
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = _with_db(pg_url, name)
-    from inbox import migrate
+    from inbox.store import migrate
 
     migrate.upgrade(url)
     return name, url

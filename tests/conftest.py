@@ -18,9 +18,11 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, text
 
-from inbox import embedded, migrate
-from inbox.config import Settings
-from inbox.sources import SourceOptions
+from dev import embedded
+from inbox.domain.records import Source
+from inbox.domain.sources import SourceOptions
+from inbox.infra.config import Settings
+from inbox.store import migrate
 from inbox.store import sources as store
 from inbox.store.engine import make_engine
 from inbox.store.tables import metadata
@@ -96,7 +98,7 @@ def _clean_tables(request: pytest.FixtureRequest) -> Iterator[None]:
         conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
 
 
-SourceFactory = Callable[..., store.Source]
+SourceFactory = Callable[..., Source]
 
 
 @pytest.fixture
@@ -109,7 +111,7 @@ def make_source(engine: Engine) -> SourceFactory:
         tenant: str | None = None,
         name: str | None = None,
         **options: object,
-    ) -> store.Source:
+    ) -> Source:
         with engine.begin() as conn:
             tname = tenant or f"t{secrets.token_hex(3)}"
             if tenant is None or not any(t.name == tname for t in store.list_tenants(conn)):

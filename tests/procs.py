@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from inbox.embedded import free_port
+from dev.embedded import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -12,8 +12,8 @@ from typing import Any
 
 import psycopg
 
-from inbox.errors import PermanentError
-from inbox.playbooks import Playbook, StepContext, register
+from inbox.domain.errors import PermanentError
+from inbox.domain.playbooks import Playbook, StepContext, register
 
 SINK_DDL = """
 CREATE TABLE IF NOT EXISTS test_sink (

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import logging
 
-from inbox import bulk
-from inbox.bulk import NotReplayable
-from inbox.idempotency import validate_key
+from inbox.domain.idempotency import validate_key
+from inbox.services import bulk
+from inbox.services.bulk import NotReplayable
 from inbox.store import admin, operator
 from inbox.store import bulk as bulk_store
 from inbox.store import deliveries as dstore
 from inbox.store.tokens import Token
-from web.api.common import ext, hook, not_found
+from web.api.common import not_found
+from web.services import services
 
 log = logging.getLogger(__name__)
 
 
 def _ring(name: str, *args: object) -> None:
     """Best effort: the sweeper re-rings for anything due."""
-    ring = ext().get(name) if name == "doorbell" else hook(name)
+    ring = getattr(services(), name)
     if ring is None:
         return
     try:
@@ -29,7 +30,7 @@ def _ring(name: str, *args: object) -> None:
 
 def replay_event(token: Token, public_id: str) -> None:
     """quarantined → received, audited with the token's name; 404 / 409 otherwise."""
-    with ext()["engine"].begin() as conn:
+    with services().engine.begin() as conn:
         if admin.visible(conn, "events", public_id, token.tenant_id) is None:
             raise not_found("event")
         moved = operator.replay(conn, [public_id], token.name)
@@ -40,7 +41,7 @@ def replay_event(token: Token, public_id: str) -> None:
 
 def replay_delivery(token: Token, public_id: str) -> None:
     """failed → pending with the same webhook-id, audited; 404 / 409 otherwise."""
-    with ext()["engine"].begin() as conn:
+    with services().engine.begin() as conn:
         if admin.visible(conn, "deliveries", public_id, token.tenant_id) is None:
             raise not_found("delivery")
         moved = dstore.replay(conn, [public_id], token.name)
@@ -55,7 +56,7 @@ def start_bulk_replay(
     """Create (or, for the same key, find) a bulk replay job and start its runner."""
     if key is not None:
         validate_key(key)
-    with ext()["engine"].begin() as conn:
+    with services().engine.begin() as conn:
         job, created = bulk.create(conn, req, token.tenant_id, token.name, key)
     if created and job.status == "queued":
         _ring("start_bulk_replay", job.id)

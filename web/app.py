@@ -7,8 +7,9 @@ from collections.abc import Callable
 from flask import Flask
 from sqlalchemy import Engine
 
-from inbox.config import Settings
-from inbox.logs import configure_logging
+from inbox.infra import broker
+from inbox.infra.config import Settings
+from inbox.infra.logs import configure_logging
 from inbox.store.claims import Claims
 from inbox.store.engine import make_engine
 from web.api import api
@@ -17,6 +18,7 @@ from web.health import health
 from web.ingest import hooks
 from web.metrics import metrics_bp
 from web.routes import RouteCache
+from web.services import Services
 from web.ui import ui
 
 
@@ -30,20 +32,19 @@ def create_app(
     configure_logging(settings.log_level)
     app = Flask(__name__)
     engine = engine or make_engine(settings)
-    hooks_: dict[str, object] = {}
+    rings = broker.Rings()
     if doorbell is None:
-        from web.doorbell import broker_hooks, default_doorbell
-
-        doorbell = default_doorbell(settings)
-        hooks_ = broker_hooks(settings)
-    app.extensions["inbox"] = {
-        "settings": settings,
-        "engine": engine,
-        "doorbell": doorbell,
-        "routes": RouteCache(engine, route_cache_seconds),
-        "claims": Claims(engine),
-        **hooks_,
-    }
+        doorbell = broker.default_doorbell(settings)
+        rings = broker.rings(settings)
+    app.extensions["inbox"] = Services(
+        settings=settings,
+        engine=engine,
+        doorbell=doorbell,
+        routes=RouteCache(engine, route_cache_seconds),
+        claims=Claims(engine),
+        start_bulk_replay=rings.start_bulk_replay,
+        ring_couriers=rings.ring_couriers,
+    )
     register_error_handlers(app)
     app.register_blueprint(hooks)
     app.register_blueprint(health)

@@ -10,7 +10,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
-from inbox.errors import InboxError, Unavailable
+from inbox.domain.errors import InboxError, Unavailable
 
 log = logging.getLogger(__name__)
 

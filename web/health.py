@@ -5,10 +5,11 @@ from __future__ import annotations
 import socket
 from urllib.parse import urlsplit
 
-from flask import Blueprint, current_app
+from flask import Blueprint
 from sqlalchemy import text
 
-from inbox.config import Settings
+from inbox.infra.config import Settings
+from web.services import services
 
 health = Blueprint("health", __name__)
 BROKER_TIMEOUT_SECONDS = 1.0
@@ -23,15 +24,15 @@ def healthz() -> dict[str, str]:
 
 @health.get("/readyz")
 def readyz() -> tuple[dict[str, object], int]:
-    ext = current_app.extensions["inbox"]
+    ext = services()
     checks: dict[str, str] = {}
     try:
-        with ext["engine"].connect() as conn:
+        with ext.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
         checks["database"] = "ok"
     except Exception as exc:
         checks["database"] = exc.__class__.__name__
-    checks["broker"] = check_broker(ext["settings"])
+    checks["broker"] = check_broker(ext.settings)
     ok = all(v in ("ok", NOT_CONFIGURED, NOT_CHECKED) for v in checks.values())
     return {"status": "ok" if ok else "unavailable", "checks": checks}, 200 if ok else 503
 

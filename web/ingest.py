@@ -7,25 +7,27 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
-from inbox import ingest as core
-from inbox import metrics
-from inbox.errors import IdempotencyConflict, InFlight, MethodNotAllowed, NotFound, PayloadTooLarge
+from inbox.domain import intake as core
+from inbox.domain.errors import (
+    IdempotencyConflict,
+    InFlight,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+)
+from inbox.domain.records import Source
+from inbox.infra import metrics
 from inbox.store.events import stored_response
-from inbox.store.ingest import IngestResult, claim, ingest
-from inbox.store.sources import Source
+from inbox.store.intake import IngestResult, claim, ingest
 from web.errors import error_response
+from web.services import Services, services
 
 log = logging.getLogger(__name__)
 hooks = Blueprint("hooks", __name__)
 
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
-
-
-def _ext() -> dict[str, Any]:
-    ext: dict[str, Any] = current_app.extensions["inbox"]
-    return ext
 
 
 def _read_body(limit: int) -> bytes:
@@ -68,8 +70,8 @@ def _answer(result: IngestResult) -> Response:
 
 @hooks.route("/hooks/<tenant>/<source>", methods=_METHODS)
 def receive(tenant: str, source: str) -> Response:
-    ext = _ext()
-    route: Source | None = ext["routes"].get(tenant, source)
+    ext = services()
+    route: Source | None = ext.routes.get(tenant, source)
     if route is None or not route.enabled:
         raise NotFound()
     if request.method == "GET":
@@ -79,17 +81,17 @@ def receive(tenant: str, source: str) -> Response:
             return _json(handshake.status, handshake.body)
     if request.method != "POST":
         raise MethodNotAllowed()
-    limit = route.options.max_body_bytes or ext["settings"].max_body_bytes
+    limit = route.options.max_body_bytes or ext.settings.max_body_bytes
     body = _read_body(limit)
     # Only Twilio signs the URL; building it costs more than the rest of the request parsing.
     url = request.url if route.scheme == "twilio" else ""
     req = core.signed_request("POST", url, _headers(), body)
-    prepared = core.prepare(route, req, time.time(), ext["settings"].key_ttl_hours)
+    prepared = core.prepare(route, req, time.time(), ext.settings.key_ttl_hours)
     if isinstance(prepared, core.Handshake):
         return _json(prepared.status, prepared.body)
-    result = claim(ext["claims"], route, prepared)
+    result = claim(ext.claims, route, prepared)
     if result is None:  # the key is taken: a duplicate or a conflict
-        with ext["engine"].begin() as conn:
+        with ext.engine.begin() as conn:
             result = ingest(conn, route, prepared)
     metrics.record_ingest(route.tenant, route.name, result.outcome)
     # Committed. Only now may the sender hear 2xx; the doorbell is best effort.
@@ -101,12 +103,12 @@ def receive(tenant: str, source: str) -> Response:
     return _answer(result)
 
 
-def _wait_for_decision(ext: dict[str, Any], result: IngestResult, seconds: float) -> IngestResult:
+def _wait_for_decision(ext: Services, result: IngestResult, seconds: float) -> IngestResult:
     """``Prefer: wait=N``: answer with the decision if it is made within N seconds."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         time.sleep(0.05)
-        with ext["engine"].connect() as conn:
+        with ext.engine.connect() as conn:
             stored = stored_response(conn, result.event_id)
         if stored.state == "completed":
             return replace(result, status=stored.status, body=stored.body)
@@ -115,9 +117,9 @@ def _wait_for_decision(ext: dict[str, Any], result: IngestResult, seconds: float
     return result
 
 
-def _ring(ext: dict[str, Any]) -> None:
+def _ring(ext: Services) -> None:
     try:
-        ext["doorbell"]()
+        ext.doorbell()
     except Exception as exc:  # the sweeper re-rings; never fail an accepted event
         log.warning("doorbell failed: %s", exc.__class__.__name__)
 

@@ -11,7 +11,7 @@ import logging
 import os
 from collections.abc import Iterable
 
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Response, request
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 
 from inbox.store import stats
+from web.services import services
 
 log = logging.getLogger(__name__)
 metrics_bp = Blueprint("metrics", __name__)
@@ -118,6 +119,6 @@ def build_registry(engine: Engine) -> CollectorRegistry:
 
 @metrics_bp.get("/metrics")
 def metrics() -> Response:
-    engine: Engine = current_app.extensions["inbox"]["engine"]
+    engine: Engine = services().engine
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     return Response(encoder(build_registry(engine)), content_type=content_type)

@@ -16,7 +16,8 @@ import time
 
 from sqlalchemy import Engine
 
-from inbox.store.sources import Source, find_source
+from inbox.domain.records import Source
+from inbox.store.sources import find_source
 
 
 class RouteCache:

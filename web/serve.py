@@ -116,7 +116,7 @@ def log_config() -> dict[str, object]:
     stream = {"class": "logging.StreamHandler", "stream": "ext://sys.stderr", "formatter": "json"}
     return {
         "filters": {"threads": {"()": _ThreadCountNotice}},
-        "formatters": {"json": {"()": "inbox.logs.JsonFormatter"}},
+        "formatters": {"json": {"()": "inbox.infra.logs.JsonFormatter"}},
         "handlers": {"console": {**stream, "filters": ["threads"]}, "access": stream},
     }
 

@@ -12,19 +12,18 @@ import logging
 from celery import Celery
 from celery.signals import setup_logging, worker_process_init, worker_process_shutdown
 
-from inbox.config import Settings
-from inbox.logs import configure_logging
+from inbox.infra import broker
+from inbox.infra.config import Settings
+from inbox.infra.logs import configure_logging
 
 log = logging.getLogger(__name__)
-QUEUE = "inbox"
-DELIVERIES = "deliveries"
 
 
 def make_celery(settings: Settings) -> Celery:
     app = Celery("webhook_inbox", broker=settings.broker_url or None, include=["workers.tasks"])
     app.conf.update(
-        task_default_queue=QUEUE,
-        task_routes={"inbox.deliver": {"queue": DELIVERIES}},
+        task_default_queue=broker.QUEUE,
+        task_routes={broker.DELIVER: {"queue": broker.DELIVERIES}},
         # A task is acknowledged after it ran; a worker that dies mid-task gives its
         # message back. The database, not the message, says what is left to do.
         task_acks_late=True,
@@ -34,8 +33,8 @@ def make_celery(settings: Settings) -> Celery:
         broker_connection_retry_on_startup=True,
         broker_transport_options={"visibility_timeout": 3600},
         beat_schedule={
-            "inbox-sweep": {"task": "inbox.sweep", "schedule": float(settings.sweep_seconds)},
-            "inbox-prune": {"task": "inbox.prune", "schedule": 3600.0},
+            "inbox-sweep": {"task": broker.SWEEP, "schedule": float(settings.sweep_seconds)},
+            "inbox-prune": {"task": broker.PRUNE, "schedule": 3600.0},
         },
         worker_hijack_root_logger=False,
     )

@@ -5,21 +5,20 @@ from __future__ import annotations
 import logging
 import time
 
-import redis
 from sqlalchemy import Engine
 
-from inbox.bulk import run_bulk_once
-from inbox.courier import BATCH, deliver_once
-from inbox.drain import drain_once, sweep_once
+from inbox.infra import broker
+from inbox.services.bulk import run_bulk_once
+from inbox.services.courier import BATCH, deliver_once
+from inbox.services.drain import drain_once, sweep_once
 from inbox.store import bulk, deliveries
 from inbox.store.engine import make_engine
 from inbox.store.retention import prune_once
 from workers.app import app, settings
-from workers.doorbell import FLAG
 
 log = logging.getLogger(__name__)
 _engine: Engine | None = None
-_redis: redis.Redis | None = None
+_flag = broker.FlagClearer()
 DRAIN_BUDGET_SECONDS = 5.0
 
 
@@ -31,28 +30,17 @@ def engine() -> Engine:
 
 
 def reset_engine() -> None:
-    global _engine, _redis
+    global _engine
     if _engine is not None:
         _engine.dispose(close=False)
-    _engine, _redis = None, None
+    _engine = None
+    _flag.reset()
 
 
-def _clear_flag() -> None:
-    global _redis
-    if not settings.redis_url:
-        return
-    try:
-        if _redis is None:
-            _redis = redis.Redis.from_url(settings.redis_url, socket_timeout=1)
-        _redis.delete(FLAG)
-    except redis.RedisError:
-        log.warning("could not clear the doorbell flag")
-
-
-@app.task(name="inbox.drain")  # type: ignore[untyped-decorator]
+@app.task(name=broker.DRAIN)  # type: ignore[untyped-decorator]
 def drain() -> int:
     """Drain due events in batches for a few seconds; ring again if work remains."""
-    _clear_flag()
+    _flag.clear(settings.redis_url)
     deadline = time.monotonic() + DRAIN_BUDGET_SECONDS
     done, helped = 0, False
     while time.monotonic() < deadline:
@@ -72,7 +60,7 @@ def ring_couriers(endpoint_ids: set[int]) -> None:
         deliver.delay(endpoint_id)
 
 
-@app.task(name="inbox.deliver")  # type: ignore[untyped-decorator]
+@app.task(name=broker.DELIVER)  # type: ignore[untyped-decorator]
 def deliver(endpoint_id: int) -> dict[str, int]:
     """Send one endpoint's due deliveries for a few seconds; ring again if some are left."""
     deadline = time.monotonic() + DRAIN_BUDGET_SECONDS
@@ -93,7 +81,7 @@ def deliver(endpoint_id: int) -> dict[str, int]:
             return total
 
 
-@app.task(name="inbox.sweep")  # type: ignore[untyped-decorator]
+@app.task(name=broker.SWEEP)  # type: ignore[untyped-decorator]
 def sweep() -> dict[str, int]:
     """The lifeline: requeue expired leases and re-ring for anything due."""
     result = sweep_once(engine())
@@ -107,7 +95,7 @@ def sweep() -> dict[str, int]:
     return {"requeued": result.requeued, "quarantined": result.quarantined, "due": result.due}
 
 
-@app.task(name="inbox.prune")  # type: ignore[untyped-decorator]
+@app.task(name=broker.PRUNE)  # type: ignore[untyped-decorator]
 def prune() -> dict[str, object]:
     """Retention: expired keys, old raw bodies, old delivery attempts."""
     r = prune_once(engine(), settings)
@@ -119,7 +107,7 @@ def prune() -> dict[str, object]:
     }
 
 
-@app.task(name="inbox.bulk_replay")  # type: ignore[untyped-decorator]
+@app.task(name=broker.BULK_REPLAY)  # type: ignore[untyped-decorator]
 def bulk_replay(job_id: int) -> dict[str, object]:
     """Run a bulk replay at its rate for a few minutes; continue in a fresh task if needed."""
     r = run_bulk_once(

@@ -12,7 +12,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from inbox.store.queue import LOAD_COLUMNS, Claim, LoadedEvent, to_loaded
+from inbox.domain.records import Claim, LoadedEvent
+from inbox.store.queue import LOAD_COLUMNS, to_loaded
 
 _LOAD_MANY = text(
     LOAD_COLUMNS

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from inbox.errors import BadRequest, IdempotencyConflict, InboxError
+from inbox.domain.errors import BadRequest, IdempotencyConflict, InboxError
 from inbox.store import admin
 
 

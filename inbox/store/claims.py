@@ -28,8 +28,8 @@ import psycopg
 from sqlalchemy import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from inbox.ingest import Prepared
-from inbox.store.sources import Source
+from inbox.domain.intake import Prepared
+from inbox.domain.records import Source
 
 _COLUMNS = """public_id, tenant_id, source_id, key_digest, key_expires_at, event_type,
     business_key_digest, ordering_key, content_type, body, body_sha256, headers,

@@ -10,8 +10,8 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection, text
 
-from inbox import callbacks
-from inbox.callbacks import Outgoing
+from inbox.domain import callbacks
+from inbox.domain.callbacks import Outgoing
 
 
 def enqueue(

@@ -3,32 +3,14 @@
 from __future__ import annotations
 
 import secrets as pysecrets
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Select, func, insert, select, update
 
-from inbox.errors import BadRequest, NotFound
+from inbox.domain.errors import BadRequest, NotFound
+from inbox.domain.records import Endpoint
 from inbox.store.sources import get_tenant
 from inbox.store.tables import endpoint_secrets, endpoints, tenants
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    id: int
-    public_id: str
-    tenant_id: int
-    tenant: str
-    url: str
-    event_types: tuple[str, ...] | None
-    enabled: bool
-    disabled_reason: str | None
-    max_attempts: int
-    retry_schedule: tuple[int, ...]
-    timeout_ms: int
-    max_in_flight: int
-    secrets: tuple[str, ...]
-    failing: bool = False
 
 
 def _query() -> Select[Any]:

@@ -6,7 +6,7 @@ import os
 
 from sqlalchemy import Engine, create_engine
 
-from inbox.config import Settings
+from inbox.infra.config import Settings
 
 
 def sqlalchemy_url(url: str | None = None) -> str:

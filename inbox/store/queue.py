@@ -8,19 +8,12 @@ database clock. A worker whose lease expired, or was taken over, commits nothing
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, text
 
-from inbox.errors import LeaseLost
-
-
-@dataclass(frozen=True)
-class Claim:
-    id: int
-    fence: int
-
+from inbox.domain.errors import LeaseLost
+from inbox.domain.records import Claim, LoadedEvent
 
 # Fair across tenants: tenants are visited in random order and each gives at most
 # :per_tenant due events, so one tenant's backlog cannot fill every batch; what is
@@ -77,26 +70,6 @@ def claim(conn: Connection, owner: str, limit: int, lease_seconds: float) -> lis
         _CLAIM, {"owner": owner, "limit": limit, "per_tenant": per_tenant, "lease": lease_seconds}
     )
     return sorted((Claim(r.id, r.fence) for r in rows), key=lambda c: c.id)
-
-
-@dataclass(frozen=True)
-class LoadedEvent:
-    id: int
-    public_id: str
-    tenant_id: int
-    tenant: str
-    source: str
-    source_options: dict[str, Any]
-    event_type: str | None
-    business_key_digest: bytes | None
-    content_type: str
-    body: bytes
-    attempts: int
-    max_attempts: int
-    sync: bool
-    steps: dict[str, Any]
-    # Seconds since the event was received, by the database clock, when it was loaded.
-    age_seconds: float = 0.0
 
 
 LOAD_COLUMNS = """

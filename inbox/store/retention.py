@@ -42,14 +42,14 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
-from inbox.config import Settings
-from inbox.retention import (
+from inbox.domain.retention import (
     DEFAULT_RETENTION_DAYS,
     PruneResult,
     key_window_hours,
     key_window_problem,
     retry_horizon_hours,
 )
+from inbox.infra.config import Settings
 from inbox.store.sources import list_sources
 
 log = logging.getLogger(__name__)

@@ -2,38 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Select, and_, func, insert, select, update
 
-from inbox.errors import BadRequest, NotFound
-from inbox.retention import check_key_window
-from inbox.sources import SourceOptions
+from inbox.domain.errors import BadRequest, NotFound
+from inbox.domain.records import Source, Tenant
+from inbox.domain.retention import check_key_window
+from inbox.domain.sources import SourceOptions
 from inbox.store.tables import source_secrets, sources, tenants
-
-
-@dataclass(frozen=True)
-class Tenant:
-    id: int
-    name: str
-    disabled: bool
-
-
-@dataclass(frozen=True)
-class Source:
-    id: int
-    tenant_id: int
-    tenant: str
-    name: str
-    scheme: str
-    enabled: bool
-    options: SourceOptions
-    secrets: tuple[str, ...]
-
-    @property
-    def path(self) -> str:
-        return f"/hooks/{self.tenant}/{self.name}"
 
 
 def create_tenant(conn: Connection, name: str) -> Tenant:

@@ -7,8 +7,8 @@ from datetime import datetime
 
 from sqlalchemy import Connection, text
 
-from inbox import tokens
-from inbox.errors import BadRequest, NotFound
+from inbox.domain import tokens
+from inbox.domain.errors import BadRequest, NotFound
 
 
 @dataclass(frozen=True)

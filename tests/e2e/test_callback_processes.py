@@ -11,8 +11,8 @@ import pytest
 import redis
 from sqlalchemy import text
 
-from inbox import callbacks
-from inbox.sources import SourceOptions
+from inbox.domain import callbacks
+from inbox.domain.sources import SourceOptions
 from inbox.store import endpoints as estore
 from inbox.store import sources as sstore
 from tests.e2e.test_worker_processes import wait_for

@@ -130,7 +130,7 @@ def test_doorbell_makes_an_event_complete_without_waiting_for_a_sweep(
 
 
 def test_rabbitmq_as_the_broker_by_changing_only_the_url(env, procs, make_source, engine):
-    from inbox.embedded import reachable
+    from dev.embedded import reachable
 
     if not reachable("127.0.0.1", 5672):
         pytest.skip("no RabbitMQ at 127.0.0.1:5672")

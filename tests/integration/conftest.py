@@ -7,7 +7,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
-from inbox.config import Settings
+from inbox.infra.config import Settings
 from web import create_app
 
 

@@ -10,10 +10,9 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
 
-import inbox.cli_tokens  # noqa: F401  (registers `inbox tokens`)
-from inbox import callbacks
-from inbox import tokens as tokenfmt
 from inbox.cli import main
+from inbox.domain import callbacks
+from inbox.domain import tokens as tokenfmt
 from inbox.store import endpoints as estore
 from inbox.store import tokens as tstore
 from tests.helpers import body_of, hmac_headers
@@ -315,7 +314,7 @@ def test_deliveries_list_show_and_replay_ring_the_couriers(
 ):
     mine, theirs = failed_deliveries("ta", 3), failed_deliveries("tb", 1)
     rung: list[set[int]] = []
-    app.extensions["inbox"]["ring_couriers"] = rung.append
+    app.extensions["inbox"].ring_couriers = rung.append
     listed = client.get("/api/v1/deliveries?state=failed", headers=world["viewer_a"]).json
     assert {d["public_id"] for d in listed["items"]} == set(mine)
     assert client.get(f"/api/v1/deliveries/{theirs[0]}", headers=world["op_a"]).status_code == 404

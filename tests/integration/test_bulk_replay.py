@@ -8,7 +8,7 @@ import time
 import pytest
 from sqlalchemy import text
 
-from inbox.bulk import run_bulk_once
+from inbox.services.bulk import run_bulk_once
 from inbox.store import bulk as bstore
 from tests.integration.test_api import make_token, quarantine
 
@@ -242,7 +242,7 @@ def test_bulk_replay_of_failed_deliveries_rings_the_couriers(client, app, engine
             {"t": src.tenant_id, "ep": ep.id},
         )
     started: list[int] = []
-    app.extensions["inbox"]["start_bulk_replay"] = started.append
+    app.extensions["inbox"].start_bulk_replay = started.append
     job = client.post(
         "/api/v1/replays",
         headers=op,

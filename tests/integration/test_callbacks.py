@@ -14,11 +14,12 @@ from click.testing import CliRunner
 from sqlalchemy import text
 from standardwebhooks import Webhook
 
-from inbox import callbacks
 from inbox.cli import main
-from inbox.config import Settings
-from inbox.courier import deliver_once
-from inbox.drain import drain_once
+from inbox.domain import callbacks
+from inbox.domain.records import Endpoint
+from inbox.infra.config import Settings
+from inbox.services.courier import deliver_once
+from inbox.services.drain import drain_once
 from inbox.store import deliveries as dstore
 from inbox.store import endpoints as estore
 from tests.helpers import body_of, hmac_headers
@@ -37,7 +38,7 @@ def wsettings(settings: Settings) -> Settings:
     return Settings(database_url=settings.database_url)
 
 
-def endpoint(engine, tenant: str, url: str, secret: str | None = None, **opts) -> estore.Endpoint:
+def endpoint(engine, tenant: str, url: str, secret: str | None = None, **opts) -> Endpoint:
     with engine.begin() as conn:
         opts.setdefault("retry_schedule", [0])
         return estore.create_endpoint(conn, tenant, url, secret or callbacks.new_secret(), **opts)

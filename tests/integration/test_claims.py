@@ -18,10 +18,10 @@ import psycopg
 import pytest
 from sqlalchemy import Connection, Engine, text
 
-from inbox.ingest import Prepared
+from inbox.domain.intake import Prepared
+from inbox.domain.records import Source
 from inbox.store.claims import Claims, execute, row
-from inbox.store.ingest import ingest
-from inbox.store.sources import Source
+from inbox.store.intake import ingest
 
 
 def _event(key: str | None, event_type: str = "t") -> Prepared:

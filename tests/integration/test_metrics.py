@@ -23,8 +23,8 @@ from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, text
 
-from inbox import metrics
-from inbox.config import Settings
+from inbox.infra import metrics
+from inbox.infra.config import Settings
 from inbox.store import endpoints as estore
 from inbox.store.engine import make_engine
 from tests.helpers import body_of, hmac_headers
@@ -244,7 +244,7 @@ def test_record_functions_never_raise():
 
 WRITER = """
 import sys
-from inbox import metrics
+from inbox.infra import metrics
 for _ in range(int(sys.argv[1])):
     metrics.record_ingest("mp-tenant", "mp-source", "accepted")
 metrics.record_completed("mp-tenant", "mp-source", float(sys.argv[2]), "completed")
@@ -253,14 +253,14 @@ metrics.record_sweep(int(sys.argv[1]), 0)
 
 READER = """
 import os
-from inbox.config import Settings
+from inbox.infra.config import Settings
 from web import create_app
 from web.metrics import metrics_bp
 app = create_app(Settings(database_url=os.environ["DATABASE_URL"]), doorbell=lambda: None)
 if "metrics" not in app.blueprints:
     app.register_blueprint(metrics_bp)
 print(app.test_client().get("/metrics").get_data(as_text=True))
-app.extensions["inbox"]["engine"].dispose()
+app.extensions["inbox"].engine.dispose()
 """
 
 
@@ -343,7 +343,7 @@ import gc, json
 before = gc.get_freeze_count()
 import web.wsgi
 print(json.dumps({"before": before, "after": gc.get_freeze_count()}))
-web.wsgi.app.extensions["inbox"]["engine"].dispose()
+web.wsgi.app.extensions["inbox"].engine.dispose()
 """
 
 

@@ -11,8 +11,8 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.exc import IntegrityError
 
-from inbox import migrate
-from inbox.states import ALLOWED
+from inbox.domain.states import ALLOWED
+from inbox.store import migrate
 from inbox.store.engine import sqlalchemy_url
 from inbox.store.tables import metadata
 

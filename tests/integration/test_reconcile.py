@@ -11,11 +11,10 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
 
-import inbox.cli_ops  # noqa: F401  (registers prune and reconcile on the CLI)
-from inbox import reconcile as rec
 from inbox.cli import main
-from inbox.errors import BadRequest
-from inbox.idempotency import key_digest
+from inbox.domain.errors import BadRequest
+from inbox.domain.idempotency import key_digest
+from inbox.services import reconcile as rec
 from inbox.store import reconcile as rstore
 from tests.helpers import body_of, hmac_headers
 

@@ -9,12 +9,11 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
 
-import inbox.cli_ops  # noqa: F401  (registers prune and reconcile on the CLI)
 from inbox.cli import main
-from inbox.config import Settings
-from inbox.drain import drain_once
-from inbox.errors import BadRequest
-from inbox.idempotency import key_digest
+from inbox.domain.errors import BadRequest
+from inbox.domain.idempotency import key_digest
+from inbox.infra.config import Settings
+from inbox.services.drain import drain_once
 from inbox.store.retention import prune_once
 from tests.helpers import body_of, hmac_headers
 

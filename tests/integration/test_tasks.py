@@ -14,7 +14,7 @@ import redis
 from celery.contrib.testing.worker import start_worker
 from sqlalchemy import text
 
-from inbox.config import Settings
+from inbox.infra.config import Settings
 from tests.helpers import body_of, events_by_state, hmac_headers
 
 
@@ -34,7 +34,7 @@ def celery_env(monkeypatch, database_url: str, redis_url: str, engine) -> Iterat
     )
     monkeypatch.setattr(tasks, "settings", live)
     monkeypatch.setattr(tasks, "_engine", engine)
-    monkeypatch.setattr(tasks, "_redis", None)
+    tasks._flag.reset()
     app.conf.broker_url = redis_url
     app.conf.task_queues = None
     with start_worker(app, pool="solo", perform_ping_check=False, queues=["inbox", "deliveries"]):
@@ -55,7 +55,7 @@ def wait(cond, timeout: float = 60) -> None:
 def test_the_drain_task_runs_what_the_doorbell_rang_for(
     celery_env, client, make_source, engine, redis_url
 ):
-    from workers.doorbell import FLAG
+    from inbox.infra.broker import FLAG
 
     src = make_source()
     for i in range(3):

@@ -10,8 +10,8 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import text
 
-from inbox import tokens as tokenfmt
-from inbox.bulk import run_bulk_once
+from inbox.domain import tokens as tokenfmt
+from inbox.services.bulk import run_bulk_once
 from inbox.store import dashboard
 from inbox.store import tokens as tstore
 from tests.integration.test_api import audit_count, quarantine, state_of

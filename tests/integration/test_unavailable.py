@@ -6,7 +6,7 @@ import threading
 
 from sqlalchemy import text
 
-from inbox.config import Settings
+from inbox.infra.config import Settings
 from inbox.store.engine import make_engine
 from tests.helpers import body_of, hmac_headers
 from web import create_app

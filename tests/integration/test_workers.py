@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import text
 
 import tests.sink_playbooks  # noqa: F401  (registers the test playbooks)
-from inbox.config import Settings
-from inbox.drain import drain_once, sweep_once
-from inbox.errors import LeaseLost
+from inbox.domain.errors import LeaseLost
+from inbox.infra.config import Settings
+from inbox.services.drain import drain_once, sweep_once
 from inbox.store import queue
 from tests.helpers import body_of, events_by_state, hmac_headers, sink_rows
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from prometheus_client import Histogram
 
-from inbox import metrics
+from inbox.infra import metrics
 from web.metrics import StatsCollector
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"

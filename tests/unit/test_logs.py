@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from inbox.logs import REDACTED, JsonFormatter, configure_logging, redact, redact_text
+from inbox.infra.logs import REDACTED, JsonFormatter, configure_logging, redact, redact_text
 from tests.helpers import body_of, hmac_headers
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from inbox.errors import BadRequest
-from inbox.retention import (
+from inbox.domain.errors import BadRequest
+from inbox.domain.retention import (
     RETRY_HORIZON_HOURS,
     UNKNOWN_HORIZON_HOURS,
     check_key_window,
@@ -14,7 +14,7 @@ from inbox.retention import (
     min_key_window_hours,
     retry_horizon_hours,
 )
-from inbox.signatures import SCHEMES
+from inbox.domain.signatures import SCHEMES
 
 # (scheme, the shortest accepted window in whole hours)
 MINIMUMS = [

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inbox.signatures import (
+from inbox.domain.signatures import (
     SCHEMES,
     Scheme,
     SchemeConfig,
@@ -24,7 +24,7 @@ from inbox.signatures import (
     Verified,
     get_scheme,
 )
-from inbox.signatures._common import check_window
+from inbox.domain.signatures._common import check_window
 
 NOW = 1_700_000_000
 URL = "https://h.example/hooks/acme/src"

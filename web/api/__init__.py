@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response
 
-from inbox.errors import Unauthorized
+from inbox.domain.errors import Unauthorized
 from web.errors import error_response
 
 api = Blueprint("api", __name__, url_prefix="/api/v1")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from flask import g, request
 
-from inbox import tokens
-from inbox.errors import Forbidden, Unauthorized
+from inbox.domain import tokens
+from inbox.domain.errors import Forbidden, Unauthorized
 from inbox.store import tokens as store
 from inbox.store.tokens import Token
 from web.api import api
-from web.api.common import ext
+from web.services import services
 
 PUBLIC_ENDPOINTS = frozenset({"api.openapi_document"})
 
@@ -21,7 +21,7 @@ def _authenticate() -> None:
     raw = tokens.bearer(request.headers.get("Authorization"))
     if raw is None:
         raise Unauthorized("A bearer token is required.")
-    with ext()["engine"].begin() as conn:
+    with services().engine.begin() as conn:
         token = store.authenticate(conn, raw)
     if token is None:
         raise Unauthorized("The token is unknown or revoked.")

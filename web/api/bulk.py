@@ -6,11 +6,12 @@ from typing import Any
 
 from flask import Response, jsonify, request
 
-from inbox import bulk
+from inbox.services import bulk
 from inbox.store import bulk as store
 from web import actions
 from web.api import api, auth
-from web.api.common import ext, jsonable, not_found
+from web.api.common import jsonable, not_found
+from web.services import services
 
 
 @api.post("/replays")
@@ -28,7 +29,7 @@ def create_replay() -> Response:
 
 @api.get("/replays/<public_id>")
 def show_replay(public_id: str) -> dict[str, Any]:
-    with ext()["engine"].connect() as conn:
+    with services().engine.connect() as conn:
         job = store.get_job(conn, public_id, auth.scope())
     if job is None:
         raise not_found("bulk replay")
@@ -40,7 +41,7 @@ def show_replay(public_id: str) -> dict[str, Any]:
 def cancel_replay(public_id: str) -> dict[str, Any]:
     """Stop a job; the runner stops before its next batch. 409 once it has completed."""
     token = auth.current()
-    with ext()["engine"].begin() as conn:
+    with services().engine.begin() as conn:
         job = store.cancel(conn, public_id, token.tenant_id, token.name)
     if job is None:
         raise not_found("bulk replay")

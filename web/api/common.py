@@ -4,30 +4,18 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from flask import current_app, request
+from flask import request
 
-from inbox.bulk import parse_time
-from inbox.errors import BadRequest, InboxError, NotFound
+from inbox.domain.errors import BadRequest, InboxError, NotFound
+from inbox.services.bulk import parse_time
 from inbox.store.admin import Filter
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
-
-
-def ext() -> dict[str, Any]:
-    value: dict[str, Any] = current_app.extensions["inbox"]
-    return value
-
-
-def hook(name: str) -> Callable[..., Any] | None:
-    """An optional callable the app was given (``ring_couriers``, ``start_bulk_replay``)."""
-    fn = ext().get(name)
-    return fn if callable(fn) else None
 
 
 def jsonable(value: Any) -> Any:

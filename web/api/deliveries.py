@@ -8,20 +8,21 @@ from inbox.store import admin
 from inbox.store.tables import DELIVERY_STATES
 from web import actions
 from web.api import api, auth
-from web.api.common import cursor, ext, jsonable, limit, list_filter, not_found, page
+from web.api.common import cursor, jsonable, limit, list_filter, not_found, page
+from web.services import services
 
 
 @api.get("/deliveries")
 def list_deliveries() -> dict[str, Any]:
     size, f = limit(), list_filter(DELIVERY_STATES)
-    with ext()["engine"].connect() as conn:
+    with services().engine.connect() as conn:
         rows = admin.list_deliveries(conn, auth.scope(), f, size + 1, cursor())
     return page(rows, size)
 
 
 @api.get("/deliveries/<public_id>")
 def show_delivery(public_id: str) -> dict[str, Any]:
-    with ext()["engine"].connect() as conn:
+    with services().engine.connect() as conn:
         detail = admin.delivery_detail(conn, public_id, auth.scope())
     if detail is None:
         raise not_found("delivery")

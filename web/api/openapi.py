@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inbox import bulk
+from inbox.services import bulk
 from inbox.store.tables import DELIVERY_STATES, STATES
 from web.api import api
 from web.api.common import DEFAULT_LIMIT, MAX_LIMIT

@@ -10,11 +10,11 @@ from markupsafe import Markup
 from sqlalchemy import Connection
 from werkzeug.wrappers import Response
 
-from inbox.errors import BadRequest
+from inbox.domain.errors import BadRequest
 from inbox.store import bulk as bstore
 from inbox.store import dashboard as store
 from inbox.store import stats
-from web.api.common import ext
+from web.services import services
 from web.ui import charts, ui
 from web.ui.display import duration
 from web.ui.session import current, scope
@@ -128,7 +128,7 @@ def dashboard() -> str:
     window = store.WINDOWS.get(name)
     if window is None:
         raise BadRequest(f"window must be one of {', '.join(store.WINDOWS)}")
-    with ext()["engine"].connect() as conn:
+    with services().engine.connect() as conn:
         s = store.series(conn, window, scope())
         tiles = _now_tiles(conn)
         jobs = [

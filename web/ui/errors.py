@@ -10,7 +10,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
-from inbox.errors import InboxError, Unavailable
+from inbox.domain.errors import InboxError, Unavailable
 from web.ui import ui
 from web.ui.session import JSON_ENDPOINTS
 

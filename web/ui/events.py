@@ -7,11 +7,12 @@ from typing import Any
 from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from inbox.bulk import NotReplayable
+from inbox.services.bulk import NotReplayable
 from inbox.store import admin
 from inbox.store.tables import STATES
 from web import actions
-from web.api.common import cursor, encode_cursor, ext, list_filter, not_found
+from web.api.common import cursor, encode_cursor, list_filter, not_found
+from web.services import services
 from web.ui import ui
 from web.ui.display import pretty_body
 from web.ui.session import current, require_operator, scope
@@ -28,7 +29,7 @@ def _filters() -> dict[str, Any]:
 @ui.get("/events")
 def events() -> str:
     f, before = list_filter(STATES), cursor()
-    with ext()["engine"].connect() as conn:
+    with services().engine.connect() as conn:
         rows = admin.list_events(conn, scope(), f, PAGE_SIZE + 1, before)
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
@@ -50,7 +51,7 @@ def events() -> str:
 
 @ui.get("/events/<public_id>")
 def event(public_id: str) -> str:
-    with ext()["engine"].connect() as conn:
+    with services().engine.connect() as conn:
         e = admin.event_detail(conn, public_id, scope())
     if e is None:
         raise not_found("event")
@@ -65,7 +66,7 @@ def event(public_id: str) -> str:
 @ui.get("/events/<public_id>/replay")
 def confirm_event_replay(public_id: str) -> str:
     require_operator()
-    with ext()["engine"].connect() as conn:
+    with services().engine.connect() as conn:
         e = admin.event_detail(conn, public_id, scope())
     if e is None:
         raise not_found("event")
@@ -91,7 +92,7 @@ def replay_event(public_id: str) -> Response:
 
 @ui.get("/deliveries/<public_id>")
 def delivery(public_id: str) -> str:
-    with ext()["engine"].connect() as conn:
+    with services().engine.connect() as conn:
         d = admin.delivery_detail(conn, public_id, scope())
     if d is None:
         raise not_found("delivery")
@@ -107,7 +108,7 @@ def _event_arg() -> str | None:
 @ui.get("/deliveries/<public_id>/replay")
 def confirm_delivery_replay(public_id: str) -> str:
     require_operator()
-    with ext()["engine"].connect() as conn:
+    with services().engine.connect() as conn:
         d = admin.delivery_detail(conn, public_id, scope())
     if d is None:
         raise not_found("delivery")

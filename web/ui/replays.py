@@ -8,12 +8,13 @@ from typing import Any
 from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from inbox import bulk
-from inbox.errors import BadRequest
+from inbox.domain.errors import BadRequest
+from inbox.services import bulk
 from inbox.store import admin
 from inbox.store import bulk as store
 from web import actions
-from web.api.common import ext, jsonable, not_found
+from web.api.common import jsonable, not_found
+from web.services import services
 from web.ui import ui
 from web.ui.session import current, require_operator, scope
 
@@ -44,7 +45,7 @@ def new_replay() -> str:
     require_operator()
     raw = _filter(request.args)
     req = bulk.parse_request({"kind": "events", "filter": raw})
-    with ext()["engine"].connect() as conn:
+    with services().engine.connect() as conn:
         sample = admin.list_events(conn, scope(), req.match, PREVIEW + 1, None)
     return render_template(
         "ui/replay_new.html",
@@ -76,7 +77,7 @@ def create_replay() -> Response:
 
 
 def _job(public_id: str) -> store.Job:
-    with ext()["engine"].connect() as conn:
+    with services().engine.connect() as conn:
         job = store.get_job(conn, public_id, scope())
     if job is None:
         raise not_found("bulk replay")
@@ -98,7 +99,7 @@ def replay_progress(public_id: str) -> dict[str, Any]:
 @ui.post("/replays/<public_id>/cancel")
 def cancel_replay(public_id: str) -> Response:
     token = current()
-    with ext()["engine"].begin() as conn:
+    with services().engine.begin() as conn:
         job = store.cancel(conn, public_id, token.tenant_id, token.name)
     if job is None:
         raise not_found("bulk replay")

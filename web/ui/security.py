@@ -49,7 +49,8 @@ def configure(app: App, prefix: str = "/ui") -> None:
     else ``INBOX_SECRET_KEY``. Without one a random key is made: sessions then end
     when the process restarts and do not span processes (web workers).
     """
-    settings = app.extensions.get("inbox", {}).get("settings")
+    services = app.extensions.get("inbox")
+    settings = services.settings if services is not None else None
     key = (
         app.config.get("SECRET_KEY")
         or (settings.secret_key if settings is not None else "")

@@ -15,11 +15,11 @@ from flask import g, redirect, render_template, request, session, url_for
 from sqlalchemy import Connection
 from werkzeug.wrappers import Response
 
-from inbox import tokens
-from inbox.errors import Forbidden, Unauthorized
+from inbox.domain import tokens
+from inbox.domain.errors import Forbidden, Unauthorized
 from inbox.store import tokens as store
 from inbox.store.tokens import Token
-from web.api.common import ext
+from web.services import services
 from web.ui import security, ui
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def _signed_in() -> Token | None:
         return None
     if not 0 <= time.time() - at <= SESSION_SECONDS:
         return None
-    with ext()["engine"].connect() as conn:
+    with services().engine.connect() as conn:
         return live_token(conn, tid, created)
 
 
@@ -113,7 +113,7 @@ def login() -> Response | tuple[str, int] | str:
     if request.method == "GET":
         return render_template("ui/login.html", next=target, error=None)
     raw = request.form.get("token", "").strip()
-    with ext()["engine"].begin() as conn:
+    with services().engine.begin() as conn:
         token = store.authenticate(conn, raw)
     if token is None:
         error = "That token is unknown or revoked."

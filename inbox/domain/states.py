@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from inbox.errors import InvalidTransition
+from inbox.domain.errors import InvalidTransition
 
 
 class EventState(StrEnum):

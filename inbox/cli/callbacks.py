@@ -7,8 +7,9 @@ import json
 
 import click
 
-from inbox import callbacks
-from inbox.cli import main, transaction
+from inbox.cli.base import main, transaction
+from inbox.domain import callbacks
+from inbox.domain.records import Endpoint
 from inbox.store import deliveries as dstore
 from inbox.store import endpoints as store
 
@@ -18,7 +19,7 @@ def endpoints() -> None:
     """A tenant's callback endpoints (signed with Standard Webhooks)."""
 
 
-def _show(ep: store.Endpoint) -> None:
+def _show(ep: Endpoint) -> None:
     click.echo(f"endpoint  {ep.public_id}  ({ep.tenant})")
     click.echo(f"url       {ep.url}")
     click.echo(f"types     {', '.join(ep.event_types) if ep.event_types else 'all'}")
@@ -165,17 +166,14 @@ def _ring(endpoint_ids: set[int]) -> None:
     """Best effort: the sweeper rings for due deliveries anyway."""
     if not endpoint_ids:
         return
-    from celery import Celery
+    from inbox.infra import broker
+    from inbox.infra.config import Settings
 
-    from inbox.config import Settings
-
-    broker = Settings.from_env().broker_url
-    if not broker:
+    ring = broker.rings(Settings.from_env()).ring_couriers
+    if ring is None:
         click.echo("(no broker configured: the next sweep will send them)")
         return
-    app = Celery("webhook_inbox", broker=broker)
     try:
-        for endpoint_id in endpoint_ids:
-            app.send_task("inbox.deliver", args=[endpoint_id], queue="deliveries")
+        ring(endpoint_ids)
     except Exception:  # the broker is unreachable
         click.echo("(the broker did not answer: the next sweep will send them)")

@@ -17,9 +17,10 @@ import threading
 import time
 from pathlib import Path
 
-from inbox import embedded, migrate
-from inbox.config import Settings
-from inbox.sources import SourceOptions
+from dev import embedded
+from inbox.domain.sources import SourceOptions
+from inbox.infra.config import Settings
+from inbox.store import migrate
 from inbox.store import sources as store
 from inbox.store.engine import make_engine
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from inbox.errors import BadRequest
+from inbox.domain.errors import BadRequest
 
 # The longest time, in hours, each provider keeps retrying one event after the first
 # attempt, as its public documentation describes it. A source's key window must cover

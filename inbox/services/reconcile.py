@@ -31,10 +31,10 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from inbox.errors import BadRequest
-from inbox.idempotency import key_digest
+from inbox.domain.errors import BadRequest
+from inbox.domain.idempotency import key_digest
+from inbox.domain.records import Source
 from inbox.store import reconcile as store
-from inbox.store.sources import Source
 
 log = logging.getLogger(__name__)
 

@@ -8,11 +8,11 @@ from typing import IO
 
 import click
 
-from inbox import metrics
-from inbox import reconcile as rec
-from inbox.cli import _split, main, transaction
-from inbox.config import Settings
-from inbox.retention import key_window_hours
+from inbox.cli.base import main, split_ref, transaction
+from inbox.domain.retention import key_window_hours
+from inbox.infra import metrics
+from inbox.infra.config import Settings
+from inbox.services import reconcile as rec
 from inbox.store import reconcile as rstore
 from inbox.store.engine import make_engine
 from inbox.store.retention import prune_once
@@ -83,7 +83,7 @@ def reconcile_cmd(
     """
     if (ids_file is None) == (fetcher is None):
         raise click.UsageError("give exactly one of --ids FILE and --fetcher NAME")
-    tenant, name = _split(ref)
+    tenant, name = split_ref(ref)
     with transaction() as conn:
         src = get_source(conn, tenant, name)
         hours = key_window_hours(

@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from inbox.errors import BadRequest, InboxError
+from inbox.domain.errors import BadRequest, InboxError
 from inbox.store import admin, operator
 from inbox.store import bulk as store
 from inbox.store import deliveries as dstore

@@ -12,7 +12,7 @@ from typing import Any
 
 from marshmallow import INCLUDE, Schema, ValidationError, fields
 
-from inbox.errors import PermanentError
+from inbox.domain.errors import PermanentError
 
 _TYPES: dict[str, type[fields.Field[Any]]] = {
     "str": fields.String,

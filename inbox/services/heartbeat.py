@@ -13,8 +13,8 @@ from types import TracebackType
 
 from sqlalchemy import Engine
 
+from inbox.domain.records import Claim
 from inbox.store import queue
-from inbox.store.queue import Claim
 
 
 class Heartbeat:

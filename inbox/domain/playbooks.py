@@ -1,6 +1,6 @@
 """The playbook API: named steps run in order, each result a recovery point.
 
-    from inbox.playbooks import Playbook, register
+    from inbox.domain.playbooks import Playbook, register
 
     deny = Playbook("deny-account")
 
@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from inbox.callbacks import Outgoing
-from inbox.errors import PermanentError
+from inbox.domain.callbacks import Outgoing
+from inbox.domain.errors import PermanentError
 
 StepFn = Callable[["StepContext"], Any]
 

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import click
 
-from inbox.cli import main, transaction
+from inbox.cli.base import main, transaction
 from inbox.store import operator
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate
 
-from inbox.errors import BadRequest
+from inbox.domain.errors import BadRequest
 
 
 class _OptionsSchema(Schema):

@@ -13,10 +13,12 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Engine
 
-from inbox import callbacks, metrics
+from inbox.domain import callbacks
+from inbox.domain.records import Endpoint
+from inbox.infra import metrics
 from inbox.outbound.http import Client, DeliveryError
 from inbox.store import deliveries as store
-from inbox.store.endpoints import Endpoint, get_endpoint, set_enabled
+from inbox.store.endpoints import get_endpoint, set_enabled
 
 BATCH = 50
 _SECRETISH = re.compile(

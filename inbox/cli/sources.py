@@ -1,51 +1,24 @@
-"""The ``inbox`` command: migrations, tenants and sources (more groups register below)."""
+"""``inbox migrate``, ``inbox tenants`` and ``inbox sources``."""
 
 from __future__ import annotations
 
 import json
 import secrets as pysecrets
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import click
-from sqlalchemy import Connection
 
-from inbox.config import Settings
-from inbox.errors import InboxError
-from inbox.signatures import SCHEMES
-from inbox.sources import SourceOptions
+from inbox.cli.base import main, split_ref, transaction
+from inbox.domain.records import Source
+from inbox.domain.signatures import SCHEMES
+from inbox.domain.sources import SourceOptions
+from inbox.infra.config import Settings
 from inbox.store import sources as store
-from inbox.store.engine import make_engine
-
-
-@contextmanager
-def transaction() -> Iterator[Connection]:
-    engine = make_engine(Settings.from_env(), pool_size=1)
-    try:
-        with engine.begin() as conn:
-            yield conn
-    finally:
-        engine.dispose()
-
-
-class _Group(click.Group):
-    def invoke(self, ctx: click.Context) -> object:
-        try:
-            return super().invoke(ctx)
-        except InboxError as exc:
-            raise click.ClickException(exc.message) from None
-
-
-@click.group(cls=_Group)
-def main() -> None:
-    """Webhook Inbox: exactly-once decisions from at-least-once webhooks."""
 
 
 @main.command()
 def migrate() -> None:
     """Apply the database migrations."""
-    from inbox import migrate as mig
+    from inbox.store import migrate as mig
 
     mig.upgrade(Settings.from_env().database_url)
     click.echo("migrated to head")
@@ -77,7 +50,7 @@ def _public_base() -> str:
     return os.environ.get("INBOX_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
 
 
-def _show(src: store.Source) -> None:
+def _show(src: Source) -> None:
     scheme = SCHEMES[src.scheme]
     click.echo(f"source   {src.tenant}/{src.name}")
     click.echo(f"url      {_public_base()}{src.path}")
@@ -145,7 +118,7 @@ def sources_list(tenant: str | None) -> None:
 @click.argument("ref", metavar="TENANT/SOURCE")
 def sources_show(ref: str) -> None:
     with transaction() as conn:
-        _show(store.get_source(conn, *_split(ref)))
+        _show(store.get_source(conn, *split_ref(ref)))
 
 
 @sources.command("rotate")
@@ -155,7 +128,7 @@ def sources_show(ref: str) -> None:
 def sources_rotate(ref: str, secret: str | None, finish: bool) -> None:
     """Add a secret (both verify during the overlap), or --finish to drop the others."""
     with transaction() as conn:
-        src = store.get_source(conn, *_split(ref))
+        src = store.get_source(conn, *split_ref(ref))
         if finish:
             if not secret:
                 raise click.UsageError("--finish needs --secret (the one to keep).")
@@ -178,7 +151,7 @@ def _generate_secret(scheme: str) -> str:
 
 def _set_enabled(ref: str, enabled: bool) -> None:
     with transaction() as conn:
-        store.set_enabled(conn, store.get_source(conn, *_split(ref)), enabled)
+        store.set_enabled(conn, store.get_source(conn, *split_ref(ref)), enabled)
     click.echo("enabled" if enabled else "disabled")
 
 
@@ -193,25 +166,3 @@ def sources_disable(ref: str) -> None:
 @click.argument("ref", metavar="TENANT/SOURCE")
 def sources_enable(ref: str) -> None:
     _set_enabled(ref, True)
-
-
-def _split(ref: str) -> tuple[str, str]:
-    tenant, sep, name = ref.partition("/")
-    if not sep or not tenant or not name:
-        raise click.UsageError("expected TENANT/SOURCE")
-    return tenant, name
-
-
-def _register_groups() -> None:
-    from inbox import (  # noqa: F401  (they add their groups)
-        cli_callbacks,
-        cli_events,
-        cli_ops,
-        cli_tokens,
-    )
-
-
-_register_groups()
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

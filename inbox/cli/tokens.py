@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from inbox.cli import main, transaction
+from inbox.cli.base import main, transaction
+from inbox.domain.tokens import ROLES
 from inbox.store import tokens as store
-from inbox.tokens import ROLES
 
 
 @main.group()

@@ -16,16 +16,16 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from inbox import metrics
-from inbox.backoff import retry_delay
-from inbox.bodyschema import check_body
-from inbox.callbacks import Outgoing
-from inbox.errors import LeaseLost, PermanentError, RetryableError
-from inbox.heartbeat import Heartbeat
-from inbox.playbooks import EventView, Playbook, Registry, StepContext, registry
+from inbox.domain.backoff import retry_delay
+from inbox.domain.bodyschema import check_body
+from inbox.domain.callbacks import Outgoing
+from inbox.domain.errors import LeaseLost, PermanentError, RetryableError
+from inbox.domain.playbooks import EventView, Playbook, Registry, StepContext, registry
+from inbox.domain.records import Claim, LoadedEvent
+from inbox.infra import metrics
+from inbox.services.heartbeat import Heartbeat
 from inbox.store import deliveries, queue
 from inbox.store.batch import Completion
-from inbox.store.queue import Claim, LoadedEvent
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from typing import Literal
 from sqlalchemy import Connection, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 
-from inbox.ingest import Prepared
+from inbox.domain.intake import Prepared
+from inbox.domain.records import Source
 from inbox.store.claims import Claims, execute, row
-from inbox.store.sources import Source
 from inbox.store.tables import events, idempotency_conflicts
 
 Outcome = Literal["accepted", "duplicate", "conflict", "in_flight"]

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
 
-from inbox import metrics
-from inbox.config import Settings
-from inbox.playbooks import Registry, registry
-from inbox.runner import RunConfig, is_pure, run_claimed, run_in_memory
+from inbox.domain.playbooks import Registry, registry
+from inbox.domain.records import LoadedEvent
+from inbox.infra import metrics
+from inbox.infra.config import Settings
+from inbox.services.runner import RunConfig, is_pure, run_claimed, run_in_memory
 from inbox.store import batch, queue
 from inbox.store.batch import Completion
-from inbox.store.queue import LoadedEvent
 
 
 def worker_id() -> str:

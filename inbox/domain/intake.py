@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
-from inbox import jsonpath
-from inbox.errors import BadRequest, Unauthorized, UnsupportedMediaType
-from inbox.idempotency import body_sha256, business_key_digest, key_digest, validate_key
-from inbox.retention import key_window_hours
-from inbox.signatures import SchemeConfig, SignatureError, SignedRequest, get_scheme
-from inbox.store.sources import Source
+from inbox.domain import jsonpath
+from inbox.domain.errors import BadRequest, Unauthorized, UnsupportedMediaType
+from inbox.domain.idempotency import body_sha256, business_key_digest, key_digest, validate_key
+from inbox.domain.records import Source
+from inbox.domain.retention import key_window_hours
+from inbox.domain.signatures import SchemeConfig, SignatureError, SignedRequest, get_scheme
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
-from inbox.errors import BadRequest
+from inbox.domain.errors import BadRequest
 
 MAX_KEY_LENGTH = 255
 

@@ -1,0 +1,5 @@
+import sys
+
+from inbox.cli import main
+
+sys.exit(main())

@@ -1,0 +1,84 @@
+"""The domain's records: what the store hands back and the services work on.
+
+Frozen dataclasses; ids are ``NewType`` s of int so a tenant id cannot be passed where a source
+id is meant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NewType
+
+from inbox.domain.sources import SourceOptions
+
+TenantId = NewType("TenantId", int)
+SourceId = NewType("SourceId", int)
+EventId = NewType("EventId", int)
+EndpointId = NewType("EndpointId", int)
+
+
+@dataclass(frozen=True)
+class Tenant:
+    id: TenantId
+    name: str
+    disabled: bool
+
+
+@dataclass(frozen=True)
+class Source:
+    id: SourceId
+    tenant_id: TenantId
+    tenant: str
+    name: str
+    scheme: str
+    enabled: bool
+    options: SourceOptions
+    secrets: tuple[str, ...]
+
+    @property
+    def path(self) -> str:
+        return f"/hooks/{self.tenant}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: EventId
+    fence: int
+
+
+@dataclass(frozen=True)
+class LoadedEvent:
+    id: EventId
+    public_id: str
+    tenant_id: TenantId
+    tenant: str
+    source: str
+    source_options: dict[str, Any]
+    event_type: str | None
+    business_key_digest: bytes | None
+    content_type: str
+    body: bytes
+    attempts: int
+    max_attempts: int
+    sync: bool
+    steps: dict[str, Any]
+    # Seconds since the event was received, by the database clock, when it was loaded.
+    age_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    id: EndpointId
+    public_id: str
+    tenant_id: TenantId
+    tenant: str
+    url: str
+    event_types: tuple[str, ...] | None
+    enabled: bool
+    disabled_reason: str | None
+    max_attempts: int
+    retry_schedule: tuple[int, ...]
+    timeout_ms: int
+    max_in_flight: int
+    secrets: tuple[str, ...]
+    failing: bool = False

@@ -1,0 +1,31 @@
+"""What the views share, typed: one object per app, at ``app.extensions["inbox"]``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from flask import current_app
+from sqlalchemy import Engine
+
+from inbox.infra.config import Settings
+from inbox.store.claims import Claims
+from web.routes import RouteCache
+
+
+@dataclass
+class Services:
+    settings: Settings
+    engine: Engine
+    doorbell: Callable[[], None]
+    routes: RouteCache
+    claims: Claims
+    # Optional rings (no broker configured: None, and the sweeper does the work).
+    start_bulk_replay: Callable[[int], None] | None = None
+    ring_couriers: Callable[[set[int]], None] | None = None
+
+
+def services() -> Services:
+    """The current app's services."""
+    value: Services = current_app.extensions["inbox"]
+    return value
