@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import getpass
-import json
+from typing import Any
 
 import click
 
 from inbox.cli.base import main, transaction
+from inbox.cli.output import emit_json, fields, json_option, table
 from inbox.domain import callbacks
 from inbox.domain.records import Endpoint
 from inbox.store import deliveries as dstore
@@ -19,15 +20,40 @@ def endpoints() -> None:
     """A tenant's callback endpoints (signed with Standard Webhooks)."""
 
 
-def _show(ep: Endpoint) -> None:
-    click.echo(f"endpoint  {ep.public_id}  ({ep.tenant})")
-    click.echo(f"url       {ep.url}")
-    click.echo(f"types     {', '.join(ep.event_types) if ep.event_types else 'all'}")
+def _record(ep: Endpoint) -> dict[str, Any]:
+    """What an operator may see of an endpoint: never its secrets, only how many are active."""
+    return {
+        "endpoint": ep.public_id,
+        "tenant": ep.tenant,
+        "url": ep.url,
+        "event_types": list(ep.event_types) if ep.event_types else None,
+        "enabled": ep.enabled,
+        "disabled_reason": ep.disabled_reason,
+        "max_attempts": ep.max_attempts,
+        "retry_schedule": list(ep.retry_schedule),
+        "timeout_ms": ep.timeout_ms,
+        "max_in_flight": ep.max_in_flight,
+        "active_secrets": len(ep.secrets),
+        "failing": ep.failing,
+    }
+
+
+def _show(ep: Endpoint, as_json: bool = False) -> None:
+    if as_json:
+        emit_json(_record(ep))
+        return
     state = "yes" if ep.enabled else f"no ({ep.disabled_reason or 'disabled by an operator'})"
-    click.echo(f"enabled   {state}")
-    click.echo(f"attempts  {ep.max_attempts}, retry after {list(ep.retry_schedule)} s")
-    click.echo(f"timeout   {ep.timeout_ms} ms, at most {ep.max_in_flight} in flight")
-    click.echo(f"secrets   {len(ep.secrets)} active")
+    fields(
+        [
+            ("endpoint", f"{ep.public_id}  ({ep.tenant})"),
+            ("url", ep.url),
+            ("types", ", ".join(ep.event_types) if ep.event_types else "all"),
+            ("enabled", state),
+            ("attempts", f"{ep.max_attempts}, retry after {list(ep.retry_schedule)} s"),
+            ("timeout", f"{ep.timeout_ms} ms, at most {ep.max_in_flight} in flight"),
+            ("secrets", f"{len(ep.secrets)} active"),
+        ]
+    )
 
 
 @endpoints.command("create")
@@ -74,34 +100,49 @@ def endpoints_create(
 
 @endpoints.command("list")
 @click.option("--tenant")
-def endpoints_list(tenant: str | None) -> None:
+@json_option
+def endpoints_list(tenant: str | None, as_json: bool) -> None:
     with transaction() as conn:
-        for ep in store.list_endpoints(conn, tenant):
-            click.echo(
-                f"{ep.public_id}  {ep.tenant}  {ep.url}{'' if ep.enabled else '  (disabled)'}"
-            )
+        rows = store.list_endpoints(conn, tenant)
+    if as_json:
+        emit_json([_record(ep) for ep in rows])
+        return
+    table(
+        ["endpoint", "tenant", "enabled", "url"],
+        [(ep.public_id, ep.tenant, ep.enabled, ep.url) for ep in rows],
+    )
 
 
 @endpoints.command("show")
 @click.argument("endpoint_id")
-def endpoints_show(endpoint_id: str) -> None:
+@json_option
+def endpoints_show(endpoint_id: str, as_json: bool) -> None:
     with transaction() as conn:
-        _show(store.get_endpoint(conn, endpoint_id))
+        _show(store.get_endpoint(conn, endpoint_id), as_json)
 
 
 @endpoints.command("rotate")
 @click.argument("endpoint_id")
-@click.option("--finish", "keep", metavar="SECRET", help="End the overlap: keep only SECRET.")
-def endpoints_rotate(endpoint_id: str, keep: str | None) -> None:
-    """Add a secret (every active secret signs during the overlap), or end the overlap."""
+@click.option("--secret", help="With --finish: the secret to keep.")
+@click.option("--finish", is_flag=True, help="End the overlap: keep only --secret.")
+def endpoints_rotate(endpoint_id: str, secret: str | None, finish: bool) -> None:
+    """Add a secret (every active secret signs during the overlap), or --finish --secret S.
+
+    The same spelling as ``inbox sources rotate``. New endpoint secrets are always generated
+    (whsec_, 24 random bytes), so --secret is only for --finish.
+    """
+    if secret and not finish:
+        raise click.UsageError("--secret goes with --finish (new secrets are generated).")
     with transaction() as conn:
         ep = store.get_endpoint(conn, endpoint_id)
-        if keep:
-            click.echo(f"revoked {store.revoke_secrets_except(conn, ep, keep)} secret(s)")
+        if finish:
+            if not secret:
+                raise click.UsageError("--finish needs --secret (the one to keep).")
+            click.echo(f"revoked {store.revoke_secrets_except(conn, ep, secret)} secret(s)")
             return
-        secret = callbacks.new_secret()
-        store.add_secret(conn, ep, secret)
-    click.echo(f"secret    {secret}")
+        new = callbacks.new_secret()
+        store.add_secret(conn, ep, new)
+    click.echo(f"secret    {new}")
 
 
 def _set_enabled(endpoint_id: str, enabled: bool) -> None:
@@ -132,23 +173,70 @@ def deliveries() -> None:
 @click.option("--state", type=click.Choice(["pending", "sending", "delivered", "failed"]))
 @click.option("--tenant")
 @click.option("--limit", default=50, show_default=True)
-def deliveries_list(state: str | None, tenant: str | None, limit: int) -> None:
+@json_option
+def deliveries_list(state: str | None, tenant: str | None, limit: int, as_json: bool) -> None:
     with transaction() as conn:
-        for d in dstore.list_deliveries(conn, state, tenant, limit):
-            click.echo(
-                f"{d['public_id']}  {d['tenant']}  {d['endpoint']}  {d['event_type']:<16}"
-                f" {d['state']:<9} attempts={d['attempts']}  {d['last_error'] or ''}"
+        rows = dstore.list_deliveries(conn, state, tenant, limit)
+    if as_json:
+        emit_json([{k: v for k, v in d.items() if k != "id"} for d in rows])
+        return
+    table(
+        ["delivery", "tenant", "endpoint", "type", "state", "attempts", "created", "last error"],
+        [
+            (
+                d["public_id"],
+                d["tenant"],
+                d["endpoint"],
+                d["event_type"],
+                d["state"],
+                d["attempts"],
+                d["created_at"],
+                d["last_error"],
             )
+            for d in rows
+        ],
+    )
 
 
 @deliveries.command("show")
 @click.argument("delivery_id")
-def deliveries_show(delivery_id: str) -> None:
+@json_option
+def deliveries_show(delivery_id: str, as_json: bool) -> None:
     with transaction() as conn:
         detail = dstore.delivery_detail(conn, delivery_id)
     if detail is None:
         raise click.ClickException(f"no delivery {delivery_id}")
-    click.echo(json.dumps(detail, indent=2, default=str))
+    detail.pop("id", None)
+    if as_json:
+        emit_json(detail)
+        return
+    fields(
+        [
+            ("delivery", detail["public_id"]),
+            ("endpoint", f"{detail['endpoint']}  {detail['url']}"),
+            ("type", detail["event_type"]),
+            ("state", detail["state"]),
+            ("attempts", detail["attempts"]),
+            ("created", detail["created_at"]),
+            ("finished", detail["finished_at"]),
+            ("last status", detail["last_status"]),
+            ("last error", detail["last_error"]),
+        ]
+    )
+    if detail["attempts_log"]:
+        click.echo("\nattempts:")
+        table(
+            ["at", "status", "error", "latency ms", "excerpt"],
+            [
+                (a["at"], a["status"], a["error_class"], a["latency_ms"], a["excerpt"])
+                for a in detail["attempts_log"]
+            ],
+        )
+    if detail["audit"]:
+        click.echo("\naudit:")
+        table(
+            ["at", "actor", "action"], [(a["at"], a["actor"], a["action"]) for a in detail["audit"]]
+        )
 
 
 @deliveries.command("replay")

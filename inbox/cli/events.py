@@ -6,11 +6,17 @@ import getpass
 import json
 import time
 from datetime import datetime
+from typing import Any
 
 import click
 
-from inbox.cli.base import main, transaction
+from inbox.cli.base import main, settings, transaction
+from inbox.cli.output import emit_json, fields, json_option, table, when
+from inbox.infra import broker
 from inbox.store import operator
+
+# Lease bookkeeping: how the workers coordinate, not what happened to the event.
+INTERNAL = ("id", "tenant_id", "source_id", "fence", "lease_owner", "lease_expires_at", "headers")
 
 
 @main.group()
@@ -23,26 +29,102 @@ def events() -> None:
 @click.option("--tenant")
 @click.option("--source")
 @click.option("--limit", default=50, show_default=True)
-def events_list(state: str | None, tenant: str | None, source: str | None, limit: int) -> None:
+@json_option
+def events_list(
+    state: str | None, tenant: str | None, source: str | None, limit: int, as_json: bool
+) -> None:
+    """The newest events first (times in UTC)."""
     with transaction() as conn:
         rows = operator.list_events(conn, state, tenant, source, limit=limit)
-    for r in rows:
-        click.echo(
-            f"{r.public_id}  {r.tenant}/{r.source}  {r.event_type or '-':<20} {r.state:<11}"
-            f" attempts={r.attempts}  {r.received_at:%Y-%m-%d %H:%M:%S}"
-            f"{'  ' + r.last_error_class if r.last_error_class else ''}"
-        )
+    if as_json:
+        emit_json([{k: v for k, v in vars(r).items() if k != "id"} for r in rows])
+        return
+    table(
+        ["event", "source", "type", "state", "attempts", "received", "error"],
+        [
+            (
+                r.public_id,
+                f"{r.tenant}/{r.source}",
+                r.event_type,
+                r.state,
+                r.attempts,
+                r.received_at,
+                r.last_error_class,
+            )
+            for r in rows
+        ],
+    )
 
 
 @events.command("show")
 @click.argument("public_id")
-def events_show(public_id: str) -> None:
+@json_option
+def events_show(public_id: str, as_json: bool) -> None:
     """One event: state, attempts, errors, steps with results, duplicates, conflicts, audit."""
     with transaction() as conn:
         detail = operator.event_detail(conn, public_id)
     if detail is None:
         raise click.ClickException(f"no event {public_id}")
-    click.echo(json.dumps(detail, indent=2, default=str))
+    shown = {k: v for k, v in detail.items() if k not in INTERNAL}
+    if as_json:
+        emit_json(shown)
+    else:
+        summary(shown)
+
+
+def summary(d: dict[str, Any]) -> None:
+    """An event as an operator reads it: what it is, where it stands, what happened."""
+    state = d["state"] + (f" ({d['outcome']})" if d.get("outcome") else "")
+    pairs: list[tuple[str, object]] = [
+        ("event", d["public_id"]),
+        ("source", f"{d['tenant']}/{d['source']}"),
+        ("type", d.get("event_type")),
+        ("state", state),
+        ("attempts", f"{d['attempts']} of {d['max_attempts']}"),
+        ("received", d["received_at"]),
+        ("finished", d.get("finished_at")),
+    ]
+    if d.get("state") == "received" and d.get("available_at"):
+        pairs.append(("next try", d["available_at"]))
+    if d.get("duplicate_count"):
+        pairs.append(
+            (
+                "duplicates",
+                f"{d['duplicate_count']} (first {when(d['first_duplicate_at'])},"
+                f" last {when(d['last_duplicate_at'])})",
+            )
+        )
+    if d.get("last_error_class"):
+        error = f"{d['last_error_class']}: {d.get('last_error_message') or ''}"
+        pairs.append(("last error", error))
+    size = len(d["body"].encode()) if d.get("body") is not None else None
+    body = f"{size} bytes, {d['content_type']}" if size is not None else "removed by retention"
+    pairs.append(("body", f"{body}, sha256 {d['body_sha256']}"))
+    if d.get("decision") is not None:
+        pairs.append(("decision", json.dumps(d["decision"], sort_keys=True)))
+    fields(pairs)
+    _section(
+        "steps",
+        ["step", "attempt", "completed", "result"],
+        [(s["name"], s["attempt"], s["completed_at"], json.dumps(s["result"])) for s in d["steps"]],
+    )
+    _section(
+        "conflicts (same key, another body)",
+        ["other sha256", "count", "first", "last"],
+        [(c["other_sha256"], c["count"], c["first_at"], c["last_at"]) for c in d["conflicts"]],
+    )
+    _section(
+        "audit",
+        ["at", "actor", "action"],
+        [(a["at"], a["actor"], a["action"]) for a in d["audit"]],
+    )
+
+
+def _section(title: str, headers: list[str], rows: list[tuple[object, ...]]) -> None:
+    if not rows:
+        return
+    click.echo(f"\n{title}:")
+    table(headers, rows)
 
 
 @main.command()
@@ -91,3 +173,13 @@ def replay(
                 moved += len(operator.replay(conn, [public_id], actor))
             time.sleep(max(0.0, 1.0 / rate - (time.monotonic() - started)))
     click.echo(f"replayed {moved} of {len(targets)} (others were no longer quarantined)")
+    if moved:
+        _ring_workers()
+
+
+def _ring_workers() -> None:
+    """Best effort: tell the workers now; without a broker the next sweep finds the events."""
+    try:
+        broker.default_doorbell(settings())()
+    except Exception:  # the broker is unreachable: the sweep is the lifeline
+        click.echo("(the broker did not answer: the next sweep will run them)")

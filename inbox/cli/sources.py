@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets as pysecrets
+from typing import Any
 
 import click
 
-from inbox.cli.base import main, split_ref, transaction
+from inbox.cli.base import main, settings, split_ref, transaction
+from inbox.cli.output import emit_json, fields, json_option, table
 from inbox.domain.records import Source
 from inbox.domain.signatures import SCHEMES
-from inbox.domain.sources import SourceOptions
-from inbox.infra.config import Settings
+from inbox.domain.sources import OPTION_NAMES, SourceOptions
 from inbox.store import sources as store
 
 
@@ -20,7 +22,7 @@ def migrate() -> None:
     """Apply the database migrations."""
     from inbox.store import migrate as mig
 
-    mig.upgrade(Settings.from_env().database_url)
+    mig.upgrade(settings().database_url)
     click.echo("migrated to head")
 
 
@@ -38,27 +40,48 @@ def tenants_create(name: str) -> None:
 
 
 @tenants.command("list")
-def tenants_list() -> None:
+@json_option
+def tenants_list(as_json: bool) -> None:
     with transaction() as conn:
-        for t in store.list_tenants(conn):
-            click.echo(f"{t.name}{'  (disabled)' if t.disabled else ''}")
+        rows = store.list_tenants(conn)
+    if as_json:
+        emit_json([{"name": t.name, "disabled": t.disabled} for t in rows])
+        return
+    table(["tenant", "enabled"], [(t.name, not t.disabled) for t in rows])
 
 
 def _public_base() -> str:
-    import os
-
     return os.environ.get("INBOX_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
 
 
-def _show(src: Source) -> None:
-    scheme = SCHEMES[src.scheme]
-    click.echo(f"source   {src.tenant}/{src.name}")
-    click.echo(f"url      {_public_base()}{src.path}")
-    click.echo(f"scheme   {src.scheme}")
-    click.echo(f"enabled  {'yes' if src.enabled else 'no'}")
-    click.echo(f"secrets  {len(src.secrets)} active")
-    click.echo(f"options  {json.dumps(src.options.to_dict(), sort_keys=True)}")
-    if getattr(scheme, "insecure", False):
+def _record(src: Source) -> dict[str, Any]:
+    """What an operator may see of a source: never its secrets, only how many are active."""
+    return {
+        "source": f"{src.tenant}/{src.name}",
+        "url": f"{_public_base()}{src.path}",
+        "scheme": src.scheme,
+        "enabled": src.enabled,
+        "active_secrets": len(src.secrets),
+        "options": src.options.to_dict(),
+    }
+
+
+def _show(src: Source, as_json: bool = False) -> None:
+    record = _record(src)
+    if as_json:
+        emit_json(record)
+        return
+    fields(
+        [
+            ("source", record["source"]),
+            ("url", record["url"]),
+            ("scheme", src.scheme),
+            ("enabled", src.enabled),
+            ("secrets", f"{len(src.secrets)} active"),
+            ("options", json.dumps(record["options"], sort_keys=True)),
+        ]
+    )
+    if getattr(SCHEMES[src.scheme], "insecure", False):
         click.secho("WARNING  scheme 'none': anyone who knows the URL can post events.", fg="red")
 
 
@@ -67,21 +90,23 @@ def sources() -> None:
     """Sources: one provider endpoint of one tenant, at /hooks/<tenant>/<source>."""
 
 
+_OPTION_HELP = f"A source option, e.g. --option tolerance=600 (valid: {', '.join(OPTION_NAMES)})."
+
+
 @sources.command("create")
 @click.option("--tenant", required=True)
 @click.option("--name", required=True)
 @click.option("--scheme", required=True, type=click.Choice(sorted(SCHEMES)))
 @click.option("--secret", "secrets", multiple=True, help="Repeat for several active secrets.")
-@click.option(
-    "--option",
-    "options",
-    multiple=True,
-    metavar="KEY=JSON",
-    help="A source option, e.g. --option tolerance=600 "
-    "--option 'business_key_paths=[\"data.object.id\"]'.",
-)
+@click.option("--option", "options", multiple=True, metavar="KEY=JSON", help=_OPTION_HELP)
+@json_option
 def sources_create(
-    tenant: str, name: str, scheme: str, secrets: tuple[str, ...], options: tuple[str, ...]
+    tenant: str,
+    name: str,
+    scheme: str,
+    secrets: tuple[str, ...],
+    options: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """Create a source and print its URL."""
     if scheme != "none" and not secrets:
@@ -89,7 +114,7 @@ def sources_create(
     opts = SourceOptions.from_dict(_parse_options(options))
     with transaction() as conn:
         src = store.create_source(conn, tenant, name, scheme, list(secrets), opts)
-    _show(src)
+    _show(src, as_json)
 
 
 def _parse_options(pairs: tuple[str, ...]) -> dict[str, object]:
@@ -105,28 +130,91 @@ def _parse_options(pairs: tuple[str, ...]) -> dict[str, object]:
     return out
 
 
+@sources.command("update")
+@click.argument("ref", metavar="TENANT/SOURCE")
+@click.option("--option", "options", multiple=True, metavar="KEY=JSON", help=_OPTION_HELP)
+@click.option("--unset", multiple=True, metavar="KEY", help="Back to the option's default.")
+@click.option("--playbook", help="The playbook that runs this source's events.")
+@click.option("--body-schema", metavar="JSON", help='e.g. \'{"account": "str", "n": "int?"}\'')
+@click.option("--enable/--disable", "enabled", default=None, help="Accept events, or not (404).")
+@json_option
+def sources_update(
+    ref: str,
+    options: tuple[str, ...],
+    unset: tuple[str, ...],
+    playbook: str | None,
+    body_schema: str | None,
+    enabled: bool | None,
+    as_json: bool,
+) -> None:
+    """Change a source's options, playbook, body schema, or whether it is enabled.
+
+    Every change is validated as at create: an unknown option is named with the valid
+    ones, and a body schema with an unknown type is refused before any event meets it.
+    """
+    changes = _parse_options(options)
+    if playbook is not None:
+        changes["playbook"] = playbook
+    if body_schema is not None:
+        try:
+            changes["body_schema"] = json.loads(body_schema)
+        except ValueError:
+            raise click.BadParameter("not JSON", param_hint="--body-schema") from None
+    unknown = sorted(set(unset) - set(OPTION_NAMES))
+    if unknown:
+        raise click.BadParameter(
+            f"unknown option {', '.join(unknown)}; valid: {', '.join(OPTION_NAMES)}",
+            param_hint="--unset",
+        )
+    if not changes and not unset and enabled is None:
+        raise click.UsageError("nothing to change: give --option, --unset, --playbook, ...")
+    with transaction() as conn:
+        src = store.get_source(conn, *split_ref(ref))
+        merged = {k: v for k, v in src.options.to_dict().items() if k not in unset}
+        merged.update(changes)
+        new = SourceOptions.from_dict(merged)
+        if new != src.options:
+            store.set_options(conn, src, new)
+        if enabled is not None and enabled != src.enabled:
+            store.set_enabled(conn, src, enabled)
+        src = store.get_source(conn, src.tenant, src.name)
+    _show(src, as_json)
+
+
 @sources.command("list")
 @click.option("--tenant")
-def sources_list(tenant: str | None) -> None:
+@json_option
+def sources_list(tenant: str | None, as_json: bool) -> None:
     with transaction() as conn:
-        for src in store.list_sources(conn, tenant):
-            state = "" if src.enabled else "  (disabled)"
-            click.echo(f"{src.tenant}/{src.name}  {src.scheme}  {src.path}{state}")
+        rows = store.list_sources(conn, tenant)
+    if as_json:
+        emit_json([_record(s) for s in rows])
+        return
+    table(
+        ["source", "scheme", "enabled", "secrets", "url"],
+        [
+            (f"{s.tenant}/{s.name}", s.scheme, s.enabled, len(s.secrets), _public_base() + s.path)
+            for s in rows
+        ],
+    )
 
 
 @sources.command("show")
 @click.argument("ref", metavar="TENANT/SOURCE")
-def sources_show(ref: str) -> None:
+@json_option
+def sources_show(ref: str, as_json: bool) -> None:
     with transaction() as conn:
-        _show(store.get_source(conn, *split_ref(ref)))
+        _show(store.get_source(conn, *split_ref(ref)), as_json)
 
 
 @sources.command("rotate")
 @click.argument("ref", metavar="TENANT/SOURCE")
-@click.option("--secret", help="The new secret (generated when omitted).")
+@click.option(
+    "--secret", help="The new secret (generated when omitted); with --finish, the one to keep."
+)
 @click.option("--finish", is_flag=True, help="End the overlap: keep only --secret.")
 def sources_rotate(ref: str, secret: str | None, finish: bool) -> None:
-    """Add a secret (both verify during the overlap), or --finish to drop the others."""
+    """Add a secret (both verify during the overlap), or --finish --secret S to drop the others."""
     with transaction() as conn:
         src = store.get_source(conn, *split_ref(ref))
         if finish:

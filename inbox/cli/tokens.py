@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from inbox.cli.base import main, transaction
+from inbox.cli.output import emit_json, json_option, table
 from inbox.domain.tokens import ROLES
 from inbox.store import tokens as store
 
@@ -27,16 +28,39 @@ def tokens_create(name: str, role: str, tenant: str | None) -> None:
 
 
 @tokens.command("list")
-def tokens_list() -> None:
+@json_option
+def tokens_list(as_json: bool) -> None:
+    """Every token (never its secret: only digests are kept)."""
     with transaction() as conn:
         rows = store.list_tokens(conn)
-    for t in rows:
-        used = f"{t.last_used_at:%Y-%m-%d %H:%M}" if t.last_used_at else "never"
-        revoked = f"  revoked {t.revoked_at:%Y-%m-%d %H:%M}" if t.revoked_at else ""
-        click.echo(
-            f"{t.name:<20} {t.role:<9} {t.tenant or '*':<16}"
-            f" created {t.created_at:%Y-%m-%d %H:%M}  last used {used}{revoked}"
-        )
+    records = [
+        {
+            "name": t.name,
+            "role": t.role,
+            "tenant": t.tenant,
+            "created_at": t.created_at,
+            "last_used_at": t.last_used_at,
+            "revoked_at": t.revoked_at,
+        }
+        for t in rows
+    ]
+    if as_json:
+        emit_json(records)
+        return
+    table(
+        ["name", "role", "tenant", "created", "last used", "revoked"],
+        [
+            (
+                r["name"],
+                r["role"],
+                r["tenant"] or "*",
+                r["created_at"],
+                r["last_used_at"],
+                r["revoked_at"],
+            )
+            for r in records
+        ],
+    )
 
 
 @tokens.command("revoke")

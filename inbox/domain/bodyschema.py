@@ -38,6 +38,20 @@ def _field(spec: str) -> fields.Field[Any]:
     return kind(**kwargs)
 
 
+def spec_errors(spec: dict[str, str]) -> dict[str, str]:
+    """What is wrong with a body schema spec, by field; empty when it is valid.
+
+    Checked when a source is created or updated, so a typo is refused at once instead of
+    quarantining every event that arrives.
+    """
+    known = ", ".join(sorted(_TYPES))
+    return {
+        name: f"unknown type {kind!r} (known: {known}, '?' for optional)"
+        for name, kind in spec.items()
+        if not isinstance(kind, str) or kind.rstrip("?") not in _TYPES
+    }
+
+
 def check_body(spec: dict[str, str], body: bytes, content_type: str) -> None:
     if not spec or not content_type.endswith("json"):
         return

@@ -10,6 +10,7 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate
 
+from inbox.domain.bodyschema import spec_errors
 from inbox.domain.errors import BadRequest
 
 
@@ -32,6 +33,17 @@ class _OptionsSchema(Schema):
     body_schema = fields.Dict(keys=fields.String(), values=fields.String())
 
 
+OPTION_NAMES: tuple[str, ...] = tuple(sorted(_OptionsSchema().fields))
+
+
+def _flat(value: object) -> str:
+    if isinstance(value, list):
+        return " ".join(_flat(v) for v in value)
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_flat(v)}" for k, v in value.items())
+    return str(value)
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     tolerance: int = 300
@@ -51,11 +63,28 @@ class SourceOptions:
     body_schema: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> SourceOptions:
+    def from_dict(cls, raw: dict[str, Any], *, check_schema: bool = True) -> SourceOptions:
+        """Validated options. ``check_schema=False`` for rows already stored: a body schema
+        stored before it was checked here still loads (its events quarantine, as before)."""
+        unknown = sorted(set(raw) - set(OPTION_NAMES))
+        if unknown:
+            names = ", ".join(repr(u) for u in unknown)
+            raise BadRequest(
+                f"Unknown source option {names}. Valid options: {', '.join(OPTION_NAMES)}.",
+                fields={u: "unknown option" for u in unknown},
+            )
         try:
             data = _OptionsSchema().load(raw)
         except ValidationError as exc:
-            raise BadRequest("Invalid source options.", fields=exc.messages) from exc
+            messages = exc.messages if isinstance(exc.messages, dict) else {"_": exc.messages}
+            detail = "; ".join(f"{k}: {_flat(v)}" for k, v in sorted(messages.items()))
+            raise BadRequest(
+                f"Invalid source option: {detail.rstrip('.')}.", fields=messages
+            ) from exc
+        schema_problems = spec_errors(data.get("body_schema", {})) if check_schema else {}
+        if schema_problems:
+            detail = "; ".join(f"{k}: {v}" for k, v in sorted(schema_problems.items()))
+            raise BadRequest(f"Invalid body_schema: {detail}.", fields=schema_problems)
         for name in ("business_key_paths", "redact_paths"):
             if name in data:
                 data[name] = tuple(data[name])

@@ -93,7 +93,7 @@ def _to_source(row: Any) -> Source:
         name=row.name,
         scheme=row.scheme,
         enabled=row.enabled,
-        options=SourceOptions.from_dict(row.options),
+        options=SourceOptions.from_dict(row.options, check_schema=False),
         secrets=tuple(row.secrets or ()),
     )
 
