@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 
+from inbox.domain.errors import BadRequest
 from inbox.domain.idempotency import validate_key
 from inbox.services import bulk
 from inbox.services.bulk import NotReplayable
-from inbox.store import admin, operator
+from inbox.store import admin, bulk_review, operator
 from inbox.store import bulk as bulk_store
 from inbox.store import deliveries as dstore
 from inbox.store.tokens import Token
@@ -15,6 +16,8 @@ from web.api.common import not_found
 from web.services import services
 
 log = logging.getLogger(__name__)
+
+MAX_NOTE = 500
 
 
 def _ring(name: str, *args: object) -> None:
@@ -56,8 +59,26 @@ def start_bulk_replay(
     """Create (or, for the same key, find) a bulk replay job and start its runner."""
     if key is not None:
         validate_key(key)
+    approval_min = services().settings.bulk_approval_min
     with services().engine.begin() as conn:
-        job, created = bulk.create(conn, req, token.tenant_id, token.name, key)
+        job, created = bulk.create(conn, req, token.tenant_id, token.name, key, approval_min)
     if created and job.status == "queued":
         _ring("start_bulk_replay", job.id)
     return job, created
+
+
+def review_bulk_replay(
+    token: Token, public_id: str, *, approve: bool, note: str | None
+) -> bulk_store.Job:
+    """The two-person rule: another operator approves (the runner starts) or rejects it."""
+    if note is not None and len(note) > MAX_NOTE:
+        raise BadRequest(f"note must be at most {MAX_NOTE} characters")
+    with services().engine.begin() as conn:
+        job = bulk_review.review(
+            conn, public_id, token.tenant_id, token.name, approve=approve, note=note or None
+        )
+    if job is None:
+        raise not_found("bulk replay")
+    if approve:
+        _ring("start_bulk_replay", job.id)
+    return job

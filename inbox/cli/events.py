@@ -10,10 +10,11 @@ from typing import Any
 
 import click
 
-from inbox.cli.base import main, settings, transaction
+from inbox.cli.base import engine, main, settings, transaction
 from inbox.cli.output import emit_json, fields, json_option, table, when
 from inbox.infra import broker
-from inbox.store import operator
+from inbox.services import bulk
+from inbox.store import bulk_review, operator
 
 # Lease bookkeeping: how the workers coordinate, not what happened to the event.
 INTERNAL = ("id", "tenant_id", "source_id", "fence", "lease_owner", "lease_expires_at", "headers")
@@ -135,6 +136,9 @@ def _section(title: str, headers: list[str], rows: list[tuple[object, ...]]) -> 
 @click.option("--since", type=click.DateTime(), help="Received at or after this time.")
 @click.option("--rate", type=float, default=50.0, show_default=True, help="Events per second.")
 @click.option("--dry-run", is_flag=True)
+@click.option("--approve", "approve_id", metavar="JOB", help="Approve a waiting bulk replay.")
+@click.option("--reject", "reject_id", metavar="JOB", help="Reject a waiting bulk replay.")
+@click.option("--note", help="With --approve/--reject: a note for the audit log.")
 @click.option("--actor", default=getpass.getuser, show_default="current user")
 def replay(
     ids: tuple[str, ...],
@@ -144,15 +148,29 @@ def replay(
     since: datetime | None,
     rate: float,
     dry_run: bool,
+    approve_id: str | None,
+    reject_id: str | None,
+    note: str | None,
     actor: str,
 ) -> None:
-    """Move quarantined events back to received; completed steps are kept."""
-    if ids and quarantined:
-        raise click.UsageError("give event ids or --quarantined, not both")
-    if quarantined and not tenant:
-        raise click.UsageError("--quarantined needs --tenant")
-    if not ids and not quarantined:
-        raise click.UsageError("give event ids, or --quarantined --tenant T")
+    """Move quarantined events back to received; completed steps are kept.
+
+    More than INBOX_BULK_APPROVAL_MIN events (default 100) by filter: a bulk replay job
+    is made that waits for a second operator: `inbox replay --approve JOB --actor NAME`
+    (another name than the requester's) runs it, `--reject JOB` refuses it.
+    """
+    if approve_id or reject_id:
+        if (approve_id and reject_id) or ids or quarantined:
+            raise click.UsageError("--approve/--reject take a job id and nothing else")
+        _review(approve_id or reject_id or "", bool(approve_id), note, actor)
+        return
+    _check_targets(ids, quarantined, tenant)
+    approval_min = settings().bulk_approval_min
+    if len(ids) > approval_min:
+        raise click.UsageError(
+            f"more than {approval_min} ids: replay by filter (--quarantined), which a second"
+            " operator approves"
+        )
     targets = list(ids)
     if quarantined:
         with transaction() as conn:
@@ -165,6 +183,9 @@ def replay(
         for t in targets[:20]:
             click.echo(f"  {t}")
         return
+    if len(targets) > approval_min:
+        _request_approval(tenant, source, since, rate, actor)
+        return
     moved = 0
     with click.progressbar(targets, label="replaying", show_pos=True) as bar:
         for public_id in bar:
@@ -174,6 +195,58 @@ def replay(
             time.sleep(max(0.0, 1.0 / rate - (time.monotonic() - started)))
     click.echo(f"replayed {moved} of {len(targets)} (others were no longer quarantined)")
     if moved:
+        _ring_workers()
+
+
+def _check_targets(ids: tuple[str, ...], quarantined: bool, tenant: str | None) -> None:
+    if ids and quarantined:
+        raise click.UsageError("give event ids or --quarantined, not both")
+    if quarantined and not tenant:
+        raise click.UsageError("--quarantined needs --tenant")
+    if not ids and not quarantined:
+        raise click.UsageError("give event ids, or --quarantined --tenant T")
+
+
+def _request_approval(
+    tenant: str | None, source: str | None, since: datetime | None, rate: float, actor: str
+) -> None:
+    """The two-person rule: snapshot the events into a job that waits for approval."""
+    raw = {k: v for k, v in (("tenant", tenant), ("source", source)) if v}
+    if since is not None:
+        raw["since"] = since.isoformat()
+    req = bulk.parse_request(
+        {"kind": "events", "filter": raw, "rate": max(1, min(bulk.MAX_RATE, round(rate)))}
+    )
+    approval_min = settings().bulk_approval_min
+    with transaction() as conn:
+        job, _ = bulk.create(conn, req, None, actor, None, approval_min)
+    click.echo(f"bulk replay {job.public_id}: {job.total} event(s), {job.status}")
+    if job.status == "awaiting_approval":
+        click.echo(
+            f"more than {approval_min} events: another operator approves it with"
+            f"\n  inbox replay --approve {job.public_id} --actor NAME"
+        )
+
+
+def _review(public_id: str, approve: bool, note: str | None, actor: str) -> None:
+    """Approve (then run here, at the job's rate) or reject a waiting bulk replay."""
+    with transaction() as conn:
+        job = bulk_review.review(conn, public_id, None, actor, approve=approve, note=note)
+    if job is None:
+        raise click.ClickException(f"no bulk replay {public_id}")
+    click.echo(
+        f"bulk replay {job.public_id}: {job.status} by {actor}; requested by {job.actor},"
+        f" {job.total} event(s), filter {json.dumps(job.filter, sort_keys=True)}"
+    )
+    if not approve:
+        return
+    eng = engine()
+    try:
+        run = bulk.run_bulk_once(eng, job.id)
+    finally:
+        eng.dispose()
+    click.echo(f"{run.status}: replayed {run.moved}, skipped {run.skipped}")
+    if run.moved:
         _ring_workers()
 
 

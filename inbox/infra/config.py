@@ -38,6 +38,8 @@ class Settings:
     allow_private_targets: bool = False
     log_level: str = "INFO"
     secret_key: str = ""
+    # The two-person rule: a bulk replay matching more events than this waits for approval.
+    bulk_approval_min: int = 100
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -60,4 +62,5 @@ class Settings:
             allow_private_targets=_bool("INBOX_ALLOW_PRIVATE_TARGETS"),
             log_level=os.environ.get("INBOX_LOG_LEVEL", "INFO"),
             secret_key=os.environ.get("INBOX_SECRET_KEY", ""),
+            bulk_approval_min=_int("INBOX_BULK_APPROVAL_MIN", 100),
         )

@@ -28,6 +28,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from inbox.domain.approval import DEFAULT_APPROVAL_MIN
 from inbox.domain.errors import BadRequest, InboxError
 from inbox.store import admin, operator
 from inbox.store import bulk as store
@@ -114,9 +115,17 @@ def idempotency_digest(scope: int | None, actor: str, key: str) -> bytes:
 
 
 def create(
-    conn: Connection, req: BulkRequest, scope: int | None, actor: str, key: str | None
+    conn: Connection,
+    req: BulkRequest,
+    scope: int | None,
+    actor: str,
+    key: str | None,
+    approval_min: int = DEFAULT_APPROVAL_MIN,
 ) -> tuple[store.Job, bool]:
-    """Snapshot the matching items into a new job (or return the job this key made)."""
+    """Snapshot the matching items into a new job (or return the job this key made).
+
+    More than ``approval_min`` items: the job waits for a second operator's approval.
+    """
     return store.create_job(
         conn,
         kind=req.kind,
@@ -128,6 +137,7 @@ def create(
         idempotency_digest=idempotency_digest(scope, actor, key) if key else None,
         request_sha256=req.sha256(),
         max_items=MAX_ITEMS,
+        approval_min=approval_min,
     )
 
 
@@ -152,9 +162,13 @@ def _replay(conn: Connection, job: store.Job, items: list[store.Item]) -> tuple[
     todo = [i.public_id for i in items if i.subject_id not in stale]
     if not todo:
         return set(), set()
+    # Each item's audit row names the job and, under the two-person rule, its approver.
+    detail = {"bulk_replay": job.public_id}
+    if job.reviewer is not None:
+        detail["approved_by"] = job.reviewer
     if job.kind == "events":
-        return set(operator.replay(conn, todo, job.actor)), set()
-    pairs = dstore.replay(conn, todo, job.actor)
+        return set(operator.replay(conn, todo, job.actor, detail)), set()
+    pairs = dstore.replay(conn, todo, job.actor, detail)
     return {p for p, _ in pairs}, {e for _, e in pairs}
 
 

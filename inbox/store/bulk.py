@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from inbox.domain.approval import BulkStatus, initial_status
 from inbox.domain.errors import BadRequest, IdempotencyConflict, InboxError
 from inbox.store import admin
 
@@ -45,6 +46,10 @@ class Job:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    # The two-person rule: the second operator who approved or rejected the job.
+    reviewer: str | None = None
+    reviewed_at: datetime | None = None
+    review_note: str | None = None
 
     def public(self) -> dict[str, Any]:
         """What the API shows: the public id, no row ids."""
@@ -61,7 +66,7 @@ class Item:
 
 _JOB = """
 id, public_id, kind, tenant_id, filter, rate, actor, status, total, done, moved, skipped,
-created_at, started_at, finished_at
+created_at, started_at, finished_at, reviewer, reviewed_at, review_note
 """
 
 
@@ -91,6 +96,7 @@ def create_job(
     idempotency_digest: bytes | None,
     request_sha256: bytes,
     max_items: int,
+    approval_min: int,
 ) -> tuple[Job, bool]:
     """Create a job and snapshot its items; or return the job this key already made.
 
@@ -138,22 +144,20 @@ def create_job(
     if snap.rowcount > max_items:
         raise BadRequest(f"more than {max_items} items match; narrow the filter", limit=max_items)
     # Nothing matched: the job is complete as soon as it exists.
+    status = initial_status(snap.rowcount, approval_min)
     job = conn.execute(
         text(
-            "UPDATE bulk_replays SET total = :n,"
-            " status = CASE WHEN :n = 0 THEN 'completed' ELSE status END,"
+            "UPDATE bulk_replays SET total = :n, status = :status,"
             " finished_at = CASE WHEN :n = 0 THEN now() END"
             f" WHERE id = :id RETURNING {_JOB}"
         ),
-        {"n": snap.rowcount, "id": row.id},
+        {"n": snap.rowcount, "id": row.id, "status": str(status)},
     ).one()
-    _audit(
-        conn,
-        actor,
-        "bulk_replay",
-        job.id,
-        {"public_id": job.public_id, "kind": kind, "filter": stored_filter, "total": job.total},
-    )
+    detail: dict[str, Any] = {"public_id": job.public_id, "kind": kind, "filter": stored_filter}
+    detail.update(total=job.total, status=job.status, requested_by=actor)
+    if status == BulkStatus.AWAITING_APPROVAL:
+        detail["approval_min"] = approval_min
+    _audit(conn, actor, "bulk_replay", job.id, detail)
     return _job(job), True
 
 
@@ -192,7 +196,7 @@ def cancel(conn: Connection, public_id: str, scope: int | None, actor: str) -> J
             UPDATE bulk_replays
                SET status = 'cancelled', finished_at = now(),
                    lease_owner = NULL, lease_expires_at = NULL
-             WHERE id = :id AND status IN ('queued', 'running')
+             WHERE id = :id AND status IN ('awaiting_approval', 'queued', 'running')
             RETURNING {_JOB}
             """
         ),

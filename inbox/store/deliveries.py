@@ -295,7 +295,8 @@ _REPLAY = text(
         RETURNING id, public_id, endpoint_id
     ), audited AS (
         INSERT INTO audit_log (actor, action, subject_kind, subject_id, detail)
-        SELECT :actor, 'replay', 'delivery', id, jsonb_build_object('public_id', public_id)
+        SELECT :actor, 'replay', 'delivery', id,
+               jsonb_build_object('public_id', public_id) || CAST(:extra AS jsonb)
           FROM moved
     )
     SELECT public_id, endpoint_id FROM moved
@@ -303,9 +304,9 @@ _REPLAY = text(
 )
 
 
-def replay(conn: Connection, public_ids: list[str], actor: str) -> list[tuple[str, int]]:
-    """Dead letters back to pending, with the same webhook-id; audited."""
-    return [
-        (r.public_id, int(r.endpoint_id))
-        for r in conn.execute(_REPLAY, {"ids": public_ids, "actor": actor})
-    ]
+def replay(
+    conn: Connection, public_ids: list[str], actor: str, detail: dict[str, Any] | None = None
+) -> list[tuple[str, int]]:
+    """Dead letters back to pending, with the same webhook-id; audited (with ``detail``)."""
+    params = {"ids": public_ids, "actor": actor, "extra": json.dumps(detail or {})}
+    return [(r.public_id, int(r.endpoint_id)) for r in conn.execute(_REPLAY, params)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -123,7 +124,8 @@ _REPLAY = text(
         RETURNING id, public_id
     ), audited AS (
         INSERT INTO audit_log (actor, action, subject_kind, subject_id, detail)
-        SELECT :actor, 'replay', 'event', id, jsonb_build_object('public_id', public_id)
+        SELECT :actor, 'replay', 'event', id,
+               jsonb_build_object('public_id', public_id) || CAST(:extra AS jsonb)
           FROM moved
     )
     SELECT public_id FROM moved
@@ -131,7 +133,13 @@ _REPLAY = text(
 )
 
 
-def replay(conn: Connection, public_ids: list[str], actor: str) -> list[str]:
-    """Move quarantined events back to received; returns the ids actually moved."""
-    rows = conn.execute(_REPLAY, {"ids": public_ids, "actor": actor})
+def replay(
+    conn: Connection, public_ids: list[str], actor: str, detail: dict[str, Any] | None = None
+) -> list[str]:
+    """Move quarantined events back to received; returns the ids actually moved.
+
+    ``detail`` is added to each audit row (a bulk replay names its job and approver).
+    """
+    params = {"ids": public_ids, "actor": actor, "extra": json.dumps(detail or {})}
+    rows = conn.execute(_REPLAY, params)
     return [r.public_id for r in rows]

@@ -307,7 +307,8 @@ api_tokens = Table(
     CheckConstraint("role IN ('viewer', 'operator')", name="role"),
 )
 
-BULK_STATUSES = ("queued", "running", "completed", "cancelled")
+# inbox.domain.approval.BulkStatus; the CHECK below lists the same states.
+BULK_STATUSES = ("awaiting_approval", "queued", "running", "completed", "cancelled", "rejected")
 
 bulk_replays = Table(
     "bulk_replays",
@@ -328,6 +329,10 @@ bulk_replays = Table(
     Column("done", Integer, nullable=False, server_default=text("0")),
     Column("moved", Integer, nullable=False, server_default=text("0")),
     Column("skipped", Integer, nullable=False, server_default=text("0")),
+    # The two-person rule: who approved or rejected a job that needed approval, when, and why.
+    Column("reviewer", Text),
+    Column("reviewed_at", DateTime(timezone=True)),
+    Column("review_note", Text),
     # One runner at a time: the owner renews its lease with every batch it commits.
     Column("lease_owner", Text),
     Column("lease_expires_at", DateTime(timezone=True)),
@@ -335,7 +340,11 @@ bulk_replays = Table(
     Column("started_at", DateTime(timezone=True)),
     Column("finished_at", DateTime(timezone=True)),
     CheckConstraint("kind IN ('events', 'deliveries')", name="kind"),
-    CheckConstraint("status IN ('queued', 'running', 'completed', 'cancelled')", name="status"),
+    CheckConstraint(
+        "status IN ('awaiting_approval', 'queued', 'running', 'completed', 'cancelled',"
+        " 'rejected')",
+        name="status",
+    ),
     Index(
         "uq_bulk_replays_idempotency",
         "idempotency_digest",

@@ -1,4 +1,4 @@
-"""``/api/v1/replays``: bulk replays of dead letters, their progress, cancelling."""
+"""``/api/v1/replays``: bulk replays of dead letters, their approval, progress, cancelling."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Any
 
 from flask import Response, jsonify, request
 
+from inbox.domain.errors import BadRequest
 from inbox.services import bulk
 from inbox.store import bulk as store
 from web import actions
@@ -45,5 +46,31 @@ def cancel_replay(public_id: str) -> dict[str, Any]:
         job = store.cancel(conn, public_id, token.tenant_id, token.name)
     if job is None:
         raise not_found("bulk replay")
+    shown: dict[str, Any] = jsonable(job.public())
+    return shown
+
+
+def _note() -> str | None:
+    body = request.get_json(silent=True)
+    if body is None:
+        return None
+    note = body.get("note") if isinstance(body, dict) else None
+    if note is not None and not isinstance(note, str):
+        raise BadRequest("note must be a string")
+    return note
+
+
+@api.post("/replays/<public_id>/approve")
+def approve_replay(public_id: str) -> dict[str, Any]:
+    """The two-person rule: another operator than the requester starts a waiting job."""
+    job = actions.review_bulk_replay(auth.current(), public_id, approve=True, note=_note())
+    shown: dict[str, Any] = jsonable(job.public())
+    return shown
+
+
+@api.post("/replays/<public_id>/reject")
+def reject_replay(public_id: str) -> dict[str, Any]:
+    """Refuse a waiting job: nothing is replayed, and the refusal is audited."""
+    job = actions.review_bulk_replay(auth.current(), public_id, approve=False, note=_note())
     shown: dict[str, Any] = jsonable(job.public())
     return shown

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inbox.domain.approval import BulkStatus
 from inbox.services import bulk
 from inbox.store.tables import DELIVERY_STATES, STATES
 from web.api import api
@@ -206,14 +207,19 @@ _SCHEMAS: dict[str, Any] = {
         "properties": {
             "id": {"type": "string"},
             "kind": {"type": "string"},
-            "status": {"type": "string", "enum": ["queued", "running", "completed", "cancelled"]},
+            "status": {"type": "string", "enum": [str(s) for s in BulkStatus]},
             "filter": _OBJ,
             "rate": {"type": "integer"},
-            "actor": {"type": "string"},
+            "actor": {"type": "string", "description": "The requesting token's name."},
+            "reviewer": {
+                "type": ["string", "null"],
+                "description": "The second operator who approved or rejected the job.",
+            },
+            "review_note": {"type": ["string", "null"]},
             **{k: {"type": "integer"} for k in ("total", "done", "moved", "skipped")},
             **{
                 k: {"type": ["string", "null"], **_TIME}
-                for k in ("created_at", "started_at", "finished_at")
+                for k in ("created_at", "started_at", "finished_at", "reviewed_at")
             },
         },
     },
@@ -266,6 +272,18 @@ _PATHS: dict[str, Any] = {
     "/api/v1/replays/{public_id}": _detail("A bulk replay's progress.", "BulkReplay"),
     "/api/v1/replays/{public_id}/cancel": _action(
         "Cancel a bulk replay; it stops before its next batch (operator).",
+        _ref("BulkReplay"),
+        409,
+    ),
+    "/api/v1/replays/{public_id}/approve": _action(
+        "Approve a bulk replay awaiting approval; starts it (an operator other than the"
+        ' requester). Optional body {"note": "..."}.',
+        _ref("BulkReplay"),
+        409,
+    ),
+    "/api/v1/replays/{public_id}/reject": _action(
+        "Reject a bulk replay awaiting approval; nothing is replayed."
+        ' Optional body {"note": "..."}.',
         _ref("BulkReplay"),
         409,
     ),

@@ -1,4 +1,4 @@
-"""Bulk replays: confirm a filter, start the job, watch its progress, cancel it."""
+"""Bulk replays: confirm a filter, start the job, approve or reject it, watch it, cancel it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
+from inbox.domain import approval
 from inbox.domain.errors import BadRequest
 from inbox.services import bulk
 from inbox.store import admin
@@ -21,7 +22,7 @@ from web.ui.session import current, require_operator, scope
 # The event-list filters a bulk replay takes over (its state is always quarantined).
 BULK_KEYS = ("tenant", "source", "type", "since", "until")
 PREVIEW = 500
-FINISHED = ("completed", "cancelled")
+FINISHED = tuple(str(s) for s in approval.FINISHED)
 
 
 def _filter(values: Any) -> dict[str, str]:
@@ -55,6 +56,7 @@ def new_replay() -> str:
         sample=sample[:5],
         rate=bulk.DEFAULT_RATE,
         max_rate=bulk.MAX_RATE,
+        approval_min=services().settings.bulk_approval_min,
         key=secrets.token_urlsafe(18),
     )
 
@@ -87,7 +89,8 @@ def _job(public_id: str) -> store.Job:
 @ui.get("/replays/<public_id>")
 def replay(public_id: str) -> str:
     job = _job(public_id)
-    return render_template("ui/replay.html", job=job, p=progress(job))
+    may_approve = job.actor != current().name
+    return render_template("ui/replay.html", job=job, p=progress(job), may_approve=may_approve)
 
 
 @ui.get("/replays/<public_id>/progress")
@@ -104,4 +107,21 @@ def cancel_replay(public_id: str) -> Response:
     if job is None:
         raise not_found("bulk replay")
     flash(f"Bulk replay {public_id} cancelled after {job.done} of {job.total}.")
+    return redirect(url_for("ui.replay", public_id=public_id))
+
+
+@ui.post("/replays/<public_id>/approve")
+def approve_replay(public_id: str) -> Response:
+    """The two-person rule: an operator other than the requester starts the job."""
+    note = (request.form.get("note") or "").strip() or None
+    job = actions.review_bulk_replay(current(), public_id, approve=True, note=note)
+    flash(f"Bulk replay {public_id} approved; {job.total} events will be replayed.")
+    return redirect(url_for("ui.replay", public_id=public_id))
+
+
+@ui.post("/replays/<public_id>/reject")
+def reject_replay(public_id: str) -> Response:
+    note = (request.form.get("note") or "").strip() or None
+    actions.review_bulk_replay(current(), public_id, approve=False, note=note)
+    flash(f"Bulk replay {public_id} rejected; nothing was replayed.")
     return redirect(url_for("ui.replay", public_id=public_id))
