@@ -50,11 +50,18 @@ def new_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
 
 
-def headers(msg_id: str, body: bytes, active_secrets: list[str], now: datetime) -> dict[str, str]:
-    """The Standard Webhooks headers for one attempt (the library does the HMAC)."""
+def headers(
+    msg_id: str, body: bytes, active_secrets: list[str], now: datetime, replay: int = 0
+) -> dict[str, str]:
+    """The Standard Webhooks headers for one attempt (the library does the HMAC).
+
+    A callback made by a step that ran during the event's N-th operator replay also
+    carries ``webhook-replay: N``, so the receiver can tell it from the original. The
+    signature covers ``id.timestamp.body`` only, so verifiers are unaffected by it.
+    """
     text = body.decode()
     signatures = " ".join(Webhook(s).sign(msg_id, now, text) for s in active_secrets)
-    return {
+    out = {
         "content-type": "application/json",
         "webhook-id": msg_id,
         "webhook-timestamp": str(int(now.timestamp())),
@@ -62,6 +69,9 @@ def headers(msg_id: str, body: bytes, active_secrets: list[str], now: datetime) 
         "idempotency-key": msg_id,
         "user-agent": "webhook-inbox",
     }
+    if replay:
+        out["webhook-replay"] = str(replay)
+    return out
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,8 @@ class EventView:
     content_type: str
     body: bytes
     attempt: int
+    # 0 for the original processing; N for the event's N-th operator replay.
+    replay: int = 0
 
     @property
     def payload(self) -> Any:
@@ -72,6 +74,12 @@ class StepContext:
         """Queue a callback to the tenant's endpoints. It is written in the same
         transaction as this step's result, with a delivery id stable across retries."""
         self.outbox.append(Outgoing(event_type, data, datetime.now(UTC)))
+
+    @property
+    def replay(self) -> int:
+        """0 for the original processing, N while the event's N-th replay runs. The
+        step key does not change with it: a replayed step is the same step."""
+        return self.event.replay
 
     @property
     def step_key(self) -> str:

@@ -64,6 +64,8 @@ class LoadedEvent:
     steps: dict[str, Any]
     # Seconds since the event was received, by the database clock, when it was loaded.
     age_seconds: float = 0.0
+    # 0 for the original processing; each operator replay adds one.
+    replay: int = 0
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,7 @@ def deliver_once(
 def _send(client: Client, ep: Endpoint, c: store.Claimed) -> Sent:
     """Send one delivery and judge the answer (no database work here)."""
     now = datetime.now(UTC)
-    hdrs = callbacks.headers(c.public_id, c.body, list(ep.secrets), now)
+    hdrs = callbacks.headers(c.public_id, c.body, list(ep.secrets), now, c.replay)
     status: int | None = None
     error: str | None = None
     excerpt: str | None = None

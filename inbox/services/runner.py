@@ -95,6 +95,7 @@ def _view(ev: LoadedEvent) -> EventView:
         ev.content_type,
         ev.body,
         ev.attempts,
+        ev.replay,
     )
 
 
@@ -163,6 +164,7 @@ class _Commits:
                 self.ev.public_id,
                 step,
                 messages,
+                replay=self.ev.replay,
             )
         self.results, self.outbox = {}, []
 

@@ -68,7 +68,7 @@ _PAGE = """
 _EVENTS = (
     """
 SELECT e.id, e.public_id, t.name AS tenant, s.name AS source, e.event_type, e.state,
-       e.attempts, e.received_at, e.finished_at, e.outcome, e.last_error_class,
+       e.attempts, e.replay, e.received_at, e.finished_at, e.outcome, e.last_error_class,
        e.duplicate_count
 """
     + EVENTS_WHERE
@@ -78,7 +78,7 @@ SELECT e.id, e.public_id, t.name AS tenant, s.name AS source, e.event_type, e.st
 _DELIVERIES = (
     """
 SELECT d.id, d.public_id, t.name AS tenant, ep.public_id AS endpoint, ep.url, d.event_type,
-       d.state, d.attempts, d.last_status, d.last_error, d.created_at, d.finished_at,
+       d.state, d.replay, d.attempts, d.last_status, d.last_error, d.created_at, d.finished_at,
        (SELECT ev.public_id FROM events ev WHERE ev.id = d.event_id) AS event
 """
     + DELIVERIES_WHERE

@@ -62,10 +62,10 @@ _COMPLETE_MANY = text(
           FROM input i
          WHERE e.id = i.id AND e.fence = i.fence AND e.state = 'processing'
            AND e.lease_expires_at > now()
-        RETURNING e.id, e.attempts
+        RETURNING e.id, e.attempts, e.replay
     ), recorded AS (
-        INSERT INTO steps (event_id, name, result, attempt)
-        SELECT done.id, s.name, s.result, done.attempts
+        INSERT INTO steps (event_id, name, result, attempt, replay)
+        SELECT done.id, s.name, s.result, done.attempts, done.replay
           FROM done JOIN input i ON i.id = done.id, jsonb_each(i.steps) AS s(name, result)
         ON CONFLICT (event_id, name) DO NOTHING
     )

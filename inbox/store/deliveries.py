@@ -22,8 +22,12 @@ def enqueue(
     event_public_id: str,
     step: str,
     messages: list[Outgoing],
+    replay: int = 0,
 ) -> set[int]:
-    """Write deliveries in the caller's transaction; returns the endpoint ids to ring."""
+    """Write deliveries in the caller's transaction; returns the endpoint ids to ring.
+
+    ``replay``: the event's replay number while the step ran (sent as ``webhook-replay``).
+    """
     if not messages:
         return set()
     eps = conn.execute(
@@ -45,13 +49,15 @@ def enqueue(
                     "ev": event_id,
                     "type": msg.event_type,
                     "body": body,
+                    "replay": replay,
                 }
             )
     if rows:
         conn.execute(
             text(
                 "INSERT INTO deliveries (public_id, tenant_id, endpoint_id, event_id, event_type,"
-                " body) VALUES (:p, :t, :e, :ev, :type, :body) ON CONFLICT (public_id) DO NOTHING"
+                " body, replay) VALUES (:p, :t, :e, :ev, :type, :body, :replay)"
+                " ON CONFLICT (public_id) DO NOTHING"
             ),
             rows,
         )
@@ -65,6 +71,7 @@ class Claimed:
     public_id: str
     body: bytes
     attempts: int
+    replay: int = 0
 
 
 # Claims for one endpoint are serialised by locking the endpoint's row; each claim
@@ -96,7 +103,7 @@ _CLAIM = text(
            lease_expires_at = now() + make_interval(secs => :lease),
            fence = d.fence + 1, attempts = d.attempts + 1
      WHERE d.id = ANY(ARRAY(SELECT id FROM picked))
-    RETURNING d.id, d.fence, d.public_id, d.body, d.attempts
+    RETURNING d.id, d.fence, d.public_id, d.body, d.attempts, d.replay
     """
 )
 
@@ -108,7 +115,7 @@ def claim(
         _CLAIM, {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease}
     ).fetchall()
     return sorted(
-        (Claimed(r.id, r.fence, r.public_id, bytes(r.body), r.attempts) for r in rows),
+        (Claimed(r.id, r.fence, r.public_id, bytes(r.body), r.attempts, r.replay) for r in rows),
         key=lambda c: c.id,
     )
 
@@ -239,7 +246,7 @@ def sweep(conn: Connection) -> list[int]:
 
 _LIST = """
 SELECT d.id, d.public_id, t.name AS tenant, e.public_id AS endpoint, e.url, d.event_type,
-       d.state, d.attempts, d.last_status, d.last_error, d.created_at, d.finished_at
+       d.state, d.replay, d.attempts, d.last_status, d.last_error, d.created_at, d.finished_at
   FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id JOIN tenants t ON t.id = d.tenant_id
  WHERE (CAST(:state AS text) IS NULL OR d.state = :state)
    AND (CAST(:tenant AS text) IS NULL OR t.name = :tenant)

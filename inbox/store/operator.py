@@ -80,7 +80,7 @@ def event_detail(conn: Connection, public_id: str) -> dict[str, Any] | None:
     m = dict(ev._mapping)
     steps = conn.execute(
         text(
-            "SELECT name, result, attempt, completed_at FROM steps WHERE event_id = :id"
+            "SELECT name, result, attempt, replay, completed_at FROM steps WHERE event_id = :id"
             " ORDER BY completed_at, name"
         ),
         {"id": ev.id},
@@ -112,20 +112,26 @@ def event_detail(conn: Connection, public_id: str) -> dict[str, Any] | None:
 
 # Only a quarantined event moves: two operators replaying the same event at once
 # both run this UPDATE, the row lock serialises them, and the second finds it no
-# longer quarantined. Completed steps are kept, so the playbook resumes.
+# longer quarantined (the outer WHERE is re-checked on the locked row). Completed
+# steps are kept, so the playbook resumes. The replay number goes up by one; the
+# attempts restart, and what they were is kept in the audit row.
 _REPLAY = text(
     """
     WITH moved AS (
-        UPDATE events
+        UPDATE events e
            SET state = 'received', attempts = 0, available_at = now(), finished_at = NULL,
-               last_error_class = NULL, last_error_message = NULL
-         WHERE public_id = ANY(CAST(:ids AS text[])) AND state = 'quarantined'
-           AND body IS NOT NULL  -- past retention, nothing is left to run
-        RETURNING id, public_id
+               last_error_class = NULL, last_error_message = NULL, replay = e.replay + 1
+          FROM (SELECT id, attempts, last_error_class FROM events
+                 WHERE public_id = ANY(CAST(:ids AS text[]))) AS before
+         WHERE e.id = before.id AND e.state = 'quarantined'
+           AND e.body IS NOT NULL  -- past retention, nothing is left to run
+        RETURNING e.id, e.public_id, e.replay, before.attempts, before.last_error_class
     ), audited AS (
         INSERT INTO audit_log (actor, action, subject_kind, subject_id, detail)
         SELECT :actor, 'replay', 'event', id,
-               jsonb_build_object('public_id', public_id) || CAST(:extra AS jsonb)
+               jsonb_build_object('public_id', public_id, 'replay', replay,
+                                  'attempts_before', attempts, 'error_before', last_error_class)
+               || CAST(:extra AS jsonb)
           FROM moved
     )
     SELECT public_id FROM moved

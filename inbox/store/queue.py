@@ -75,7 +75,7 @@ def claim(conn: Connection, owner: str, limit: int, lease_seconds: float) -> lis
 LOAD_COLUMNS = """
     SELECT e.id, e.public_id, e.tenant_id, t.name AS tenant, s.name AS source,
            s.options AS source_options, e.event_type, e.business_key_digest, e.content_type,
-           e.body, e.attempts, e.max_attempts, e.sync,
+           e.body, e.attempts, e.max_attempts, e.sync, e.replay,
            extract(epoch FROM clock_timestamp() - e.received_at) AS age_seconds,
            coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
                       WHERE st.event_id = e.id), '{}'::jsonb) AS steps
@@ -115,6 +115,7 @@ def to_loaded(row: Any) -> LoadedEvent:
         attempts=row.attempts,
         max_attempts=row.max_attempts,
         sync=row.sync,
+        replay=row.replay,
         steps=dict(row.steps),
         age_seconds=float(row.age_seconds),
     )
@@ -129,10 +130,10 @@ _STEP = text(
     WITH live AS (
         UPDATE events SET lease_expires_at = now() + make_interval(secs => :lease)
          WHERE {_LIVE}
-        RETURNING id, attempts
+        RETURNING id, attempts, replay
     )
-    INSERT INTO steps (event_id, name, result, attempt)
-    SELECT live.id, s.name, s.result, live.attempts
+    INSERT INTO steps (event_id, name, result, attempt, replay)
+    SELECT live.id, s.name, s.result, live.attempts, live.replay
       FROM live, jsonb_each(CAST(:steps AS jsonb)) AS s(name, result)
     ON CONFLICT (event_id, name) DO NOTHING
     RETURNING name

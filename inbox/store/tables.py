@@ -100,6 +100,8 @@ events = Table(
     Column("state", Text, nullable=False, server_default=text("'received'")),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("max_attempts", Integer, nullable=False, server_default=text("5")),
+    # 0 for the original; each operator replay adds one (attempts restart, history stays).
+    Column("replay", Integer, nullable=False, server_default=text("0")),
     Column("available_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("lease_owner", Text),
     Column("lease_expires_at", DateTime(timezone=True)),
@@ -169,6 +171,8 @@ steps = Table(
     Column("name", Text, primary_key=True),
     Column("result", JSONB),
     Column("attempt", Integer, nullable=False),
+    # The event's replay number when the step ran (0: the original processing).
+    Column("replay", Integer, nullable=False, server_default=text("0")),
     Column("completed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
@@ -244,6 +248,8 @@ deliveries = Table(
     # The envelope, fixed when the delivery is created (created_at included).
     Column("body", LargeBinary, nullable=False),
     Column("state", Text, nullable=False, server_default=text("'pending'")),
+    # The event's replay number when the step that made it ran: sent as webhook-replay.
+    Column("replay", Integer, nullable=False, server_default=text("0")),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("available_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("lease_owner", Text),

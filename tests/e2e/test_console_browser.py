@@ -182,7 +182,7 @@ def test_an_operator_replays_a_dead_letter_and_a_bulk_replay_in_the_browser(
     page.wait_for_url(f"{base}/ui/events/{evt}")
     # The page refreshes itself while the event is in the inbox.
     expect(page.locator("#event-state")).to_have_text("completed", timeout=60_000)
-    expect(page.locator("ol.timeline")).to_contain_text("Replay by alice-oncall")
+    expect(page.locator("ol.timeline")).to_contain_text("Replay 1 by alice-oncall")
     assert state(engine, evt) == "completed"
     # notify failed once and ran again; the completed charge step was not repeated
     assert [r.step for r in sink_rows(engine)] == ["charge", "notify", "notify"]

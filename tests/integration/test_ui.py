@@ -231,7 +231,7 @@ def test_replay_asks_first_then_moves_the_event_and_audits_the_tokens_name(
         rows = conn.execute(text("SELECT actor, action FROM audit_log")).all()
     assert [(r.actor, r.action) for r in rows] == [("alice-oncall", "replay")]
     page = client.get(f"/ui/events/{evt}").get_data(as_text=True)
-    assert "Replay by alice-oncall" in page and "replayed: it is back in the inbox" in page
+    assert "Replay 1 by alice-oncall" in page and "replayed: it is back in the inbox" in page
     # A second replay finds it no longer quarantined: 409, nothing more in the audit log.
     again = post(client, f"/ui/events/{evt}/replay", f"/ui/events/{evt}")
     assert again.status_code == 409 and audit_count(engine) == 1

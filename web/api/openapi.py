@@ -130,6 +130,10 @@ _SCHEMAS: dict[str, Any] = {
             "event_type": {"type": ["string", "null"]},
             "state": {"type": "string", "enum": list(STATES)},
             "attempts": {"type": "integer"},
+            "replay": {
+                "type": "integer",
+                "description": "0 for the original processing; each operator replay adds one.",
+            },
             "received_at": {"type": "string", **_TIME},
             "finished_at": {"type": ["string", "null"], **_TIME},
             "outcome": {"type": ["string", "null"]},
@@ -156,6 +160,11 @@ _SCHEMAS: dict[str, Any] = {
             "event_type": {"type": "string"},
             "event": {"type": ["string", "null"]},
             "state": {"type": "string", "enum": list(DELIVERY_STATES)},
+            "replay": {
+                "type": "integer",
+                "description": "The event's replay number when the step that made it ran;"
+                " sent as the webhook-replay header when above 0.",
+            },
             "attempts": {"type": "integer"},
             "last_status": {"type": ["integer", "null"]},
             "last_error": {"type": ["string", "null"]},

@@ -63,7 +63,12 @@ def _receipts(e: dict[str, Any]) -> list[Entry]:
 
 def _processing(e: dict[str, Any]) -> list[Entry]:
     out = [
-        Entry(s["completed_at"], "step", f"Step {s['name']} completed", f"attempt {s['attempt']}")
+        Entry(
+            s["completed_at"],
+            "step",
+            f"Step {s['name']} completed",
+            f"attempt {s['attempt']}" + (f", replay {s['replay']}" if s.get("replay") else ""),
+        )
         for s in e.get("steps", [])
     ]
     error = e.get("last_error_class")
@@ -120,10 +125,21 @@ def _deliveries(e: dict[str, Any]) -> list[Entry]:
     return out
 
 
+def _audit(a: dict[str, Any]) -> Entry:
+    """An operator's action; a replay says which one it was and what it ended."""
+    detail = a.get("detail") or {}
+    number = f" {detail['replay']}" if detail.get("replay") else ""
+    said = []
+    if detail.get("attempts_before") is not None:
+        said.append(f"after {_plural(int(detail['attempts_before']), 'attempt')}")
+    if detail.get("approved_by"):
+        said.append(f"bulk {detail.get('bulk_replay')}, approved by {detail['approved_by']}")
+    return Entry(
+        a["at"], "audit", f"{a['action'].capitalize()}{number} by {a['actor']}", "; ".join(said)
+    )
+
+
 def event_timeline(e: dict[str, Any]) -> list[Entry]:
     entries = _receipts(e) + _processing(e) + _deliveries(e)
-    entries += [
-        Entry(a["at"], "audit", f"{a['action'].capitalize()} by {a['actor']}")
-        for a in e.get("audit", [])
-    ]
+    entries += [_audit(a) for a in e.get("audit", [])]
     return sorted(entries, key=lambda x: x.at)
