@@ -88,3 +88,24 @@ noop = register(Playbook("noop"), event_type="noop")
 @noop.step("noop", effect=False)
 def nothing(ctx: StepContext) -> dict[str, Any]:
     return {}
+
+
+# Stale events: closing a manual-review task must not overwrite a later decision.
+review = register(Playbook("review"), event_type="review")
+
+
+@review.step("close_task", skip_if_stale=True)
+def close_task(ctx: StepContext) -> dict[str, Any]:
+    time.sleep(float(ctx.payload.get("sleep", 0)))  # widens the window for a race
+    sink(ctx)
+    return {"case": ctx.payload["case"], "decision": ctx.payload["decision"]}
+
+
+@review.step("note", effect=False)
+def note_newer(ctx: StepContext) -> dict[str, Any]:
+    newer = ctx.newer
+    if newer is None:
+        return {"newer": None}
+    at = newer.occurred_at.isoformat() if newer.occurred_at is not None else None
+    version = str(newer.version) if newer.version is not None else None
+    return {"newer": newer.public_id, "newer_at": at, "newer_version": version}

@@ -11,6 +11,7 @@ from inbox.infra import broker
 from inbox.services.bulk import run_bulk_once
 from inbox.services.courier import BATCH, deliver_once
 from inbox.services.drain import drain_once, sweep_once
+from inbox.services.runner import DEFERRED
 from inbox.store import bulk, deliveries
 from inbox.store.engine import make_engine
 from inbox.store.retention import prune_once
@@ -46,6 +47,9 @@ def drain() -> int:
     while time.monotonic() < deadline:
         batch = drain_once(engine(), settings, notify=ring_couriers)
         done += batch.claimed
+        if batch.states.get(DEFERRED):
+            # Put back behind another event with its business key: look again shortly.
+            drain.apply_async(countdown=1)
         if batch.claimed < settings.batch_size:
             return done
         if not helped:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
-from inbox.domain import jsonpath
+from inbox.domain import jsonpath, ordering
 from inbox.domain.errors import BadRequest, Unauthorized, UnsupportedMediaType
 from inbox.domain.idempotency import body_sha256, business_key_digest, key_digest, validate_key
 from inbox.domain.records import Source
@@ -197,6 +197,10 @@ def prepare(
         if bk_values and any(v is not None for v in bk_values)
         else None
     )
+
+    if bk is not None and (opts.occurred_at_path or opts.version_path):
+        # Checked here so a bad value is a 400 with nothing stored; the worker reads it again.
+        ordering.position(parsed, opts.occurred_at_path, opts.version_path)
 
     public_id = "evt_" + secrets.token_hex(12)
     status = ACCEPT_STATUS.get(source.scheme, 202)

@@ -22,6 +22,9 @@ to any outside system. ``effect=False`` marks a step with no outside effect, who
 result may be committed together with the next one. ``once_per_business_key``
 makes the step's effect happen once per business fact: a second event with the
 same business key completes without repeating it (outcome ``duplicate_fact``).
+``skip_if_stale`` skips the step for an event older than the newest completed
+event with its business key (outcome ``stale``; see ``inbox.domain.ordering``):
+``ctx.newer`` names that event, ``ctx.replay`` is 0, or the replay number.
 
 Pure: imports no framework or driver.
 """
@@ -36,6 +39,7 @@ from typing import Any
 
 from inbox.domain.callbacks import Outgoing
 from inbox.domain.errors import PermanentError
+from inbox.domain.ordering import Newer
 
 StepFn = Callable[["StepContext"], Any]
 
@@ -69,6 +73,9 @@ class StepContext:
     step: str
     results: dict[str, Any]
     outbox: list[Outgoing] = field(default_factory=list)
+    # A newer completed event with the same business key (its public id and time or
+    # version), when the source names occurred_at_path or version_path; else None.
+    newer: Newer | None = None
 
     def send(self, event_type: str, data: Any) -> None:
         """Queue a callback to the tenant's endpoints. It is written in the same
@@ -97,6 +104,7 @@ class Step:
     fn: StepFn
     effect: bool = True
     once_per_business_key: bool = False
+    skip_if_stale: bool = False
 
 
 @dataclass
@@ -107,13 +115,18 @@ class Playbook:
     permanent: tuple[type[BaseException], ...] = ()
 
     def step(
-        self, name: str, *, effect: bool = True, once_per_business_key: bool = False
+        self,
+        name: str,
+        *,
+        effect: bool = True,
+        once_per_business_key: bool = False,
+        skip_if_stale: bool = False,
     ) -> Callable[[StepFn], StepFn]:
         if any(s.name == name for s in self.steps):
             raise ValueError(f"playbook {self.name!r} already has a step {name!r}")
 
         def add(fn: StepFn) -> StepFn:
-            self.steps.append(Step(name, fn, effect, once_per_business_key))
+            self.steps.append(Step(name, fn, effect, once_per_business_key, skip_if_stale))
             return fn
 
         return add

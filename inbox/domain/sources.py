@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from marshmallow import Schema, ValidationError, fields, validate
+from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from inbox.domain.bodyschema import spec_errors
 from inbox.domain.errors import BadRequest
@@ -31,6 +31,20 @@ class _OptionsSchema(Schema):
     retention_days = fields.Integer(validate=validate.Range(min=1))
     # A marshmallow-style field spec the body must satisfy ({"name": "str", ...}).
     body_schema = fields.Dict(keys=fields.String(), values=fields.String())
+    # Stale events (inbox.domain.ordering): the provider's own event time, or version.
+    occurred_at_path = fields.String(validate=validate.Length(min=1))
+    version_path = fields.String(validate=validate.Length(min=1))
+
+    @validates_schema
+    def _one_order(self, data: dict[str, Any], **_: Any) -> None:
+        if data.get("occurred_at_path") and data.get("version_path"):
+            raise ValidationError("give occurred_at_path or version_path, not both")
+        named = data.get("occurred_at_path") or data.get("version_path")
+        if named and not data.get("business_key_paths"):
+            raise ValidationError(
+                "occurred_at_path and version_path compare events with the same business key:"
+                " they need business_key_paths"
+            )
 
 
 OPTION_NAMES: tuple[str, ...] = tuple(sorted(_OptionsSchema().fields))
@@ -61,6 +75,8 @@ class SourceOptions:
     key_ttl_hours: int | None = None  # None: the process-wide default
     retention_days: int = 30
     body_schema: dict[str, str] = field(default_factory=dict)
+    occurred_at_path: str | None = None
+    version_path: str | None = None
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], *, check_schema: bool = True) -> SourceOptions:

@@ -16,18 +16,25 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from inbox.domain import ordering
 from inbox.domain.backoff import retry_delay
 from inbox.domain.bodyschema import check_body
 from inbox.domain.callbacks import Outgoing
-from inbox.domain.errors import LeaseLost, PermanentError, RetryableError
+from inbox.domain.errors import BadRequest, LeaseLost, PermanentError, RetryableError
+from inbox.domain.ordering import Newer
 from inbox.domain.playbooks import EventView, Playbook, Registry, StepContext, registry
 from inbox.domain.records import Claim, LoadedEvent
 from inbox.infra import metrics
 from inbox.services.heartbeat import Heartbeat
-from inbox.store import deliveries, queue
+from inbox.store import deliveries, queue, staleness
 from inbox.store.batch import Completion
+from inbox.store.staleness import Judgement
 
 log = logging.getLogger(__name__)
+
+# What run_claimed returns for an event put back because another with its business key
+# was running (see inbox.store.staleness).
+DEFERRED = "deferred"
 
 
 @dataclass(frozen=True)
@@ -58,7 +65,11 @@ def run_claimed(
                 ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook")
             )
             check_body(ev.source_options.get("body_schema") or {}, ev.body, ev.content_type)
-            outcome, decision, dup_of = _run_steps(engine, c, ev, playbook, cfg, pending)
+            judgement = _judge(engine, c, ev)
+            if judgement is not None and judgement.busy:
+                return DEFERRED  # another event about this business key is running
+            newer = judgement.newer if judgement is not None else None
+            outcome, decision, dup_of = _run_steps(engine, c, ev, playbook, cfg, pending, newer)
         except LeaseLost:
             raise
         except Exception as exc:
@@ -82,6 +93,24 @@ def run_claimed(
     except LeaseLost:
         log.warning("event %s: lease lost; another worker owns it now", c.id)
         return "lost"
+
+
+def _judge(engine: Engine, c: Claim, ev: LoadedEvent) -> Judgement | None:
+    """Stale or not, for a source that names the provider's event time or version."""
+    if not ordering.configured(ev.source_options) or ev.business_key_digest is None:
+        return None
+    try:
+        doc = json.loads(ev.body)
+    except ValueError:
+        return None
+    try:
+        mine = ordering.position_of(ev.source_options, doc)
+    except BadRequest as exc:  # the source's options changed since the event was accepted
+        raise PermanentError(exc.message) from exc
+    if mine is None:
+        return None
+    with engine.begin() as conn:
+        return staleness.judge(conn, c, ev.tenant_id, ev.business_key_digest, mine)
 
 
 def _view(ev: LoadedEvent) -> EventView:
@@ -117,8 +146,11 @@ def run_in_memory(ev: LoadedEvent, pb: Playbook, c: Claim) -> Completion | None:
     """Run a pure playbook without touching the database.
 
     None when the per-event path must take over: a failure (it re-runs the steps,
-    which have no outside effects, and records the failure) or callbacks to write.
+    which have no outside effects, and records the failure), callbacks to write, or
+    an event to judge for staleness (under a lock, in the database).
     """
+    if ordering.configured(ev.source_options) and ev.business_key_digest is not None:
+        return None
     try:
         check_body(ev.source_options.get("body_schema") or {}, ev.body, ev.content_type)
         view = _view(ev)
@@ -174,7 +206,13 @@ class _Commits:
 
 
 def _run_steps(
-    engine: Engine, c: Claim, ev: LoadedEvent, pb: Playbook, cfg: RunConfig, pending: _Commits
+    engine: Engine,
+    c: Claim,
+    ev: LoadedEvent,
+    pb: Playbook,
+    cfg: RunConfig,
+    pending: _Commits,
+    newer: Newer | None = None,
 ) -> tuple[str, dict[str, Any], int | None]:
     view = _view(ev)
     results: dict[str, Any] = dict(ev.steps)
@@ -182,6 +220,10 @@ def _run_steps(
     for step in pb.steps:
         if step.name in results:
             continue  # a recovery point: never run a completed step again
+        if newer is not None and step.skip_if_stale:
+            results[step.name] = {"skipped": "stale", "newer_event": newer.public_id}
+            pending.add(step.name, results[step.name])
+            continue
         if step.once_per_business_key and ev.business_key_digest is not None:
             with engine.begin() as conn:
                 pending.flush(conn)
@@ -193,7 +235,7 @@ def _run_steps(
                 results[step.name] = {"skipped": "duplicate_fact", "first_event_id": owner}
                 pending.add(step.name, results[step.name])
                 continue
-        ctx = StepContext(view, step.name, results)
+        ctx = StepContext(view, step.name, results, newer=newer)
         with Heartbeat(engine, c, cfg.lease_seconds):
             value = step.fn(ctx)
         results[step.name] = value
@@ -202,7 +244,7 @@ def _run_steps(
             pending.commit()
     last = results[pb.steps[-1].name] if pb.steps else None
     decision = last if isinstance(last, dict) else {"result": last}
-    return outcome, decision, dup_of
+    return ("stale" if newer is not None else outcome), decision, dup_of
 
 
 def _failed(

@@ -67,7 +67,9 @@ def event_detail(conn: Connection, public_id: str) -> dict[str, Any] | None:
     ev = conn.execute(
         text(
             """
-            SELECT e.*, t.name AS tenant, s.name AS source
+            SELECT e.*, t.name AS tenant, s.name AS source,
+                   (SELECT n.public_id FROM events n WHERE n.id = e.newer_event_id)
+                       AS newer_event
               FROM events e JOIN tenants t ON t.id = e.tenant_id
               JOIN sources s ON s.id = e.source_id
              WHERE e.public_id = :p
@@ -100,7 +102,8 @@ def event_detail(conn: Connection, public_id: str) -> dict[str, Any] | None:
         {"id": ev.id},
     )
     body = m.pop("body")
-    for hidden in ("key_digest", "business_key_digest", "ordering_key", "response_body"):
+    hidden_columns = ("key_digest", "business_key_digest", "ordering_key", "response_body")
+    for hidden in (*hidden_columns, "newer_event_id"):
         m.pop(hidden, None)
     m["body_sha256"] = bytes(m["body_sha256"]).hex()
     m["body"] = bytes(body).decode("utf-8", "replace") if body is not None else None

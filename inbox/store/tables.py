@@ -14,6 +14,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    Numeric,
     Table,
     Text,
     UniqueConstraint,
@@ -117,6 +118,11 @@ events = Table(
     Column("outcome", Text),
     Column("decision", JSONB),
     Column("duplicate_of", BigInteger),
+    # Stale events (inbox.domain.ordering): the provider's time or version of the event,
+    # written when a worker judges it, and the newer completed event it yielded to.
+    Column("occurred_at", DateTime(timezone=True)),
+    Column("version", Numeric),
+    Column("newer_event_id", BigInteger),
     CheckConstraint(
         "state IN ('received', 'processing', 'completed', 'quarantined')", name="state"
     ),
