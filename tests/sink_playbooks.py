@@ -97,6 +97,8 @@ review = register(Playbook("review"), event_type="review")
 @review.step("close_task", skip_if_stale=True)
 def close_task(ctx: StepContext) -> dict[str, Any]:
     time.sleep(float(ctx.payload.get("sleep", 0)))  # widens the window for a race
+    if ctx.payload.get("down_until_replay") and ctx.replay == 0:
+        raise PermanentError("the case system is down")
     sink(ctx)
     return {"case": ctx.payload["case"], "decision": ctx.payload["decision"]}
 

@@ -97,6 +97,26 @@ def test_an_older_event_after_a_newer_decision_is_stale_and_skips_its_steps(
     assert 'id="newer-event"' in page and f'href="/ui/events/{newer}"' in page
 
 
+def test_the_readme_example_a_replayed_old_failure_does_not_close_over_the_approval(
+    client, engine, wsettings, review_source
+):
+    failed = dict(case="a-17", occurred_at=T1, decision="failed", down_until_replay=True)
+    evt_a = send(client, review_source, "A", **failed)
+    drain_all(engine, wsettings)
+    assert event(engine, evt_a).state == "quarantined"
+    evt_b = send(client, review_source, "B", case="a-17", occurred_at=T2, decision="approved")
+    drain_all(engine, wsettings)
+    op = make_token(engine, "night-ops", "operator")
+    assert client.post(f"/api/v1/events/{evt_a}/replay", headers=op).status_code == 200
+    drain_all(engine, wsettings)
+    a = client.get(f"/api/v1/events/{evt_a}", headers=op).json
+    assert (a["outcome"], a["newer_event"], a["replay"]) == ("stale", evt_b, 1)
+    assert [r.event for r in sink_rows(engine)] == [evt_b]  # the approval stands alone
+    (audit,) = [x for x in a["audit"] if x["action"] == "replay"]
+    assert audit["actor"] == "night-ops" and audit["detail"]["replay"] == 1
+    assert audit["detail"]["error_before"] == "PermanentError"
+
+
 def test_in_order_both_run_and_another_business_key_is_not_compared(
     client, engine, wsettings, review_source
 ):
