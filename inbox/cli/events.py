@@ -139,6 +139,7 @@ def _section(title: str, headers: list[str], rows: list[tuple[object, ...]]) -> 
 @click.option("--approve", "approve_id", metavar="JOB", help="Approve a waiting bulk replay.")
 @click.option("--reject", "reject_id", metavar="JOB", help="Reject a waiting bulk replay.")
 @click.option("--note", help="With --approve/--reject: a note for the audit log.")
+@click.option("--awaiting", is_flag=True, help="List bulk replays waiting for approval.")
 @click.option("--actor", default=getpass.getuser, show_default="current user")
 def replay(
     ids: tuple[str, ...],
@@ -151,6 +152,7 @@ def replay(
     approve_id: str | None,
     reject_id: str | None,
     note: str | None,
+    awaiting: bool,
     actor: str,
 ) -> None:
     """Move quarantined events back to received; completed steps are kept.
@@ -159,6 +161,9 @@ def replay(
     is made that waits for a second operator: `inbox replay --approve JOB --actor NAME`
     (another name than the requester's) runs it, `--reject JOB` refuses it.
     """
+    if awaiting:
+        _awaiting()
+        return
     if approve_id or reject_id:
         if (approve_id and reject_id) or ids or quarantined:
             raise click.UsageError("--approve/--reject take a job id and nothing else")
@@ -205,6 +210,19 @@ def _check_targets(ids: tuple[str, ...], quarantined: bool, tenant: str | None) 
         raise click.UsageError("--quarantined needs --tenant")
     if not ids and not quarantined:
         raise click.UsageError("give event ids, or --quarantined --tenant T")
+
+
+def _awaiting() -> None:
+    """What waits for a second operator, oldest first."""
+    with transaction() as conn:
+        jobs = bulk_review.awaiting(conn, None)
+    table(
+        ["job", "events", "requested by", "created", "filter"],
+        [
+            (j.public_id, j.total, j.actor, j.created_at, json.dumps(j.filter, sort_keys=True))
+            for j in jobs
+        ],
+    )
 
 
 def _request_approval(

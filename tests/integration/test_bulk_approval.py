@@ -189,6 +189,8 @@ def test_the_cli_asks_for_approval_and_a_second_operator_gives_it(engine, make_s
     assert "awaiting_approval" in asked and "--approve" in asked
     job = grab(r"bulk replay (rpl_\w+)", asked)
     assert sum(replays_per_event(engine).values()) == 0
+    waiting = run("replay", "--awaiting")
+    assert job in waiting and "alice" in waiting and "REQUESTED BY" in waiting
 
     own = runner.invoke(main, ["replay", "--approve", job, "--actor", "alice"])
     assert own.exit_code != 0 and "different operator" in own.output
