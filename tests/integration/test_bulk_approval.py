@@ -10,11 +10,13 @@ from click.testing import CliRunner
 from sqlalchemy import text
 
 from inbox.cli import main
+from inbox.infra.config import Settings
 from inbox.services.bulk import run_bulk_once
 from inbox.store import bulk as bstore
 from tests.integration.test_api import make_token, quarantine
 from tests.integration.test_bulk_replay import job_id, replays_per_event
 from tests.integration.test_ui import CSRF, grab, new_token, sign_in
+from web import create_app
 
 MIN = 100  # INBOX_BULK_APPROVAL_MIN's default
 
@@ -208,3 +210,11 @@ def test_the_cli_asks_for_approval_and_a_second_operator_gives_it(engine, make_s
     assert sum(replays_per_event(engine).values()) == MIN + 2
     too_many = runner.invoke(main, ["replay", *[f"evt_other{i}" for i in range(1, MIN + 2)]])
     assert too_many.exit_code != 0 and "second" in too_many.output
+
+
+def test_the_threshold_is_the_configured_one(engine, settings, make_source, ops):
+    quarantine(engine, make_source(), 3, "evt_cfg")
+    low = Settings(database_url=settings.database_url, bulk_approval_min=2)
+    app = create_app(low, engine=engine, doorbell=lambda: None, route_cache_seconds=0)
+    job = start(app.test_client(), ops["alice"])
+    assert (job["status"], job["total"]) == ("awaiting_approval", 3)
