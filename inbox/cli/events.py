@@ -82,6 +82,7 @@ def summary(d: dict[str, Any]) -> None:
         ("type", d.get("event_type")),
         ("state", state),
         ("attempts", f"{d['attempts']} of {d['max_attempts']}"),
+        ("run", f"replay {d['replay']}" if d.get("replay") else "original"),
         ("received", d["received_at"]),
         ("finished", d.get("finished_at")),
     ]
@@ -95,6 +96,8 @@ def summary(d: dict[str, Any]) -> None:
                 f" last {when(d['last_duplicate_at'])})",
             )
         )
+    if d.get("newer_event"):
+        pairs.append(("newer event", f"{d['newer_event']} (completed first: this one is stale)"))
     if d.get("last_error_class"):
         error = f"{d['last_error_class']}: {d.get('last_error_message') or ''}"
         pairs.append(("last error", error))
@@ -106,8 +109,11 @@ def summary(d: dict[str, Any]) -> None:
     fields(pairs)
     _section(
         "steps",
-        ["step", "attempt", "completed", "result"],
-        [(s["name"], s["attempt"], s["completed_at"], json.dumps(s["result"])) for s in d["steps"]],
+        ["step", "attempt", "ran in", "completed", "result"],
+        [
+            (s["name"], s["attempt"], _run(s["replay"]), s["completed_at"], json.dumps(s["result"]))
+            for s in d["steps"]
+        ],
     )
     _section(
         "conflicts (same key, another body)",
@@ -116,9 +122,24 @@ def summary(d: dict[str, Any]) -> None:
     )
     _section(
         "audit",
-        ["at", "actor", "action"],
-        [(a["at"], a["actor"], a["action"]) for a in d["audit"]],
+        ["at", "actor", "action", "detail"],
+        [(a["at"], a["actor"], a["action"], _audit_detail(a.get("detail"))) for a in d["audit"]],
     )
+
+
+def _run(replay: int | None) -> str:
+    return f"replay {replay}" if replay else "original"
+
+
+def _audit_detail(detail: dict[str, Any] | None) -> str:
+    """A replay's number and what it followed; a bulk replay's job and approver."""
+    d = detail or {}
+    said = [f"replay {d['replay']}"] if d.get("replay") else []
+    if d.get("attempts_before") is not None:
+        said.append(f"after {d['attempts_before']} attempt(s) ({d.get('error_before') or '-'})")
+    if d.get("bulk_replay"):
+        said.append(f"bulk {d['bulk_replay']}, approved by {d.get('approved_by') or '-'}")
+    return "; ".join(said)
 
 
 def _section(title: str, headers: list[str], rows: list[tuple[object, ...]]) -> None:

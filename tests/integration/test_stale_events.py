@@ -8,8 +8,10 @@ import time
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import text
 
+from inbox.cli import main
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
 from tests.helpers import body_of, hmac_headers, sink_rows
@@ -115,6 +117,9 @@ def test_the_readme_example_a_replayed_old_failure_does_not_close_over_the_appro
     (audit,) = [x for x in a["audit"] if x["action"] == "replay"]
     assert audit["actor"] == "night-ops" and audit["detail"]["replay"] == 1
     assert audit["detail"]["error_before"] == "PermanentError"
+    shown = CliRunner().invoke(main, ["events", "show", evt_a], catch_exceptions=False).output
+    assert "completed (stale)" in shown and f"{evt_b} (completed first" in shown
+    assert "replay 1; after 1 attempt(s) (PermanentError)" in shown
 
 
 def test_in_order_both_run_and_another_business_key_is_not_compared(
