@@ -144,7 +144,10 @@ _SCHEMAS: dict[str, Any] = {
     "EventDetail": {
         **_OBJ,
         "description": "The event's columns (body as stored, after redaction; headers without"
-        " credentials), with steps, conflicts, deliveries (with attempts_log) and audit.",
+        " credentials), with steps, conflicts, deliveries (with attempts_log) and audit."
+        " replay: 0 for the original, N after the N-th operator replay (each step and delivery"
+        " has its own); occurred_at or version: the provider's, for a source that names them;"
+        " newer_event: for outcome stale, the newer completed event it yielded to.",
         "properties": {
             k: {"type": "array", "items": _OBJ}
             for k in ("steps", "conflicts", "deliveries", "audit")
