@@ -305,12 +305,22 @@ def record(conn: Connection, job_id: int, outcomes: dict[int, str]) -> Job:
     ).one()
     if outcomes and counted.done < counted.total:
         sql = f"SELECT {_JOB} FROM bulk_replays WHERE id = :id"
-    else:
-        sql = (
-            "UPDATE bulk_replays SET status = 'completed', finished_at = now(),"
-            f" lease_owner = NULL, lease_expires_at = NULL WHERE id = :id RETURNING {_JOB}"
-        )
-    return _job(conn.execute(text(sql), {"id": job_id}).one())
+        return _job(conn.execute(text(sql), {"id": job_id}).one())
+    done = _job(
+        conn.execute(
+            text(
+                "UPDATE bulk_replays SET status = 'completed', finished_at = now(),"
+                f" lease_owner = NULL, lease_expires_at = NULL WHERE id = :id RETURNING {_JOB}"
+            ),
+            {"id": job_id},
+        ).one()
+    )
+    # The end of the story in the audit log: what the job did, for whom, approved by whom.
+    detail: dict[str, Any] = {"public_id": done.public_id, "requested_by": done.actor}
+    detail.update(approved_by=done.reviewer, total=done.total, moved=done.moved)
+    detail.update(skipped=done.skipped)
+    _audit(conn, "inbox", "complete", done.id, detail)
+    return done
 
 
 def release(conn: Connection, job_id: int, owner: str) -> None:

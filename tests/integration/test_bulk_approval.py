@@ -80,7 +80,19 @@ def test_more_than_the_threshold_waits_for_a_second_operator(client, engine, mak
     assert replays_per_event(engine) == {i: 1 for i in ids}
 
     steps = audit(engine, job["id"])
-    assert [(a, act) for a, act, _ in steps] == [("alice", "bulk_replay"), ("bob", "approve")]
+    assert [(a, act) for a, act, _ in steps] == [
+        ("alice", "bulk_replay"),
+        ("bob", "approve"),
+        ("inbox", "complete"),
+    ]
+    assert steps[2][2] == {
+        "public_id": job["id"],
+        "requested_by": "alice",
+        "approved_by": "bob",
+        "total": MIN + 1,
+        "moved": MIN + 1,
+        "skipped": 0,
+    }
     assert steps[0][2]["status"] == "awaiting_approval" and steps[0][2]["requested_by"] == "alice"
     assert steps[1][2]["requested_by"] == "alice" and steps[1][2]["approved_by"] == "bob"
     assert steps[1][2]["note"] == "incident 42, checked the filter"
