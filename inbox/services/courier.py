@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 from inbox.domain import callbacks
 from inbox.domain.records import Endpoint
 from inbox.infra import metrics
-from inbox.outbound.http import Client, DeliveryError
+from inbox.outbound.client import Client, DeliveryError
 from inbox.store import deliveries as store
 from inbox.store.endpoints import get_endpoint, set_enabled
 
