@@ -18,8 +18,8 @@ from inbox.domain.playbooks import Registry, registry
 from inbox.domain.records import LoadedEvent
 from inbox.infra import metrics
 from inbox.infra.config import Settings
+from inbox.services.ports import WorkStore, work_store
 from inbox.services.runner import RunConfig, is_pure, run_claimed, run_in_memory
-from inbox.store import batch, queue
 from inbox.store.batch import Completion
 
 
@@ -41,7 +41,7 @@ class DrainResult:
 
 
 def drain_once(
-    engine: Engine,
+    db: Engine | WorkStore,
     settings: Settings,
     owner: str | None = None,
     notify: Callable[[set[int]], None] | None = None,
@@ -52,11 +52,10 @@ def drain_once(
     Events whose playbook has no outside effects run in memory and complete together in
     one statement; every other event commits step by step through ``run_claimed``.
     """
-    with engine.begin() as conn:
-        claims = queue.claim(
-            conn, owner or worker_id(), settings.batch_size, settings.lease_seconds
-        )
-        loaded = batch.load_many(conn, claims)
+    store = work_store(db)
+    with store.begin() as tx:
+        claims = store.claim(tx, owner or worker_id(), settings.batch_size, settings.lease_seconds)
+        loaded = store.load_many(tx, claims)
     t_loaded = time.monotonic()
     result = DrainResult(claimed=len(claims))
     cfg = run_config(settings)
@@ -65,9 +64,9 @@ def drain_once(
     for i, c in enumerate(claims):
         if time.monotonic() - renewed > settings.lease_seconds / 3:
             # The rest of the batch is still waiting its turn: keep its leases.
-            _finish(engine, done, loaded, result, time.monotonic() - t_loaded)
-            with engine.begin() as conn:
-                queue.extend(conn, claims[i:], settings.lease_seconds)
+            _finish(store, done, loaded, result, time.monotonic() - t_loaded)
+            with store.begin() as tx:
+                store.extend(tx, claims[i:], settings.lease_seconds)
             renewed = time.monotonic()
         ev = loaded.get(c.id)
         if ev is None:
@@ -81,13 +80,13 @@ def drain_once(
         if completion is not None:
             done.append(completion)
         else:
-            result.states[run_claimed(engine, c, cfg, reg, notify=notify, ev=ev)] += 1
-    _finish(engine, done, loaded, result, time.monotonic() - t_loaded)
+            result.states[run_claimed(store, c, cfg, reg, notify=notify, ev=ev)] += 1
+    _finish(store, done, loaded, result, time.monotonic() - t_loaded)
     return result
 
 
 def _finish(
-    engine: Engine,
+    store: WorkStore,
     done: list[Completion],
     loaded: dict[int, LoadedEvent],
     result: DrainResult,
@@ -95,8 +94,8 @@ def _finish(
 ) -> None:
     if not done:
         return
-    with engine.begin() as conn:
-        completed = batch.complete_many(conn, done)
+    with store.begin() as tx:
+        completed = store.complete_many(tx, done)
     for x in done:
         ev = loaded[x.claim.id]
         if x.claim.id in completed:
@@ -115,10 +114,11 @@ class SweepResult:
     due: int
 
 
-def sweep_once(engine: Engine) -> SweepResult:
+def sweep_once(db: Engine | WorkStore) -> SweepResult:
     """The lifeline: expired leases go back to the queue; report how much is due."""
-    with engine.begin() as conn:
-        requeued, quarantined = queue.sweep_expired(conn)
-        due = queue.due_count(conn)
+    store = work_store(db)
+    with store.begin() as tx:
+        requeued, quarantined = store.sweep_expired(tx)
+        due = store.due_count(tx)
     metrics.record_sweep(requeued, quarantined)
     return SweepResult(requeued, quarantined, due)

@@ -14,12 +14,12 @@ from types import TracebackType
 from sqlalchemy import Engine
 
 from inbox.domain.records import Claim
-from inbox.store import queue
+from inbox.services.ports import WorkStore, work_store
 
 
 class Heartbeat:
-    def __init__(self, engine: Engine, claim: Claim, lease_seconds: float) -> None:
-        self._engine = engine
+    def __init__(self, db: Engine | WorkStore, claim: Claim, lease_seconds: float) -> None:
+        self._store = work_store(db)
         self._claim = claim
         self._lease = lease_seconds
         self._stop = threading.Event()
@@ -29,8 +29,8 @@ class Heartbeat:
     def _beat(self) -> None:
         while not self._stop.wait(self._lease / 3):
             try:
-                with self._engine.begin() as conn:
-                    if queue.extend(conn, [self._claim], self._lease) == 0:
+                with self._store.begin() as tx:
+                    if self._store.extend(tx, [self._claim], self._lease) == 0:
                         return  # lost: nothing left to keep alive
                 self.beats += 1
             except Exception:

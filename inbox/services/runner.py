@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from inbox.domain import ordering
 from inbox.domain.backoff import retry_delay
@@ -26,7 +26,7 @@ from inbox.domain.playbooks import EventView, Playbook, Registry, StepContext, r
 from inbox.domain.records import Claim, LoadedEvent
 from inbox.infra import metrics
 from inbox.services.heartbeat import Heartbeat
-from inbox.store import deliveries, queue, staleness
+from inbox.services.ports import WorkStore, work_store
 from inbox.store.batch import Completion
 from inbox.store.staleness import Judgement
 
@@ -45,7 +45,7 @@ class RunConfig:
 
 
 def run_claimed(
-    engine: Engine,
+    db: Engine | WorkStore,
     c: Claim,
     cfg: RunConfig,
     reg: Registry = registry,
@@ -53,37 +53,38 @@ def run_claimed(
     ev: LoadedEvent | None = None,
 ) -> str:
     """Run the event's playbook; returns the resulting state ('lost' if the lease was lost)."""
+    store = work_store(db)
     try:
         if ev is None:
-            with engine.begin() as conn:
-                ev = queue.load(conn, c)
+            with store.begin() as tx:
+                ev = store.load(tx, c)
         loaded = time.monotonic()
-        pending = _Commits(engine, c, ev, cfg)
+        pending = _Commits(store, c, ev, cfg)
         playbook: Playbook | None = None
         try:
             playbook = reg.resolve(
                 ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook")
             )
             check_body(ev.source_options.get("body_schema") or {}, ev.body, ev.content_type)
-            judgement = _judge(engine, c, ev)
+            judgement = _judge(store, c, ev)
             if judgement is not None and judgement.busy:
                 return DEFERRED  # another event about this business key is running
             newer = judgement.newer if judgement is not None else None
-            outcome, decision, dup_of = _run_steps(engine, c, ev, playbook, cfg, pending, newer)
+            outcome, decision, dup_of = _run_steps(store, c, ev, playbook, cfg, pending, newer)
         except LeaseLost:
             raise
         except Exception as exc:
             permanent = playbook is None or playbook.is_permanent(exc)
-            state = _failed(engine, c, ev, exc, permanent, cfg)
+            state = _failed(store, c, ev, exc, permanent, cfg)
             metrics.record_completed(
                 ev.tenant, ev.source, ev.age_seconds + time.monotonic() - loaded, state
             )
             return state
         text_response = sync_response(ev, outcome, decision)
         response = text_response.encode() if text_response is not None else None
-        with engine.begin() as conn:
-            pending.flush(conn)  # the last steps without outside effects ride with completion
-            queue.complete(conn, c, outcome, decision, dup_of, response)
+        with store.begin() as tx:
+            pending.flush(tx)  # the last steps without outside effects ride with completion
+            store.complete(tx, c, outcome, decision, dup_of, response)
         metrics.record_completed(
             ev.tenant, ev.source, ev.age_seconds + time.monotonic() - loaded, "completed"
         )
@@ -95,7 +96,7 @@ def run_claimed(
         return "lost"
 
 
-def _judge(engine: Engine, c: Claim, ev: LoadedEvent) -> Judgement | None:
+def _judge(store: WorkStore, c: Claim, ev: LoadedEvent) -> Judgement | None:
     """Stale or not, for a source that names the provider's event time or version."""
     if not ordering.configured(ev.source_options) or ev.business_key_digest is None:
         return None
@@ -109,8 +110,8 @@ def _judge(engine: Engine, c: Claim, ev: LoadedEvent) -> Judgement | None:
         raise PermanentError(exc.message) from exc
     if mine is None:
         return None
-    with engine.begin() as conn:
-        return staleness.judge(conn, c, ev.tenant_id, ev.business_key_digest, mine)
+    with store.begin() as tx:
+        return store.judge(tx, c, ev.tenant_id, ev.business_key_digest, mine)
 
 
 def _view(ev: LoadedEvent) -> EventView:
@@ -173,8 +174,8 @@ def run_in_memory(ev: LoadedEvent, pb: Playbook, c: Claim) -> Completion | None:
 class _Commits:
     """Step results (and the deliveries they decided) waiting for their commit."""
 
-    def __init__(self, engine: Engine, c: Claim, ev: LoadedEvent, cfg: RunConfig) -> None:
-        self.engine, self.c, self.ev, self.cfg = engine, c, ev, cfg
+    def __init__(self, store: WorkStore, c: Claim, ev: LoadedEvent, cfg: RunConfig) -> None:
+        self.store, self.c, self.ev, self.cfg = store, c, ev, cfg
         self.results: dict[str, Any] = {}
         self.outbox: list[tuple[str, list[Outgoing]]] = []
         self.ring: set[int] = set()
@@ -184,12 +185,12 @@ class _Commits:
         if outbox:
             self.outbox.append((step, outbox))
 
-    def flush(self, conn: Connection) -> None:
+    def flush(self, tx: object) -> None:
         """Write the recovery points and their deliveries in the caller's transaction."""
-        queue.record_steps(conn, self.c, self.results, self.cfg.lease_seconds)
+        self.store.record_steps(tx, self.c, self.results, self.cfg.lease_seconds)
         for step, messages in self.outbox:
-            self.ring |= deliveries.enqueue(
-                conn,
+            self.ring |= self.store.enqueue_deliveries(
+                tx,
                 self.ev.tenant_id,
                 self.ev.tenant,
                 self.ev.id,
@@ -201,12 +202,12 @@ class _Commits:
         self.results, self.outbox = {}, []
 
     def commit(self) -> None:
-        with self.engine.begin() as conn:
-            self.flush(conn)
+        with self.store.begin() as tx:
+            self.flush(tx)
 
 
 def _run_steps(
-    engine: Engine,
+    store: WorkStore,
     c: Claim,
     ev: LoadedEvent,
     pb: Playbook,
@@ -225,10 +226,10 @@ def _run_steps(
             pending.add(step.name, results[step.name])
             continue
         if step.once_per_business_key and ev.business_key_digest is not None:
-            with engine.begin() as conn:
-                pending.flush(conn)
-                owner = queue.claim_effect(
-                    conn, c, ev.tenant_id, f"{pb.name}.{step.name}", ev.business_key_digest
+            with store.begin() as tx:
+                pending.flush(tx)
+                owner = store.claim_effect(
+                    tx, c, ev.tenant_id, f"{pb.name}.{step.name}", ev.business_key_digest
                 )
             if owner != ev.id:
                 outcome, dup_of = "duplicate_fact", owner
@@ -236,7 +237,7 @@ def _run_steps(
                 pending.add(step.name, results[step.name])
                 continue
         ctx = StepContext(view, step.name, results, newer=newer)
-        with Heartbeat(engine, c, cfg.lease_seconds):
+        with Heartbeat(store, c, cfg.lease_seconds):
             value = step.fn(ctx)
         results[step.name] = value
         pending.add(step.name, value, ctx.outbox)
@@ -248,13 +249,13 @@ def _run_steps(
 
 
 def _failed(
-    engine: Engine, c: Claim, ev: LoadedEvent, exc: Exception, permanent: bool, cfg: RunConfig
+    store: WorkStore, c: Claim, ev: LoadedEvent, exc: Exception, permanent: bool, cfg: RunConfig
 ) -> str:
     delay = retry_delay(ev.attempts, cfg.retry_base_seconds, cfg.retry_cap_seconds)
     if isinstance(exc, RetryableError) and exc.delay is not None:
         delay = exc.delay
-    with engine.begin() as conn:
-        state = queue.fail(conn, c, exc, permanent or isinstance(exc, PermanentError), delay)
+    with store.begin() as tx:
+        state = store.fail(tx, c, exc, permanent or isinstance(exc, PermanentError), delay)
     log.info(
         "event %s attempt %s failed (%s): now %s",
         ev.public_id,

@@ -21,7 +21,8 @@ import copy
 import json
 import threading
 from collections import deque
-from functools import lru_cache
+from collections.abc import Callable
+from functools import lru_cache, partial
 from typing import Any
 
 import psycopg
@@ -154,11 +155,25 @@ class _Ticket:
         self.error: BaseException | None = None
 
 
-class Claims:
-    """Group commit for one process's claims (one per app; thread-safe)."""
+# Runs one claiming INSERT for the rows, committed; the public ids that went in.
+Send = Callable[[list[tuple[Any, ...]]], dict[str, int]]
 
-    def __init__(self, engine: Engine, max_rows: int = MAX_ROWS) -> None:
-        self._engine = engine
+
+class Claims:
+    """Group commit for one process's claims (one per app; thread-safe).
+
+    ``send`` runs each statement (``insert`` on ``engine`` unless given): the queueing and
+    batching here are tested against an in-memory one.
+    """
+
+    def __init__(
+        self, engine: Engine | None, max_rows: int = MAX_ROWS, *, send: Send | None = None
+    ) -> None:
+        if send is None:
+            if engine is None:
+                raise ValueError("Claims needs an engine or a send function")
+            send = partial(insert, engine)
+        self._send = send
         self._max_rows = max_rows
         self._mutex = threading.Lock()
         self._queue: deque[_Ticket] = deque()
@@ -183,7 +198,7 @@ class Claims:
         if lead:
             self._lead()
         if ticket.alone:
-            return insert(self._engine, [ticket.row]).get(ticket.public_id)
+            return self._send([ticket.row]).get(ticket.public_id)
         if ticket.error is not None:
             own = ticket.error if lead else _own_copy(ticket.error)
             if own is ticket.error:
@@ -227,7 +242,7 @@ class Claims:
     def _run(self, batch: list[_Ticket]) -> None:
         self.statements += 1
         try:
-            inserted = insert(self._engine, [t.row for t in batch])
+            inserted = self._send([t.row for t in batch])
         except (psycopg.DataError, psycopg.IntegrityError) as exc:
             if len(batch) == 1:
                 batch[0].error = exc
