@@ -249,8 +249,14 @@ def _run_steps(
 
 
 def _failed(
-    store: WorkStore, c: Claim, ev: LoadedEvent, exc: Exception, permanent: bool, cfg: RunConfig
+    db: Engine | WorkStore,
+    c: Claim,
+    ev: LoadedEvent,
+    exc: Exception,
+    permanent: bool,
+    cfg: RunConfig,
 ) -> str:
+    store = work_store(db)
     delay = retry_delay(ev.attempts, cfg.retry_base_seconds, cfg.retry_cap_seconds)
     if isinstance(exc, RetryableError) and exc.delay is not None:
         delay = exc.delay
