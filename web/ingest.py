@@ -18,6 +18,7 @@ from inbox.domain.errors import (
     PayloadTooLarge,
 )
 from inbox.domain.records import Source
+from inbox.domain.states import EventState
 from inbox.infra import metrics
 from inbox.store.events import stored_response
 from inbox.store.intake import IngestResult, claim, ingest
@@ -110,9 +111,9 @@ def _wait_for_decision(ext: Services, result: IngestResult, seconds: float) -> I
         time.sleep(0.05)
         with ext.engine.connect() as conn:
             stored = stored_response(conn, result.event_id)
-        if stored.state == "completed":
+        if stored.state == EventState.COMPLETED:
             return replace(result, status=stored.status, body=stored.body)
-        if stored.state == "quarantined":
+        if stored.state == EventState.QUARANTINED:
             break
     return result
 

@@ -18,6 +18,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 
+from inbox.domain.states import DeliveryState, EventState
 from inbox.store import stats
 from web.services import services
 
@@ -80,7 +81,7 @@ class StatsCollector(Collector):
         oldest: dict[tuple[str, str], float] = {}
         for row in depth:
             key = (row.tenant, row.source)
-            if row.state == "quarantined":
+            if row.state == EventState.QUARANTINED:
                 fam["dead"].add_metric(list(key), row.count)
                 continue
             fam["depth"].add_metric([*key, row.state], row.count)
@@ -89,7 +90,7 @@ class StatsCollector(Collector):
             fam["oldest"].add_metric(list(key), age)
         for b in backlog:
             fam["backlog"].add_metric([b.tenant, b.state], b.count)
-            if b.state == "pending":
+            if b.state == DeliveryState.PENDING:
                 fam["backlog_age"].add_metric([b.tenant], b.oldest_age_seconds)
         fam["up"].add_metric([], 1)
         return list(fam.values())

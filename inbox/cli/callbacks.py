@@ -11,6 +11,7 @@ from inbox.cli.base import main, transaction
 from inbox.cli.output import emit_json, fields, json_option, table
 from inbox.domain import callbacks
 from inbox.domain.records import Endpoint
+from inbox.domain.states import DeliveryState
 from inbox.store import deliveries as dstore
 from inbox.store import endpoints as store
 
@@ -170,7 +171,7 @@ def deliveries() -> None:
 
 
 @deliveries.command("list")
-@click.option("--state", type=click.Choice(["pending", "sending", "delivered", "failed"]))
+@click.option("--state", type=click.Choice([s.value for s in DeliveryState]))
 @click.option("--tenant")
 @click.option("--limit", default=50, show_default=True)
 @json_option

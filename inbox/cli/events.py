@@ -12,6 +12,7 @@ import click
 
 from inbox.cli.base import engine, main, settings, transaction
 from inbox.cli.output import emit_json, fields, json_option, table, when
+from inbox.domain.states import EventState
 from inbox.infra import broker
 from inbox.services import bulk
 from inbox.store import bulk_review, operator
@@ -26,7 +27,7 @@ def events() -> None:
 
 
 @events.command("list")
-@click.option("--state", type=click.Choice(["received", "processing", "completed", "quarantined"]))
+@click.option("--state", type=click.Choice([s.value for s in EventState]))
 @click.option("--tenant")
 @click.option("--source")
 @click.option("--limit", default=50, show_default=True)
@@ -202,7 +203,9 @@ def replay(
         with transaction() as conn:
             targets = [
                 r.public_id
-                for r in operator.list_events(conn, "quarantined", tenant, source, since, 1_000_000)
+                for r in operator.list_events(
+                    conn, EventState.QUARANTINED, tenant, source, since, 1_000_000
+                )
             ]
     if dry_run:
         click.echo(f"would replay {len(targets)} event(s)")

@@ -1,12 +1,14 @@
-"""Event states and the one table of allowed transitions.
+"""Event and delivery states, and the one table of allowed transitions for each.
 
-The same rule is enforced by the database (a trigger in the first migration);
-``docs/state_machine.md`` draws it.
+The database enforces the same tables (triggers: ``events_state_guard`` in migration 0001,
+``deliveries_state_guard`` in 0008); ``tests/integration/test_state_guards.py`` drives both
+machines against them. ``docs/state_machine.md`` draws them.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TypeVar
 
 from inbox.domain.errors import InvalidTransition
 
@@ -18,9 +20,17 @@ class EventState(StrEnum):
     QUARANTINED = "quarantined"
 
 
-S = EventState
+class DeliveryState(StrEnum):
+    PENDING = "pending"
+    SENDING = "sending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
 
-ALLOWED: frozenset[tuple[EventState, EventState]] = frozenset(
+
+S = EventState
+D = DeliveryState
+
+EVENT_ALLOWED: frozenset[tuple[EventState, EventState]] = frozenset(
     {
         (S.RECEIVED, S.PROCESSING),  # a worker takes a lease
         (S.PROCESSING, S.COMPLETED),  # the playbook finished
@@ -30,13 +40,40 @@ ALLOWED: frozenset[tuple[EventState, EventState]] = frozenset(
         (S.QUARANTINED, S.RECEIVED),  # an operator's replay
     }
 )
+ALLOWED = EVENT_ALLOWED
+
+DELIVERY_ALLOWED: frozenset[tuple[DeliveryState, DeliveryState]] = frozenset(
+    {
+        (D.PENDING, D.SENDING),  # a courier claims an in-flight slot
+        (D.SENDING, D.DELIVERED),  # the endpoint answered 2xx
+        (D.SENDING, D.PENDING),  # a retry, handed back unattempted, or the lease expired
+        (D.SENDING, D.FAILED),  # a permanent answer, or attempts exhausted
+        (D.FAILED, D.PENDING),  # an operator's replay
+    }
+)
 
 FINISHED: frozenset[EventState] = frozenset({S.COMPLETED, S.QUARANTINED})
+PENDING: frozenset[EventState] = frozenset({S.RECEIVED, S.PROCESSING})  # not finished yet
+DELIVERY_FINISHED: frozenset[DeliveryState] = frozenset({D.DELIVERED, D.FAILED})
+
+State = TypeVar("State", EventState, DeliveryState)
+
+_TABLES: dict[type[StrEnum], frozenset[tuple[StrEnum, StrEnum]]] = {
+    EventState: EVENT_ALLOWED,
+    DeliveryState: DELIVERY_ALLOWED,
+}
 
 
-def transition(current: EventState | str, target: EventState | str) -> EventState:
-    """Return ``target`` if moving there from ``current`` is allowed, else raise."""
-    cur, tgt = EventState(current), EventState(target)
-    if (cur, tgt) not in ALLOWED:
-        raise InvalidTransition(f"{cur} -> {tgt} is not allowed")
-    return tgt
+def transition(current: State | str, target: State) -> State:
+    """Return ``target`` if moving there from ``current`` is allowed by its table, else raise.
+
+    The table is ``target``'s: an EventState for events, a DeliveryState for deliveries.
+    """
+    kind = type(target)
+    try:
+        cur = kind(current)
+    except ValueError:
+        raise InvalidTransition(f"{current!r} is not a {kind.__name__}") from None
+    if (cur, target) not in _TABLES[kind]:
+        raise InvalidTransition(f"{cur} -> {target} is not allowed")
+    return target

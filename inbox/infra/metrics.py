@@ -19,6 +19,8 @@ import time
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
+from inbox.domain.states import FINISHED, EventState
+
 log = logging.getLogger(__name__)
 
 if _dir := os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -151,11 +153,11 @@ def record_completed(tenant: str, source: str, latency_seconds: float, state: st
     received (a retry was scheduled); anything else (a lost lease) is not counted."""
     try:
         tenant, source = str(tenant), str(source)
-        if state in ("completed", "quarantined"):
+        if state in FINISHED:
             LATENCY.labels(tenant, source, state).observe(max(0.0, float(latency_seconds)))
-            if state == "quarantined":
+            if state == EventState.QUARANTINED:
                 DEAD_LETTERED.labels(tenant, source).inc()
-        elif state == "received":
+        elif state == EventState.RECEIVED:
             RETRIES.labels(tenant, source).inc()
     except Exception as exc:
         _failed("record_completed", exc)

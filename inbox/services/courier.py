@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 
 from inbox.domain import callbacks
 from inbox.domain.records import Endpoint
+from inbox.domain.states import DeliveryState, transition
 from inbox.infra import metrics
 from inbox.outbound.client import Client, DeliveryError
 from inbox.store import deliveries as store
@@ -45,6 +46,13 @@ class CourierResult:
     lost: int = 0
 
 
+# What each new state counts as, in CourierResult and the attempts metric.
+_OUTCOME = {
+    DeliveryState.DELIVERED: "delivered",
+    DeliveryState.PENDING: "retried",
+    DeliveryState.FAILED: "failed",
+}
+
 FLUSH_EVERY = 10
 FLUSH_SECONDS = 0.2
 
@@ -59,7 +67,7 @@ class Sent:
     error: str | None
     latency_ms: float
     excerpt: str | None
-    state: str  # delivered | pending (retry) | failed (dead letter)
+    state: DeliveryState  # delivered | pending (retry) | failed (dead letter)
     delay: float
     disable: bool  # 410 Gone
     unreachable: bool  # timeout, refused, reset, DNS: stop this round
@@ -68,7 +76,7 @@ class Sent:
     def outcome(self) -> str:
         if self.error == "blocked":
             return "blocked"
-        return {"delivered": "delivered", "pending": "retried", "failed": "failed"}[self.state]
+        return _OUTCOME[self.state]
 
 
 def deliver_once(
@@ -137,16 +145,16 @@ def _send(client: Client, ep: Endpoint, c: store.Claimed) -> Sent:
         verdict = callbacks.judge_error(exc.kind)
     exhausted = c.attempts >= ep.max_attempts
     if verdict.delivered:
-        state, delay = "delivered", 0.0
+        state, delay = DeliveryState.DELIVERED, 0.0
     elif verdict.retry and not exhausted:
-        state = "pending"
+        state = DeliveryState.PENDING
         delay = (
             verdict.retry_after
             if verdict.retry_after is not None
             else callbacks.retry_delay(list(ep.retry_schedule), c.attempts)
         )
     else:
-        state, delay = "failed", 0.0
+        state, delay = DeliveryState.FAILED, 0.0
     return Sent(
         claim=c,
         at=now,
@@ -154,7 +162,7 @@ def _send(client: Client, ep: Endpoint, c: store.Claimed) -> Sent:
         error=error or _status_error(status, state),
         latency_ms=latency,
         excerpt=excerpt,
-        state=state,
+        state=transition(DeliveryState.SENDING, state),  # the claim left it sending
         delay=delay,
         disable=verdict.disable_endpoint,
         unreachable=error is not None and verdict.retry,
@@ -176,13 +184,13 @@ def _record(engine: Engine, ep: Endpoint, sent: list[Sent], result: CourierResul
             result.lost += 1  # the sweeper gave it to another courier: it is re-sent
             metrics.record_delivery_attempt(ep.tenant, "lost")
             continue
-        name = {"delivered": "delivered", "pending": "retried", "failed": "failed"}[s.state]
+        name = _OUTCOME[s.state]
         setattr(result, name, getattr(result, name) + 1)
         metrics.record_delivery_attempt(ep.tenant, s.outcome)
     sent.clear()
 
 
-def _status_error(status: int | None, state: str) -> str | None:
-    if state == "delivered" or status is None:
+def _status_error(status: int | None, state: DeliveryState) -> str | None:
+    if state == DeliveryState.DELIVERED or status is None:
         return None
     return f"HTTP {status}"

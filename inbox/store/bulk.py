@@ -19,6 +19,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain.approval import BulkStatus, initial_status
 from inbox.domain.errors import BadRequest, IdempotencyConflict, InboxError
+from inbox.domain.states import DeliveryState, EventState
 from inbox.store import admin
 
 
@@ -81,7 +82,7 @@ _SNAPSHOT = {
     "deliveries": "INSERT INTO bulk_replay_items (job_id, subject_id, public_id)"
     " SELECT :job, d.id, d.public_id" + admin.DELIVERIES_WHERE + " ORDER BY d.id LIMIT :cap",
 }
-DEAD = {"events": "quarantined", "deliveries": "failed"}
+DEAD = {"events": EventState.QUARANTINED.value, "deliveries": DeliveryState.FAILED.value}
 
 
 def create_job(

@@ -10,6 +10,7 @@ from sqlalchemy.dialects.postgresql import insert
 
 from inbox.domain.intake import Prepared
 from inbox.domain.records import Source
+from inbox.domain.states import FINISHED
 from inbox.store.claims import Claims, execute, row
 from inbox.store.tables import events, idempotency_conflicts
 
@@ -104,7 +105,7 @@ def ingest(conn: Connection, source: Source, ev: Prepared) -> IngestResult:
         }
         dup = conn.execute(_DUPLICATE, params).first()
         if dup is not None:
-            if dup.sync and dup.state not in ("completed", "quarantined"):
+            if dup.sync and dup.state not in FINISHED:
                 return IngestResult("in_flight", dup.id, dup.public_id, 409, b"")
             return IngestResult(
                 "duplicate", dup.id, dup.public_id, dup.response_status, bytes(dup.response_body)

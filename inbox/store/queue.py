@@ -14,6 +14,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain.errors import LeaseLost
 from inbox.domain.records import Claim, LoadedEvent
+from inbox.domain.states import EventState
 
 # Fair across tenants: tenants are visited in random order and each gives at most
 # :per_tenant due events, so one tenant's backlog cannot fill every batch; what is
@@ -268,7 +269,7 @@ def sweep_expired(conn: Connection) -> tuple[int, int]:
             """
         )
     ).fetchall()
-    quarantined = sum(1 for r in rows if r.state == "quarantined")
+    quarantined = sum(1 for r in rows if r.state == EventState.QUARANTINED)
     return len(rows) - quarantined, quarantined
 
 

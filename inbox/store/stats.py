@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
 
-PENDING_STATES = ("received", "processing")
+from inbox.domain.states import EventState
+
+PENDING_STATES = tuple(s.value for s in (EventState.RECEIVED, EventState.PROCESSING))
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
+from inbox.domain.states import DeliveryState, EventState
+
 metadata = MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -32,6 +34,11 @@ metadata = MetaData(
         "pk": "pk_%(table_name)s",
     }
 )
+
+
+def _one_of(column: str, values: tuple[str, ...]) -> str:
+    """A CHECK that ``column`` holds one of ``values`` (the states, spelled in states.py)."""
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
 def _now() -> Column[object]:
@@ -72,7 +79,7 @@ source_secrets = Table(
     Column("revoked_at", DateTime(timezone=True)),
 )
 
-STATES = ("received", "processing", "completed", "quarantined")
+STATES = tuple(s.value for s in EventState)
 
 events = Table(
     "events",
@@ -123,9 +130,7 @@ events = Table(
     Column("occurred_at", DateTime(timezone=True)),
     Column("version", Numeric),
     Column("newer_event_id", BigInteger),
-    CheckConstraint(
-        "state IN ('received', 'processing', 'completed', 'quarantined')", name="state"
-    ),
+    CheckConstraint(_one_of("state", STATES), name="state"),
     # Every uniqueness key includes the tenant.
     Index(
         "uq_events_dedup",
@@ -239,7 +244,7 @@ endpoint_secrets = Table(
     Column("revoked_at", DateTime(timezone=True)),
 )
 
-DELIVERY_STATES = ("pending", "sending", "delivered", "failed")
+DELIVERY_STATES = tuple(s.value for s in DeliveryState)
 
 deliveries = Table(
     "deliveries",
@@ -265,7 +270,7 @@ deliveries = Table(
     Column("last_error", Text),
     _now(),
     Column("finished_at", DateTime(timezone=True)),
-    CheckConstraint("state IN ('pending', 'sending', 'delivered', 'failed')", name="state"),
+    CheckConstraint(_one_of("state", DELIVERY_STATES), name="state"),
     Index(
         "ix_deliveries_due",
         "endpoint_id",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inbox.domain.states import DeliveryState
 from inbox.store import admin
 from inbox.store.tables import DELIVERY_STATES
 from web import actions
@@ -34,4 +35,4 @@ def show_delivery(public_id: str) -> dict[str, Any]:
 def replay_delivery(public_id: str) -> dict[str, Any]:
     """failed → pending with the same webhook-id, audited; 409 for anything else."""
     actions.replay_delivery(auth.current(), public_id)
-    return {"id": public_id, "state": "pending", "replayed": True}
+    return {"id": public_id, "state": DeliveryState.PENDING, "replayed": True}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inbox.domain.states import EventState
 from inbox.store import admin
 from inbox.store.tables import STATES
 from web import actions
@@ -34,4 +35,4 @@ def show_event(public_id: str) -> dict[str, Any]:
 def replay_event(public_id: str) -> dict[str, Any]:
     """quarantined → received, audited with the token's name; 409 for anything else."""
     actions.replay_event(auth.current(), public_id)
-    return {"id": public_id, "state": "received", "replayed": True}
+    return {"id": public_id, "state": EventState.RECEIVED, "replayed": True}

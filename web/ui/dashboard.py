@@ -11,6 +11,7 @@ from sqlalchemy import Connection
 from werkzeug.wrappers import Response
 
 from inbox.domain.errors import BadRequest
+from inbox.domain.states import DeliveryState, EventState
 from inbox.store import bulk as bstore
 from inbox.store import dashboard as store
 from inbox.store import stats
@@ -108,12 +109,13 @@ def _now_tiles(conn: Connection) -> dict[str, Any]:
 
     pending = [r for r in depth if r.state in stats.PENDING_STATES and r.count]
     return {
-        "received": count(depth, "received"),
-        "processing": count(depth, "processing"),
-        "quarantined": count(depth, "quarantined"),
+        "received": count(depth, EventState.RECEIVED),
+        "processing": count(depth, EventState.PROCESSING),
+        "quarantined": count(depth, EventState.QUARANTINED),
         "oldest": max((r.oldest_age_seconds for r in pending), default=0.0),
-        "deliveries_pending": count(backlog, "pending") + count(backlog, "sending"),
-        "deliveries_failed": count(backlog, "failed"),
+        "deliveries_pending": count(backlog, DeliveryState.PENDING)
+        + count(backlog, DeliveryState.SENDING),
+        "deliveries_failed": count(backlog, DeliveryState.FAILED),
     }
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
+from inbox.domain.states import DeliveryState, EventState
 from inbox.services.bulk import NotReplayable
 from inbox.store import admin
 from inbox.store.tables import STATES
@@ -44,7 +45,7 @@ def events() -> str:
         states=STATES,
         older=older,
         paged=before is not None,
-        can_bulk=f.state in (None, "quarantined"),
+        can_bulk=f.state in (None, EventState.QUARANTINED),
         bulk_filters={k: v for k, v in filters.items() if k != "state"},
     )
 
@@ -70,7 +71,7 @@ def confirm_event_replay(public_id: str) -> str:
         e = admin.event_detail(conn, public_id, scope())
     if e is None:
         raise not_found("event")
-    if e["state"] != "quarantined":
+    if e["state"] != EventState.QUARANTINED:
         raise NotReplayable("Only a quarantined event can be replayed.")
     return render_template(
         "ui/confirm.html",
@@ -112,7 +113,7 @@ def confirm_delivery_replay(public_id: str) -> str:
         d = admin.delivery_detail(conn, public_id, scope())
     if d is None:
         raise not_found("delivery")
-    if d["state"] != "failed":
+    if d["state"] != DeliveryState.FAILED:
         raise NotReplayable("Only a failed delivery can be replayed.")
     event_id = _event_arg()
     back = url_for("ui.delivery", public_id=public_id, event=event_id)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from inbox.domain.states import EventState
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -74,7 +76,7 @@ def _processing(e: dict[str, Any]) -> list[Entry]:
     error = e.get("last_error_class")
     if error:
         message = f"{error}: {e.get('last_error_message') or ''}".rstrip(": ")
-        if e["state"] == "quarantined" and e.get("finished_at") is not None:
+        if e["state"] == EventState.QUARANTINED and e.get("finished_at") is not None:
             out.append(
                 Entry(
                     e["finished_at"],
@@ -83,7 +85,7 @@ def _processing(e: dict[str, Any]) -> list[Entry]:
                     f"after {_plural(int(e['attempts']), 'attempt')}: {message}",
                 )
             )
-        elif e["state"] == "received":
+        elif e["state"] == EventState.RECEIVED:
             out.append(
                 Entry(
                     e["available_at"],
@@ -92,7 +94,7 @@ def _processing(e: dict[str, Any]) -> list[Entry]:
                     f"attempt {e['attempts']} failed: {message}",
                 )
             )
-    if e["state"] == "completed" and e.get("finished_at") is not None:
+    if e["state"] == EventState.COMPLETED and e.get("finished_at") is not None:
         outcome = e.get("outcome") or "done"
         out.append(
             Entry(
