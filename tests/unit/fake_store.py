@@ -9,7 +9,8 @@ claimed once per business key, and every state change checked against
 ``inbox.domain.states.ALLOWED``. A transaction is all or nothing: a failure inside ``begin()``
 leaves the store as it was. The clock only moves when a test calls ``advance``.
 
-Whether the SQL itself keeps these rules is for the integration tests, against PostgreSQL.
+``tests/integration/test_work_store_contract.py`` runs the same scenarios against this store and
+PostgreSQL's, so the fake cannot drift from the SQL unnoticed.
 """
 
 from __future__ import annotations
