@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 
 from inbox.domain.playbooks import Registry, registry
 from inbox.domain.records import LoadedEvent
+from inbox.domain.states import EventState
 from inbox.infra import metrics
 from inbox.infra.config import Settings
 from inbox.services.ports import WorkStore, work_store
@@ -99,9 +100,9 @@ def _finish(
     for x in done:
         ev = loaded[x.claim.id]
         if x.claim.id in completed:
-            result.states["completed"] += 1
+            result.states[EventState.COMPLETED] += 1
             latency = ev.age_seconds + since_load
-            metrics.record_completed(ev.tenant, ev.source, latency, "completed")
+            metrics.record_completed(ev.tenant, ev.source, latency, EventState.COMPLETED)
         else:
             result.states["lost"] += 1
     done.clear()

@@ -24,6 +24,7 @@ from inbox.domain.errors import BadRequest, LeaseLost, PermanentError, Retryable
 from inbox.domain.ordering import Newer
 from inbox.domain.playbooks import EventView, Playbook, Registry, StepContext, registry
 from inbox.domain.records import Claim, LoadedEvent
+from inbox.domain.states import EventState
 from inbox.infra import metrics
 from inbox.services.heartbeat import Heartbeat
 from inbox.services.ports import WorkStore, work_store
@@ -86,11 +87,11 @@ def run_claimed(
             pending.flush(tx)  # the last steps without outside effects ride with completion
             store.complete(tx, c, outcome, decision, dup_of, response)
         metrics.record_completed(
-            ev.tenant, ev.source, ev.age_seconds + time.monotonic() - loaded, "completed"
+            ev.tenant, ev.source, ev.age_seconds + time.monotonic() - loaded, EventState.COMPLETED
         )
         if pending.ring and notify is not None:
             notify(pending.ring)
-        return "completed"
+        return EventState.COMPLETED
     except LeaseLost:
         log.warning("event %s: lease lost; another worker owns it now", c.id)
         return "lost"
