@@ -102,6 +102,7 @@ def tls_server(tls_files: tuple[Path, Path]) -> Iterator[RecordingServer]:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     srv = RecordingServer()
+    context.sni_callback = lambda _sock, name, _context: srv.sni.append(name)
     srv.socket = context.wrap_socket(srv.socket, server_side=True)
     with serving(srv):
         yield srv

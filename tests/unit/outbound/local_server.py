@@ -144,6 +144,7 @@ class RecordingServer(ThreadingHTTPServer):
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.seen: list[Seen] = []
+        self.sni: list[str | None] = []  # the TLS server names clients sent (a TLS server)
         self.connections = 0
         self.closed_connections = 0
         super().__init__(("127.0.0.1", 0), Handler)

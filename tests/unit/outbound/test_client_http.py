@@ -210,6 +210,7 @@ def test_https_verifies_the_certificate_for_the_url_host(
     assert isinstance(caught.value.__cause__, ssl.SSLCertVerificationError)
     assert [s.headers["host"] for s in tls_server.seen] == [f"inbox.test:{tls_server.port}"] * 2
     assert tls_server.connections == 1
+    assert tls_server.sni == ["inbox.test", "other.test"]  # the URL's host, not the address
 
 
 def test_https_with_system_trust_refuses_a_self_signed_certificate(
