@@ -87,7 +87,7 @@ def summary(d: dict[str, Any]) -> None:
         ("received", d["received_at"]),
         ("finished", d.get("finished_at")),
     ]
-    if d.get("state") == "received" and d.get("available_at"):
+    if d.get("state") == EventState.RECEIVED and d.get("available_at"):
         pairs.append(("next try", d["available_at"]))
     if d.get("duplicate_count"):
         pairs.append(
