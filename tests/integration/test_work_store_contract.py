@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import pytest
 from sqlalchemy import Engine, text
 
 from inbox.domain.errors import LeaseLost
+from inbox.domain.ordering import Position
 from inbox.domain.records import Claim
 from inbox.services.ports import WorkStore
 from inbox.store.batch import Completion
@@ -33,6 +35,8 @@ class Subject(Protocol):
     def expire(self, event_id: int) -> None: ...
 
     def state(self, event_id: int) -> str: ...
+
+    def public_id(self, event_id: int) -> str: ...
 
 
 class Sql:
@@ -81,6 +85,14 @@ class Sql:
                 ).scalar_one()
             )
 
+    def public_id(self, event_id: int) -> str:
+        with self.engine.connect() as conn:
+            return str(
+                conn.execute(
+                    text("SELECT public_id FROM events WHERE id = :id"), {"id": event_id}
+                ).scalar_one()
+            )
+
 
 class Fake:
     def __init__(self) -> None:
@@ -100,6 +112,9 @@ class Fake:
 
     def state(self, event_id: int) -> str:
         return str(self.fake.event(event_id).state)
+
+    def public_id(self, event_id: int) -> str:
+        return self.fake.event(event_id).public_id
 
 
 @pytest.fixture(params=["postgresql", "in-memory"])
@@ -203,3 +218,29 @@ def test_an_ordering_key_holds_back_the_later_event(subject: Subject) -> None:
     subject.add_event(ok=b"o")
     free = subject.add_event(ok=b"p")
     assert sorted(c.id for c in claim(subject)) == [first, free]
+
+
+def test_an_older_fact_is_judged_stale_and_a_running_one_holds_the_next_back(
+    subject: Subject,
+) -> None:
+    early, late = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
+    bk = b"b" * 32
+    newest = subject.add_event(bk=bk)
+    [c] = claim(subject)
+    with subject.store.begin() as tx:
+        assert subject.store.judge(tx, c, subject.tenant_id, bk, Position(late)).newer is None
+        subject.store.complete(tx, c, "completed", {}, None, None)
+    older = subject.add_event(bk=bk)
+    [c] = claim(subject)
+    with subject.store.begin() as tx:
+        judged = subject.store.judge(tx, c, subject.tenant_id, bk, Position(early))
+    assert judged.newer is not None and judged.newer.public_id == subject.public_id(newest)
+    assert subject.state(older) == "processing"
+
+    other = b"o" * 32
+    first, second = subject.add_event(bk=other), subject.add_event(bk=other)
+    a, b = claim(subject)
+    with subject.store.begin() as tx:
+        assert not subject.store.judge(tx, a, subject.tenant_id, other, Position(early)).busy
+        assert subject.store.judge(tx, b, subject.tenant_id, other, Position(late)).busy
+    assert (subject.state(first), subject.state(second)) == ("processing", "received")
