@@ -20,6 +20,7 @@ from web.metrics import metrics_bp
 from web.routes import RouteCache
 from web.services import Services
 from web.ui import ui
+from web.validate import register as register_edge_checks
 
 
 def create_app(
@@ -46,6 +47,7 @@ def create_app(
         ring_couriers=rings.ring_couriers,
     )
     register_error_handlers(app)
+    register_edge_checks(app)
     app.register_blueprint(hooks)
     app.register_blueprint(health)
     app.register_blueprint(metrics_bp)

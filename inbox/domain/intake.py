@@ -23,6 +23,7 @@ from inbox.domain.idempotency import body_sha256, business_key_digest, key_diges
 from inbox.domain.records import Source
 from inbox.domain.retention import key_window_hours
 from inbox.domain.signatures import SchemeConfig, SignatureError, SignedRequest, get_scheme
+from inbox.domain.textcheck import check_json_depth, check_text
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,7 @@ def parse_wait(prefer: str | None) -> float | None:
 def _parse_body(content_type: str, body: bytes, form: Mapping[str, list[str]]) -> Any:
     if content_type == FORM:
         return form
+    check_json_depth(body)
     try:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -132,9 +134,13 @@ def _storable(name: str) -> bool:
 
 
 def _stored_headers(headers: dict[str, str], token_header: str | None) -> dict[str, str]:
-    return {
+    kept = {
         name: value for name, value in headers.items() if name != token_header and _storable(name)
     }
+    for name, value in kept.items():  # kept as jsonb, which holds no NUL
+        if "\x00" in value:
+            check_text(value, f"The {name} header")
+    return kept
 
 
 def _redacted_body(body: bytes, parsed: Any, paths: tuple[str, ...], content_type: str) -> bytes:
@@ -188,10 +194,16 @@ def prepare(
         event_type = verified.event_type
         if event_type is None and scheme.event_type_path:
             event_type = jsonpath.get_text(parsed, scheme.event_type_path)
-    if event_type is not None and "\x00" in event_type:  # text columns cannot hold NUL
-        raise BadRequest("The event type contains a NUL character.")
+    # Values the database (text, jsonb, UTF-8) would refuse are the sender's 400, here.
+    if event_type is not None:
+        check_text(event_type, "The event type")
+    if provider_id is not None:
+        check_text(provider_id, "The event id")
 
     bk_values = [jsonpath.get_text(parsed, p) for p in opts.business_key_paths]
+    for value in bk_values:
+        if value is not None:
+            check_text(value, "A business key value")
     bk = (
         business_key_digest(source.tenant_id, [v or "" for v in bk_values])
         if bk_values and any(v is not None for v in bk_values)

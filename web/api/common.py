@@ -54,7 +54,10 @@ def decode_cursor(cursor: str | None) -> int | None:
         version, _, value = raw.partition(":")
         if version != "v1":
             raise ValueError(version)
-        return int(value)
+        last_id = int(value)
+        if not 0 <= last_id < 2**63:  # ids are bigint: past it, PostgreSQL refuses the value
+            raise ValueError(value)
+        return last_id
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise BadRequest("cursor is not one this API gave out") from None
 

@@ -10,7 +10,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
-from inbox.domain.errors import InboxError, Unavailable
+from inbox.domain.errors import BadRequest, InboxError, Unavailable
+from web.errors import REFUSED, is_data_error
 from web.ui import ui
 from web.ui.session import JSON_ENDPOINTS
 
@@ -44,6 +45,10 @@ def _http_error(err: HTTPException) -> Response:
 
 @ui.errorhandler(DBAPIError)
 @ui.errorhandler(PoolTimeout)
+@ui.errorhandler(UnicodeEncodeError)
 def _database_down(err: Exception) -> Response:
+    if is_data_error(err):  # the request's value, not an outage
+        log.info("request refused by the database: %s", err.__class__.__name__)
+        return _inbox_error(BadRequest(REFUSED))
     log.warning("database unavailable: %s", err.__class__.__name__)
     return _inbox_error(Unavailable())

@@ -97,8 +97,8 @@ def check_csrf() -> None:
 
 def safe_next(target: str | None) -> str | None:
     """A path inside the console to return to after signing in; anything else is None."""
-    if not target:
-        return None
+    if not target or len(target) > 1000 or not target.isprintable() or not target.isascii():
+        return None  # CR/LF would split the Location header; a control character has no use
     parts = urlsplit(target)
     if parts.scheme or parts.netloc or "\\" in target or not target.startswith("/ui"):
         return None

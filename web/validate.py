@@ -1,0 +1,47 @@
+"""Edge checks for every route: a value the database would refuse is a 400 here.
+
+Path segments, query arguments and console forms are checked for NUL, lone surrogates
+and length before any view runs; JSON bodies of the admin API for depth and for the same
+characters. The receiver's body is checked in ``inbox.domain.intake`` (its JSON depth,
+event type and keys). The error handlers keep a backstop (``web/errors.py``): a DataError
+that slips past these checks is still a 400, never a 503.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask, request
+
+from inbox.domain.textcheck import check_json_depth, check_json_strings, check_text
+
+MAX_SEGMENT = 255  # names are at most 100 characters, public ids far fewer
+MAX_ARGUMENT = 1000
+
+
+def _check_path(endpoint: str | None, values: dict[str, Any] | None) -> None:
+    if values:
+        for name, value in values.items():
+            if isinstance(value, str):
+                check_text(value, f"The path's {name}", MAX_SEGMENT)
+
+
+def check_request() -> None:
+    """Query arguments everywhere; forms and JSON bodies outside the receiver."""
+    if request.query_string:
+        for name, value in request.args.items(multi=True):
+            check_text(name, "A query argument's name", MAX_ARGUMENT)
+            check_text(value, f"The query argument {name[:50]!r}", MAX_ARGUMENT)
+    if request.method in ("GET", "HEAD", "OPTIONS") or request.blueprint not in ("api", "ui"):
+        return  # the receiver's body is the provider's payload, checked by intake
+    if request.mimetype == "application/json":
+        check_json_depth(request.get_data(cache=True))
+        check_json_strings(request.get_json(silent=True))
+    elif request.mimetype in ("application/x-www-form-urlencoded", "multipart/form-data"):
+        for name, value in request.form.items(multi=True):
+            check_text(value, f"The form field {name[:50]!r}", MAX_ARGUMENT)
+
+
+def register(app: Flask) -> None:
+    app.url_value_preprocessor(_check_path)
+    app.before_request(check_request)
