@@ -22,6 +22,7 @@ from inbox.domain.states import EventState
 from inbox.infra import metrics
 from inbox.store.events import stored_response
 from inbox.store.intake import IngestResult, claim, ingest
+from web import validate
 from web.errors import error_response
 from web.services import Services, services
 
@@ -39,6 +40,7 @@ def _read_body(limit: int) -> bytes:
     body = request.stream.read(limit + 1)
     if len(body) > limit:
         raise PayloadTooLarge(limit_bytes=limit)
+    validate.check_whole_body(body, request.content_length)
     return body
 
 

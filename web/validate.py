@@ -13,6 +13,7 @@ from typing import Any
 
 from flask import Flask, request
 
+from inbox.domain.errors import BadRequest
 from inbox.domain.textcheck import check_json_depth, check_json_strings, check_text
 
 MAX_SEGMENT = 255  # names are at most 100 characters, public ids far fewer
@@ -40,6 +41,16 @@ def check_request() -> None:
     elif request.mimetype in ("application/x-www-form-urlencoded", "multipart/form-data"):
         for name, value in request.form.items(multi=True):
             check_text(value, f"The form field {name[:50]!r}", MAX_ARGUMENT)
+
+
+def check_whole_body(body: bytes, content_length: int | None) -> None:
+    """A body that ended (EOF) before its Content-Length is a broken request: storing it
+    would store a truncated event the sender never meant."""
+    if content_length is not None and len(body) < content_length:
+        raise BadRequest(
+            f"The body ended after {len(body)} of the {content_length} bytes"
+            " its Content-Length announced."
+        )
 
 
 def register(app: Flask) -> None:

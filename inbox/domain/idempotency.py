@@ -23,6 +23,13 @@ def validate_key(raw: str) -> str:
         raise BadRequest(f"Idempotency-Key is longer than {MAX_KEY_LENGTH} characters.")
     if not (raw.isascii() and raw.isprintable()):  # ASCII printable: " " to "~"
         raise BadRequest("Idempotency-Key must be printable ASCII.")
+    if "," in raw:
+        # HTTP joins repeated headers with commas, so two Idempotency-Key headers arrive as
+        # one "a,b" (or "a, b"): which one was meant cannot be known, and joining them
+        # would make a key neither copy used.
+        raise BadRequest(
+            "Idempotency-Key was sent more than once or holds a comma; send one key, no commas."
+        )
     return raw
 
 

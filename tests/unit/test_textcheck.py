@@ -58,3 +58,13 @@ def test_good_text_passes_and_length_is_bounded():
     check_json_strings({"a": ["b", 1, None, {"c": "d"}]})
     with pytest.raises(BadRequest):
         check_text("x" * 11, "v", max_length=10)
+
+
+@pytest.mark.parametrize("joined", ["a,b", "a, b", "key-1,key-1"])
+def test_a_key_holding_a_comma_is_refused(joined):
+    """Two Idempotency-Key headers reach a WSGI app joined by a comma."""
+    from inbox.domain.idempotency import validate_key
+
+    with pytest.raises(BadRequest, match="more than once"):
+        validate_key(joined)
+    assert validate_key("a-b_c.d:e") == "a-b_c.d:e"
