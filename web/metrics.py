@@ -1,5 +1,10 @@
 """``GET /metrics``: the process (or every process on the host) plus the inbox's depth.
 
+With ``INBOX_METRICS_TOKEN`` set, a scrape must send ``Authorization: Bearer <token>``
+(Prometheus: ``authorization: {credentials: ...}``); anything else is a 401. With
+``INBOX_METRICS_TENANT_LABELS=false`` every ``tenant`` label is empty, here and in the
+counters of every process.
+
 With ``PROMETHEUS_MULTIPROC_DIR`` set, the counters of every web and Celery process
 writing to that directory are added up; otherwise this process's default registry is
 served. Depth and ages come from the database at scrape time (``inbox.store.stats``).
@@ -7,6 +12,7 @@ served. Depth and ages come from the database at scrape time (``inbox.store.stat
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 from collections.abc import Iterable
@@ -19,7 +25,11 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 
 from inbox.domain.states import DeliveryState, EventState
+from inbox.domain import tokens
+from inbox.domain.errors import Unauthorized
+from inbox.infra.metrics import tenant_label
 from inbox.store import stats
+from web.errors import error_response
 from web.services import services
 
 log = logging.getLogger(__name__)
@@ -78,20 +88,33 @@ class StatsCollector(Collector):
             log.warning("metrics: database statistics unavailable (%s)", type(exc).__name__)
             fam["up"].add_metric([], 0)
             return [fam["up"]]
+        # Tenant labels off: rows of one source name in several tenants add up (or take
+        # the oldest), so no two samples of a family share a label set.
+        counts: dict[tuple[str, ...], float] = {}
         oldest: dict[tuple[str, str], float] = {}
         for row in depth:
-            key = (row.tenant, row.source)
+            key = (tenant_label(row.tenant), row.source)
             if row.state == EventState.QUARANTINED:
-                fam["dead"].add_metric(list(key), row.count)
+                counts[("dead", *key)] = counts.get(("dead", *key), 0) + row.count
                 continue
-            fam["depth"].add_metric([*key, row.state], row.count)
+            counts[("depth", *key, row.state)] = (
+                counts.get(("depth", *key, row.state), 0) + row.count
+            )
             oldest[key] = max(oldest.get(key, 0.0), row.oldest_age_seconds)
+        ages: dict[str, float] = {}
+        for b in backlog:
+            tenant = tenant_label(b.tenant)
+            counts[("backlog", tenant, b.state)] = (
+                counts.get(("backlog", tenant, b.state), 0) + b.count
+            )
+            if b.state == DeliveryState.PENDING:
+                ages[tenant] = max(ages.get(tenant, 0.0), b.oldest_age_seconds)
+        for (family, *labels), value in counts.items():
+            fam[family].add_metric(labels, value)
         for key, age in oldest.items():
             fam["oldest"].add_metric(list(key), age)
-        for b in backlog:
-            fam["backlog"].add_metric([b.tenant, b.state], b.count)
-            if b.state == DeliveryState.PENDING:
-                fam["backlog_age"].add_metric([b.tenant], b.oldest_age_seconds)
+        for tenant, age in ages.items():
+            fam["backlog_age"].add_metric([tenant], age)
         fam["up"].add_metric([], 1)
         return list(fam.values())
 
@@ -118,8 +141,18 @@ def build_registry(engine: Engine) -> CollectorRegistry:
     return registry
 
 
+def _authorized(expected: str) -> bool:
+    given = tokens.bearer(request.headers.get("Authorization")) or ""
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
 @metrics_bp.get("/metrics")
 def metrics() -> Response:
-    engine: Engine = services().engine
+    ext = services()
+    if ext.settings.metrics_token and not _authorized(ext.settings.metrics_token):
+        resp = error_response(Unauthorized("This scrape needs the metrics bearer token."))
+        resp.headers["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return resp
+    engine: Engine = ext.engine
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     return Response(encoder(build_registry(engine)), content_type=content_type)

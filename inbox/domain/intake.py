@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 from inbox.domain import jsonpath, ordering
 from inbox.domain.errors import BadRequest, Unauthorized, UnsupportedMediaType
@@ -144,12 +144,20 @@ def _stored_headers(headers: dict[str, str], token_header: str | None) -> dict[s
 
 
 def _redacted_body(body: bytes, parsed: Any, paths: tuple[str, ...], content_type: str) -> bytes:
-    if not paths or content_type == FORM:
+    """The body to store: with each of ``paths`` replaced by a marker, JSON or form alike
+    (a form field's path is its name). The signature was checked on the raw bytes first."""
+    if not paths:
         return body
+    if content_type == FORM:
+        parsed = {name: list(values) for name, values in parsed.items()}  # req.form stays
     hit = False
     for path in paths:
         hit = jsonpath.redact(parsed, path) or hit
-    return json.dumps(parsed, separators=(",", ":")).encode() if hit else body
+    if not hit:
+        return body
+    if content_type == FORM:
+        return urlencode(parsed, doseq=True).encode()
+    return json.dumps(parsed, separators=(",", ":")).encode()
 
 
 def prepare(

@@ -21,6 +21,10 @@ def _bool(name: str, default: bool = False) -> bool:
     return raw.strip().lower() in {"1", "true", "yes", "on"}
 
 
+def _optional_bool(name: str) -> bool | None:
+    return _bool(name) if os.environ.get(name, "") != "" else None
+
+
 @dataclass(frozen=True)
 class Settings:
     database_url: str = ""
@@ -40,6 +44,21 @@ class Settings:
     secret_key: str = ""
     # The two-person rule: a bulk replay matching more events than this waits for approval.
     bulk_approval_min: int = 100
+    public_url: str = ""
+    # Security (issue #19): see the README's security section.
+    metrics_token: str = ""
+    cookie_secure: bool | None = None  # None: Secure when public_url is https
+    session_idle_minutes: int = 30
+    session_hours: int = 12
+    auth_max_failures: int = 10
+    auth_window_seconds: int = 300
+    max_backlog: int = 0  # 0: no limit
+
+    @property
+    def secure_cookie(self) -> bool:
+        if self.cookie_secure is not None:
+            return self.cookie_secure
+        return self.public_url.lower().startswith("https://")
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -63,4 +82,12 @@ class Settings:
             log_level=os.environ.get("INBOX_LOG_LEVEL", "INFO"),
             secret_key=os.environ.get("INBOX_SECRET_KEY", ""),
             bulk_approval_min=_int("INBOX_BULK_APPROVAL_MIN", 100),
+            public_url=os.environ.get("INBOX_PUBLIC_URL", ""),
+            metrics_token=os.environ.get("INBOX_METRICS_TOKEN", ""),
+            cookie_secure=_optional_bool("INBOX_COOKIE_SECURE"),
+            session_idle_minutes=_int("INBOX_SESSION_IDLE_MINUTES", 30),
+            session_hours=_int("INBOX_SESSION_HOURS", 12),
+            auth_max_failures=_int("INBOX_AUTH_MAX_FAILURES", 10),
+            auth_window_seconds=_int("INBOX_AUTH_WINDOW_SECONDS", 300),
+            max_backlog=_int("INBOX_MAX_BACKLOG", 0),
         )

@@ -47,6 +47,29 @@ LATENCY_BUCKETS = (
 )
 
 _TS = ("tenant", "source")
+# INBOX_METRICS_TENANT_LABELS=false: every tenant label is empty, so the exposition names
+# no customer (and has fewer series). None until first read from the environment.
+_tenant_labels: bool | None = None
+
+
+def set_tenant_labels(on: bool | None) -> None:
+    """Turn tenant label values on or off (None: read INBOX_METRICS_TENANT_LABELS again)."""
+    global _tenant_labels
+    _tenant_labels = on
+
+
+def tenant_labels() -> bool:
+    global _tenant_labels
+    if _tenant_labels is None:
+        raw = os.environ.get("INBOX_METRICS_TENANT_LABELS", "")
+        _tenant_labels = raw.strip().lower() not in {"0", "false", "no", "off"}
+    return _tenant_labels
+
+
+def tenant_label(tenant: object) -> str:
+    """The value of a ``tenant`` label: the name, or empty when tenant labels are off."""
+    return str(tenant) if tenant_labels() else ""
+
 
 ACCEPTED = Counter("inbox_events_accepted", "Events stored (first delivery of a key).", _TS)
 DUPLICATES = Counter(
@@ -143,7 +166,7 @@ def record_ingest(tenant: str, source: str, outcome: str) -> None:
     try:
         counter = _INGEST.get(outcome)
         if counter is not None:
-            counter.labels(str(tenant), str(source)).inc()
+            counter.labels(tenant_label(tenant), str(source)).inc()
     except Exception as exc:
         _failed("record_ingest", exc)
 
@@ -152,7 +175,7 @@ def record_completed(tenant: str, source: str, latency_seconds: float, state: st
     """What became of one run: completed or quarantined (with the time since receipt),
     received (a retry was scheduled); anything else (a lost lease) is not counted."""
     try:
-        tenant, source = str(tenant), str(source)
+        tenant, source = tenant_label(tenant), str(source)
         if state in FINISHED:
             LATENCY.labels(tenant, source, state).observe(max(0.0, float(latency_seconds)))
             if state == EventState.QUARANTINED:
@@ -167,7 +190,7 @@ def record_dead_lettered(tenant: str, source: str, count: int = 1) -> None:
     """Events quarantined outside a run (e.g. by a bulk operation that knows the source)."""
     try:
         if count > 0:
-            DEAD_LETTERED.labels(str(tenant), str(source)).inc(count)
+            DEAD_LETTERED.labels(tenant_label(tenant), str(source)).inc(count)
     except Exception as exc:
         _failed("record_dead_lettered", exc)
 
@@ -176,7 +199,7 @@ def record_delivery_attempt(tenant: str, outcome: str) -> None:
     """One outbound attempt: delivered | retried | failed | blocked | lost (else "other")."""
     try:
         label = outcome if outcome in DELIVERY_OUTCOMES else "other"
-        DELIVERY_ATTEMPTS.labels(str(tenant), label).inc()
+        DELIVERY_ATTEMPTS.labels(tenant_label(tenant), label).inc()
     except Exception as exc:
         _failed("record_delivery_attempt", exc)
 
@@ -184,7 +207,7 @@ def record_delivery_attempt(tenant: str, outcome: str) -> None:
 def record_reconcile(tenant: str, source: str, missing: int, extra: int) -> None:
     """One reconciliation run of a source against its provider's list of events."""
     try:
-        tenant, source = str(tenant), str(source)
+        tenant, source = tenant_label(tenant), str(source)
         # Touch both series so a rate over them exists from the first run on.
         RECONCILE_MISMATCHES.labels(tenant, source, "missing").inc(max(0, int(missing)))
         RECONCILE_MISMATCHES.labels(tenant, source, "extra").inc(max(0, int(extra)))

@@ -15,6 +15,15 @@ from web.errors import error_response
 api = Blueprint("api", __name__, url_prefix="/api/v1")
 
 
+@api.after_request
+def _headers(resp: Response) -> Response:
+    """Answers are JSON to be read, never sniffed into something else, and never cached
+    (they carry tenants' events; a shared cache must not keep them)."""
+    resp.headers["X-Content-Type-Options"] = "nosniff"
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
 @api.errorhandler(Unauthorized)
 def _unauthorized(err: Unauthorized) -> Response:
     resp = error_response(err)
