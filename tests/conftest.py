@@ -21,6 +21,7 @@ from sqlalchemy import Engine, text
 from dev import embedded
 from inbox.domain.records import Source
 from inbox.domain.sources import SourceOptions
+from inbox.infra import keyring
 from inbox.infra.config import Settings
 from inbox.store import migrate
 from inbox.store import sources as store
@@ -28,6 +29,10 @@ from inbox.store.engine import make_engine
 from inbox.store.tables import metadata
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Signing secrets are stored encrypted (inbox/infra/keyring.py): one key for the whole run,
+# inherited by every process a test starts.
+os.environ.setdefault("INBOX_KEK", keyring.new_key())
 
 
 def _server_url() -> str:

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from inbox.cli import callbacks, events, ops, sources, tokens  # noqa: F401  (they add their groups)
+from inbox.cli import (  # noqa: F401  (they add their groups)
+    callbacks,
+    events,
+    ops,
+    secrets,
+    sources,
+    tokens,
+)
 from inbox.cli.base import main
 
 __all__ = ["main"]

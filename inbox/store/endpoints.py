@@ -1,4 +1,5 @@
-"""A tenant's callback endpoints and their signing secrets."""
+"""A tenant's callback endpoints and their signing secrets (stored encrypted,
+``inbox.infra.keyring``; decrypted when an endpoint is read)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from sqlalchemy import Connection, Select, func, insert, select, update
 
 from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.records import Endpoint
+from inbox.infra.keyring import keyring
 from inbox.store.sources import get_tenant
 from inbox.store.tables import endpoint_secrets, endpoints, tenants
 
@@ -41,7 +43,7 @@ def _to_endpoint(r: Any) -> Endpoint:
         retry_schedule=tuple(r.retry_schedule),
         timeout_ms=r.timeout_ms,
         max_in_flight=r.max_in_flight,
-        secrets=tuple(r.secrets or ()),
+        secrets=tuple(keyring().decrypt(s) for s in r.secrets or ()),
         failing=r.failing,
     )
 
@@ -68,7 +70,9 @@ def create_endpoint(
         )
         .returning(endpoints.c.id)
     ).scalar_one()
-    conn.execute(insert(endpoint_secrets).values(endpoint_id=endpoint_id, secret=secret))
+    conn.execute(
+        insert(endpoint_secrets).values(endpoint_id=endpoint_id, secret=keyring().encrypt(secret))
+    )
     return get_endpoint(conn, endpoint_id)
 
 
@@ -88,20 +92,27 @@ def list_endpoints(conn: Connection, tenant: str | None = None) -> list[Endpoint
 
 
 def add_secret(conn: Connection, ep: Endpoint, secret: str) -> None:
-    conn.execute(insert(endpoint_secrets).values(endpoint_id=ep.id, secret=secret))
+    conn.execute(
+        insert(endpoint_secrets).values(endpoint_id=ep.id, secret=keyring().encrypt(secret))
+    )
 
 
 def revoke_secrets_except(conn: Connection, ep: Endpoint, keep: str) -> int:
-    result = conn.execute(
-        update(endpoint_secrets)
-        .where(
-            endpoint_secrets.c.endpoint_id == ep.id,
-            endpoint_secrets.c.revoked_at.is_(None),
-            endpoint_secrets.c.secret != keep,
+    """Every secret but ``keep`` stops signing (compared decrypted: encryption is randomised)."""
+    ring = keyring()
+    rows = conn.execute(
+        select(endpoint_secrets.c.id, endpoint_secrets.c.secret).where(
+            endpoint_secrets.c.endpoint_id == ep.id, endpoint_secrets.c.revoked_at.is_(None)
         )
-        .values(revoked_at=func.now())
-    )
-    return int(result.rowcount)
+    ).all()
+    ids = [r.id for r in rows if ring.decrypt(r.secret) != keep]
+    if ids:
+        conn.execute(
+            update(endpoint_secrets)
+            .where(endpoint_secrets.c.id.in_(ids))
+            .values(revoked_at=func.now())
+        )
+    return len(ids)
 
 
 def set_enabled(conn: Connection, endpoint_id: int, enabled: bool, reason: str | None) -> None:

@@ -1,4 +1,9 @@
-"""Tenants, sources and their secrets."""
+"""Tenants, sources and their secrets.
+
+Secrets are stored encrypted (``inbox.infra.keyring``) and decrypted here, when a source
+is read: the receiver's route cache holds the clear values for its few seconds, so
+verifying a request decrypts nothing.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.records import Source, Tenant
 from inbox.domain.retention import check_key_window
 from inbox.domain.sources import SourceOptions
+from inbox.infra.keyring import keyring
 from inbox.store.tables import source_secrets, sources, tenants
 
 
@@ -62,8 +68,11 @@ def create_source(
         .values(tenant_id=t.id, name=name, scheme=scheme, options=options.to_dict())
         .returning(sources.c.id)
     ).scalar_one()
+    ring = keyring()
     for secret in secrets:
-        conn.execute(insert(source_secrets).values(source_id=source_id, secret=secret))
+        conn.execute(
+            insert(source_secrets).values(source_id=source_id, secret=ring.encrypt(secret))
+        )
     return get_source(conn, tenant, name)
 
 
@@ -94,7 +103,7 @@ def _to_source(row: Any) -> Source:
         scheme=row.scheme,
         enabled=row.enabled,
         options=SourceOptions.from_dict(row.options, check_schema=False),
-        secrets=tuple(row.secrets or ()),
+        secrets=tuple(keyring().decrypt(s) for s in row.secrets or ()),
     )
 
 
@@ -120,21 +129,27 @@ def list_sources(conn: Connection, tenant: str | None = None) -> list[Source]:
 
 
 def add_secret(conn: Connection, source: Source, secret: str) -> None:
-    conn.execute(insert(source_secrets).values(source_id=source.id, secret=secret))
+    conn.execute(
+        insert(source_secrets).values(source_id=source.id, secret=keyring().encrypt(secret))
+    )
 
 
 def revoke_secrets_except(conn: Connection, source: Source, keep: str) -> int:
-    """End a rotation: every secret but ``keep`` stops verifying."""
-    result = conn.execute(
-        update(source_secrets)
-        .where(
-            source_secrets.c.source_id == source.id,
-            source_secrets.c.revoked_at.is_(None),
-            source_secrets.c.secret != keep,
+    """End a rotation: every secret but ``keep`` stops verifying. (Encryption is randomised,
+    so the comparison is made on the decrypted values, not in SQL.)"""
+    ring = keyring()
+    rows = conn.execute(
+        select(source_secrets.c.id, source_secrets.c.secret).where(
+            source_secrets.c.source_id == source.id, source_secrets.c.revoked_at.is_(None)
         )
-        .values(revoked_at=func.now())
+    ).all()
+    ids = [r.id for r in rows if ring.decrypt(r.secret) != keep]
+    if not ids:
+        return 0
+    conn.execute(
+        update(source_secrets).where(source_secrets.c.id.in_(ids)).values(revoked_at=func.now())
     )
-    return result.rowcount
+    return len(ids)
 
 
 def set_enabled(conn: Connection, source: Source, enabled: bool) -> None:

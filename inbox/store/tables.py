@@ -73,10 +73,12 @@ source_secrets = Table(
     metadata,
     Column("id", BigInteger, Identity(), primary_key=True),
     Column("source_id", BigInteger, ForeignKey("sources.id"), nullable=False, index=True),
-    # Verifying an HMAC needs the secret itself, so this is the one column kept in clear.
+    # Verifying an HMAC needs the secret itself, so it is kept encrypted (Fernet under
+    # INBOX_KEK, inbox/infra/keyring.py), never in clear: the CHECK refuses a clear value.
     Column("secret", Text, nullable=False),
     _now(),
     Column("revoked_at", DateTime(timezone=True)),
+    CheckConstraint("secret LIKE 'fernet:%'", name="encrypted"),
 )
 
 STATES = tuple(s.value for s in EventState)
@@ -239,9 +241,10 @@ endpoint_secrets = Table(
     metadata,
     Column("id", BigInteger, Identity(), primary_key=True),
     Column("endpoint_id", BigInteger, ForeignKey("endpoints.id"), nullable=False, index=True),
-    Column("secret", Text, nullable=False),
+    Column("secret", Text, nullable=False),  # encrypted, as source_secrets.secret
     _now(),
     Column("revoked_at", DateTime(timezone=True)),
+    CheckConstraint("secret LIKE 'fernet:%'", name="encrypted"),
 )
 
 DELIVERY_STATES = tuple(s.value for s in DeliveryState)

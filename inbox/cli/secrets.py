@@ -1,0 +1,32 @@
+"""``inbox secrets``: the key-encryption key of the stored signing secrets."""
+
+from __future__ import annotations
+
+import click
+
+from inbox.cli.base import main, transaction
+from inbox.infra import keyring as kr
+from inbox.store import secrets as store
+
+
+@main.group()
+def secrets() -> None:
+    """Signing secrets are stored encrypted with INBOX_KEK (Fernet keys, newest first)."""
+
+
+@secrets.command("keygen")
+def secrets_keygen() -> None:
+    """Print a new key. To rotate: put it first in INBOX_KEK (keep the old ones after it),
+    restart every process, run `inbox secrets reencrypt`, then drop the old keys."""
+    click.echo(kr.new_key())
+
+
+@secrets.command("reencrypt")
+def secrets_reencrypt() -> None:
+    """Rewrite every stored secret under the first key of INBOX_KEK."""
+    ring = kr.keyring()
+    with transaction() as conn:
+        done = store.reencrypt(conn, ring)
+    for d in done:
+        note = f" ({d.was_clear} were in clear)" if d.was_clear else ""
+        click.echo(f"{d.table}: {d.rewritten} of {d.total} re-encrypted{note}")
