@@ -46,6 +46,10 @@ def create_app(
         start_bulk_replay=rings.start_bulk_replay,
         ring_couriers=rings.ring_couriers,
     )
+    if settings.trusted_proxies > 0:  # the client's address, as the proxies saw it
+        from werkzeug.middleware.proxy_fix import ProxyFix
+
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=settings.trusted_proxies)  # type: ignore[method-assign]
     register_error_handlers(app)
     register_edge_checks(app)
     app.register_blueprint(hooks)

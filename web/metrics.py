@@ -29,6 +29,7 @@ from inbox.domain import tokens
 from inbox.domain.errors import Unauthorized
 from inbox.infra.metrics import tenant_label
 from inbox.store import stats
+from web import throttle
 from web.errors import error_response
 from web.services import services
 
@@ -150,6 +151,8 @@ def _authorized(expected: str) -> bool:
 def metrics() -> Response:
     ext = services()
     if ext.settings.metrics_token and not _authorized(ext.settings.metrics_token):
+        throttle.check("metrics")
+        throttle.failed("metrics")
         resp = error_response(Unauthorized("This scrape needs the metrics bearer token."))
         resp.headers["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return resp

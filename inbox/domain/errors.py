@@ -88,6 +88,17 @@ class InFlight(InboxError):
     retry_after = 1
 
 
+class TooManyRequests(InboxError):
+    """Too many requests; retry after the time given."""
+
+    http_status = 429
+    code = "too_many_requests"
+
+    def __init__(self, message: str | None = None, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = max(1, int(retry_after))
+
+
 class Unavailable(InboxError):
     """The inbox cannot store events right now; retry later."""
 

@@ -53,6 +53,7 @@ class Settings:
     auth_max_failures: int = 10
     auth_window_seconds: int = 300
     max_backlog: int = 0  # 0: no limit
+    trusted_proxies: int = 0  # proxies in front that append to X-Forwarded-For
 
     @property
     def secure_cookie(self) -> bool:
@@ -90,4 +91,5 @@ class Settings:
             auth_max_failures=_int("INBOX_AUTH_MAX_FAILURES", 10),
             auth_window_seconds=_int("INBOX_AUTH_WINDOW_SECONDS", 300),
             max_backlog=_int("INBOX_MAX_BACKLOG", 0),
+            trusted_proxies=_int("INBOX_TRUSTED_PROXIES", 0),
         )

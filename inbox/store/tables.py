@@ -327,6 +327,38 @@ api_tokens = Table(
     CheckConstraint("role IN ('viewer', 'operator')", name="role"),
 )
 
+# Console sessions, held on the server: the cookie carries a random id, this table its
+# SHA-256 (a stolen dump cannot be replayed as a cookie). Signing out deletes the row, so
+# the session ends for every web process at once; idle and absolute limits are checked
+# against these times on each request.
+console_sessions = Table(
+    "console_sessions",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("sid_digest", LargeBinary, nullable=False, unique=True),
+    Column(
+        "token_id",
+        BigInteger,
+        ForeignKey("api_tokens.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    Column("data", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    _now(),
+    Column("last_seen_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# Failed sign-ins and bearer tokens per client address, in fixed windows: in the database,
+# so every web process on every host counts against the same limit.
+auth_failures = Table(
+    "auth_failures",
+    metadata,
+    Column("kind", Text, primary_key=True),
+    Column("client", Text, primary_key=True),
+    Column("window_started", DateTime(timezone=True), nullable=False),
+    Column("failures", Integer, nullable=False),
+)
+
 # inbox.domain.approval.BulkStatus; the CHECK below lists the same states.
 BULK_STATUSES = ("awaiting_approval", "queued", "running", "completed", "cancelled", "rejected")
 

@@ -71,6 +71,17 @@ def _get(conn: Connection, where: str, value: object) -> Token:
     return Token(**row._mapping)
 
 
+def get_token(conn: Connection, token_id: int) -> Token | None:
+    row = conn.execute(
+        text(
+            f"SELECT {_COLUMNS} FROM api_tokens k LEFT JOIN tenants t ON t.id = k.tenant_id"
+            " WHERE k.id = :v"
+        ),
+        {"v": token_id},
+    ).first()
+    return Token(**row._mapping) if row is not None else None
+
+
 def list_tokens(conn: Connection) -> list[Token]:
     rows = conn.execute(
         text(

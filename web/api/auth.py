@@ -8,6 +8,7 @@ from inbox.domain import tokens
 from inbox.domain.errors import Forbidden, Unauthorized
 from inbox.store import tokens as store
 from inbox.store.tokens import Token
+from web import throttle
 from web.api import api
 from web.services import services
 
@@ -21,9 +22,11 @@ def _authenticate() -> None:
     raw = tokens.bearer(request.headers.get("Authorization"))
     if raw is None:
         raise Unauthorized("A bearer token is required.")
+    throttle.check("bearer")  # 429 while this address is over its failures
     with services().engine.begin() as conn:
         token = store.authenticate(conn, raw)
     if token is None:
+        throttle.failed("bearer")
         raise Unauthorized("The token is unknown or revoked.")
     if not tokens.may(token.role, request.method):
         raise Forbidden(f"A {token.role} token may only read.")

@@ -1,53 +1,52 @@
 """Signing in and out, and who is signed in: every console request passes through here.
 
-The session cookie (signed with the app's key) holds the token's row id, its creation
-time and when the operator signed in; never the token. Each request looks the token up
-again, so a revoked token ends its sessions at once.
+The session is held on the server (``web/ui/security.py``); its row names the token, and
+each request looks both up again, so a revoked token or a signed-out session ends at once
+in every web process. Failed sign-ins are throttled per client address (``web/throttle.py``).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
-from flask import g, redirect, render_template, request, session, url_for
-from sqlalchemy import Connection
+from flask import g, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from inbox.domain import tokens
-from inbox.domain.errors import Forbidden, Unauthorized
+from inbox.domain.errors import Forbidden, TooManyRequests, Unauthorized
+from inbox.store import sessions as sessions_store
 from inbox.store import tokens as store
 from inbox.store.tokens import Token
+from web import throttle
 from web.services import services
 from web.ui import security, ui
 
 log = logging.getLogger(__name__)
 
-SESSION_SECONDS = 12 * 3600
 PUBLIC = frozenset({"ui.login"})
 # Endpoints read by scripts: they answer 401 rather than redirect to the sign-in page.
 JSON_ENDPOINTS = frozenset({"ui.replay_progress"})
-_IDENTITY = ("tid", "tct", "at")
 
 
-def live_token(conn: Connection, token_id: int, created_at: str) -> Token | None:
-    """The unrevoked token with this id (and creation time, so a reused id never matches)."""
-    for token in store.list_tokens(conn):
-        if token.id == token_id:
-            live = token.revoked_at is None and token.created_at.isoformat() == created_at
-            return token if live else None
-    return None
+def _limits() -> tuple[int, int]:
+    settings = services().settings
+    return settings.session_idle_minutes * 60, settings.session_hours * 3600
 
 
 def _signed_in() -> Token | None:
-    tid, created, at = (session.get(k) for k in _IDENTITY)
-    if not isinstance(tid, int) or not isinstance(created, str) or not isinstance(at, int):
+    current = security.console_session()
+    if not current.cookie:
         return None
-    if not 0 <= time.time() - at <= SESSION_SECONDS:
-        return None
+    idle, longest = _limits()
+    current.looked_up = True
     with services().engine.connect() as conn:
-        return live_token(conn, tid, created)
+        stored = sessions_store.load(conn, current.cookie, idle, longest)
+        token = store.get_token(conn, stored.token_id) if stored is not None else None
+    if stored is None or token is None or token.revoked_at is not None:
+        return None
+    current.attach(stored, current.cookie)
+    return token
 
 
 @ui.before_request
@@ -59,8 +58,6 @@ def _guard() -> Response | None:
         return None
     token = _signed_in()
     if token is None:
-        for key in _IDENTITY:
-            session.pop(key, None)
         if request.endpoint in JSON_ENDPOINTS:
             raise Unauthorized("Sign in to the console first.")
         back = request.full_path.rstrip("?") if request.method == "GET" else None
@@ -112,20 +109,38 @@ def login() -> Response | tuple[str, int] | str:
     target = security.safe_next(request.values.get("next"))
     if request.method == "GET":
         return render_template("ui/login.html", next=target, error=None)
+    try:
+        throttle.check("login")
+    except TooManyRequests as exc:
+        error = f"Too many failed sign-ins from this address; try again in {exc.retry_after} s."
+        page = render_template("ui/login.html", next=target, error=error)
+        resp = Response(page, status=429, mimetype="text/html")
+        resp.headers["Retry-After"] = str(exc.retry_after)
+        return resp
     raw = request.form.get("token", "").strip()
     with services().engine.begin() as conn:
         token = store.authenticate(conn, raw)
     if token is None:
+        throttle.failed("login")
         error = "That token is unknown or revoked."
         return render_template("ui/login.html", next=target, error=error), 401
-    session.clear()
-    session.update(tid=token.id, tct=token.created_at.isoformat(), at=int(time.time()))
-    security.new_csrf_token()
+    idle, longest = _limits()
+    data = {"csrf": security.new_csrf_token()}
+    with services().engine.begin() as conn:
+        sessions_store.prune(conn, idle, longest)
+        sid, row_id = sessions_store.create(conn, token.id, data)
+    # A new id at every sign-in: an id planted before it (session fixation) is worth nothing.
+    security.console_session().begin(sid, row_id, token.id, data)
     log.info("console sign-in by token %s", token.name)
     return redirect(target or url_for("ui.dashboard"))
 
 
 @ui.post("/logout")
 def logout() -> Response:
-    session.clear()
+    """Ends this session on the server: the cookie, wherever a copy of it is, stops working."""
+    current = security.console_session()
+    if current.row_id is not None:
+        with services().engine.begin() as conn:
+            sessions_store.delete(conn, current.row_id)
+    current.end()
     return redirect(url_for("ui.login"))
