@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 from inbox.infra import broker
 from inbox.infra.config import Settings
 from inbox.infra.logs import configure_logging
+from inbox.infra.ratelimit import RateLimiter
 from inbox.store.claims import Claims
 from inbox.store.engine import make_engine
 from web.api import api
@@ -17,6 +18,7 @@ from web.errors import register_error_handlers
 from web.health import health
 from web.ingest import hooks
 from web.metrics import metrics_bp
+from web.overload import Backlog
 from web.routes import RouteCache
 from web.services import Services
 from web.ui import ui
@@ -43,6 +45,8 @@ def create_app(
         doorbell=doorbell,
         routes=RouteCache(engine, route_cache_seconds),
         claims=Claims(engine),
+        limiter=RateLimiter(settings.redis_url),
+        backlog=Backlog(engine, settings.max_backlog),
         start_bulk_replay=rings.start_bulk_replay,
         ring_couriers=rings.ring_couriers,
     )

@@ -22,7 +22,7 @@ from inbox.domain.states import EventState
 from inbox.infra import metrics
 from inbox.store.events import stored_response
 from inbox.store.intake import IngestResult, claim, ingest
-from web import validate
+from web import overload, validate
 from web.errors import error_response
 from web.services import Services, services
 
@@ -84,6 +84,7 @@ def receive(tenant: str, source: str) -> Response:
             return _json(handshake.status, handshake.body)
     if request.method != "POST":
         raise MethodNotAllowed()
+    overload.check_backlog(ext.backlog)
     limit = route.options.max_body_bytes or ext.settings.max_body_bytes
     body = _read_body(limit)
     # Only Twilio signs the URL; building it costs more than the rest of the request parsing.
@@ -92,6 +93,7 @@ def receive(tenant: str, source: str) -> Response:
     prepared = core.prepare(route, req, time.time(), ext.settings.key_ttl_hours)
     if isinstance(prepared, core.Handshake):
         return _json(prepared.status, prepared.body)
+    overload.check_rate(ext.limiter, route)
     result = claim(ext.claims, route, prepared)
     if result is None:  # the key is taken: a duplicate or a conflict
         with ext.engine.begin() as conn:

@@ -9,7 +9,9 @@ from flask import current_app
 from sqlalchemy import Engine
 
 from inbox.infra.config import Settings
+from inbox.infra.ratelimit import RateLimiter
 from inbox.store.claims import Claims
+from web.overload import Backlog
 from web.routes import RouteCache
 
 
@@ -20,6 +22,8 @@ class Services:
     doorbell: Callable[[], None]
     routes: RouteCache
     claims: Claims
+    limiter: RateLimiter
+    backlog: Backlog
     # Optional rings (no broker configured: None, and the sweeper does the work).
     start_bulk_replay: Callable[[int], None] | None = None
     ring_couriers: Callable[[set[int]], None] | None = None

@@ -29,6 +29,9 @@ class _OptionsSchema(Schema):
     serialize_by_business_key = fields.Boolean()
     key_ttl_hours = fields.Integer(validate=validate.Range(min=1))
     retention_days = fields.Integer(validate=validate.Range(min=1))
+    # Past this many requests a second (with bursts of up to rate_limit_burst): 429.
+    rate_limit_per_second = fields.Float(validate=validate.Range(min=0.001, max=1_000_000))
+    rate_limit_burst = fields.Integer(validate=validate.Range(min=1, max=1_000_000))
     # A marshmallow-style field spec the body must satisfy ({"name": "str", ...}).
     body_schema = fields.Dict(keys=fields.String(), values=fields.String())
     # Stale events (inbox.domain.ordering): the provider's own event time, or version.
@@ -77,6 +80,14 @@ class SourceOptions:
     body_schema: dict[str, str] = field(default_factory=dict)
     occurred_at_path: str | None = None
     version_path: str | None = None
+    rate_limit_per_second: float | None = None  # None: no limit
+    rate_limit_burst: int | None = None  # None: one second's worth, at least 1
+
+    @property
+    def burst(self) -> int:
+        if self.rate_limit_burst is not None:
+            return self.rate_limit_burst
+        return max(1, int(self.rate_limit_per_second or 1))
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], *, check_schema: bool = True) -> SourceOptions:
