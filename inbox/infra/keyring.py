@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -39,9 +40,14 @@ class SecretsLocked(Unavailable):
     """A 503 to a client (nothing is stored, the sender retries), with the operator's reason
     in the log and the CLI, never in the answer."""
 
+    _logged_at = 0.0
+
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message)
-        log.error("signing secrets: %s", self.message)
+        now = time.monotonic()
+        if now - SecretsLocked._logged_at > 60:  # once a minute, not once per request
+            SecretsLocked._logged_at = now
+            log.error("signing secrets: %s", " ".join(self.message.split()))
 
     def body(self) -> dict[str, object]:
         return Unavailable().body()

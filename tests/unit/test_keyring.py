@@ -1,0 +1,43 @@
+"""The key-encryption keyring (Fernet), without a database."""
+
+from __future__ import annotations
+
+import stat
+
+import pytest
+
+from inbox.infra import keyring as kr
+
+
+def test_encrypt_decrypt_rotate_across_keys():
+    old, new = kr.new_key(), kr.new_key()
+    stored = kr.Keyring([old]).encrypt("whsec_x")
+    assert stored.startswith(kr.PREFIX) and "whsec_x" not in stored
+    both = kr.Keyring([new, old])
+    assert both.decrypt(stored) == "whsec_x" and not both.is_current(stored)
+    rotated = both.rotate(stored)
+    assert both.is_current(rotated) and kr.Keyring([new]).decrypt(rotated) == "whsec_x"
+    with pytest.raises(kr.KeyInvalid):
+        kr.Keyring([old]).decrypt(rotated)
+    with pytest.raises(kr.KeyInvalid):
+        both.decrypt("whsec_in_clear")
+    assert both.rotate("clear").startswith(kr.PREFIX)  # a clear value gets encrypted
+
+
+def test_no_key_is_refused_and_the_answer_does_not_say_why(monkeypatch):
+    monkeypatch.delenv("INBOX_KEK", raising=False)
+    with pytest.raises(kr.KeyMissing) as caught:
+        kr.keyring()
+    assert caught.value.http_status == 503
+    assert "INBOX_KEK" in caught.value.message and "INBOX_KEK" not in repr(caught.value.body())
+    monkeypatch.setenv("INBOX_KEK", "not-a-key")
+    with pytest.raises(ValueError, match="32 url-safe"):
+        kr.keyring()
+
+
+def test_a_dev_key_is_made_once_and_kept_private(tmp_path):
+    path = tmp_path / "sub" / "kek"
+    first = kr.dev_key(path)
+    assert kr.dev_key(path) == first
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    kr.Keyring([first])  # a valid key
