@@ -147,29 +147,32 @@ def fresh_db(pg_server_url: str):
 def test_the_migration_encrypts_secrets_stored_in_clear(fresh_db, monkeypatch):
     migrate.upgrade(fresh_db, "0007")
     engine = create_engine(sqlalchemy_url(fresh_db))
-    with engine.begin() as conn:
-        conn.execute(text("INSERT INTO tenants (name) VALUES ('t')"))
-        conn.execute(
-            text(
-                "INSERT INTO sources (tenant_id, name, scheme) SELECT id, 's', 'hmac' FROM tenants"
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO tenants (name) VALUES ('t')"))
+            conn.execute(
+                text(
+                    "INSERT INTO sources (tenant_id, name, scheme)"
+                    " SELECT id, 's', 'hmac' FROM tenants"
+                )
             )
-        )
-        conn.execute(
-            text("INSERT INTO source_secrets (source_id, secret) SELECT id, :c FROM sources"),
-            {"c": CLEAR},
-        )
-    monkeypatch.delenv("INBOX_KEK")
-    with pytest.raises(RuntimeError, match="INBOX_KEK is not set"):
+            conn.execute(
+                text("INSERT INTO source_secrets (source_id, secret) SELECT id, :c FROM sources"),
+                {"c": CLEAR},
+            )
+        monkeypatch.delenv("INBOX_KEK")
+        with pytest.raises(RuntimeError, match="INBOX_KEK is not set"):
+            migrate.upgrade(fresh_db)
+        with engine.connect() as conn:  # nothing half-done: still in clear, still at 0007
+            assert conn.execute(text("SELECT secret FROM source_secrets")).scalar_one() == CLEAR
+        monkeypatch.setenv("INBOX_KEK", keyring.new_key())
         migrate.upgrade(fresh_db)
-    with engine.connect() as conn:  # nothing half-done: still in clear, still at 0007
-        assert conn.execute(text("SELECT secret FROM source_secrets")).scalar_one() == CLEAR
-    monkeypatch.setenv("INBOX_KEK", keyring.new_key())
-    migrate.upgrade(fresh_db)
-    with engine.connect() as conn:
-        [stored] = conn.execute(text("SELECT secret FROM source_secrets")).scalars()
-        assert stored.startswith("fernet:") and CLEAR not in stored
-        assert sstore.get_source(conn, "t", "s").secrets == (CLEAR,)
-    migrate.downgrade(fresh_db, "0007")
-    with engine.connect() as conn:
-        assert conn.execute(text("SELECT secret FROM source_secrets")).scalar_one() == CLEAR
-    engine.dispose()
+        with engine.connect() as conn:
+            [stored] = conn.execute(text("SELECT secret FROM source_secrets")).scalars()
+            assert stored.startswith("fernet:") and CLEAR not in stored
+            assert sstore.get_source(conn, "t", "s").secrets == (CLEAR,)
+        migrate.downgrade(fresh_db, "0007")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT secret FROM source_secrets")).scalar_one() == CLEAR
+    finally:
+        engine.dispose()

@@ -20,11 +20,13 @@ def run_migrations_online() -> None:
             context.run_migrations()
         return
     engine = create_engine(config.get_main_option("sqlalchemy.url") or sqlalchemy_url())
-    with engine.connect() as conn:
-        context.configure(connection=conn, target_metadata=target_metadata)
-        with context.begin_transaction():
-            context.run_migrations()
-    engine.dispose()
+    try:
+        with engine.connect() as conn:
+            context.configure(connection=conn, target_metadata=target_metadata)
+            with context.begin_transaction():
+                context.run_migrations()
+    finally:  # a migration that fails must not leave its connection open
+        engine.dispose()
 
 
 run_migrations_online()
