@@ -142,3 +142,13 @@ def test_failed_bearer_tokens_are_throttled_per_address(client, engine, app):
     with engine.connect() as conn:
         rows = conn.execute(text("SELECT kind, client, failures FROM auth_failures")).all()
     assert [tuple(r) for r in rows] == [("bearer", "127.0.0.1", 10)]
+
+
+def test_behind_a_trusted_proxy_the_clients_address_is_counted(settings, engine, bell):
+    app = create_app(replace(settings, trusted_proxies=1), engine=engine, doorbell=bell)
+    client = app.test_client()
+    bad = {"Authorization": "Bearer inb_" + "x" * 43, "X-Forwarded-For": "203.0.113.9"}
+    assert client.get("/api/v1/events", headers=bad).status_code == 401
+    with engine.connect() as conn:
+        clients = conn.execute(text("SELECT client FROM auth_failures")).scalars().all()
+    assert clients == ["203.0.113.9"]
