@@ -44,10 +44,11 @@ class SecretsLocked(Unavailable):
 
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message)
+        self.message = " ".join(self.message.split())  # one line, for the log and the CLI
         now = time.monotonic()
         if now - SecretsLocked._logged_at > 60:  # once a minute, not once per request
             SecretsLocked._logged_at = now
-            log.error("signing secrets: %s", " ".join(self.message.split()))
+            log.error("signing secrets: %s", self.message)
 
     def body(self) -> dict[str, object]:
         return Unavailable().body()
