@@ -152,3 +152,13 @@ def test_behind_a_trusted_proxy_the_clients_address_is_counted(settings, engine,
     with engine.connect() as conn:
         clients = conn.execute(text("SELECT client FROM auth_failures")).scalars().all()
     assert clients == ["203.0.113.9"]
+
+
+def test_the_failure_count_is_shared_by_every_web_process(settings, engine, bell):
+    """Guesses spread over two processes (two apps on one database) meet one limit."""
+    a, b = (create_app(settings, engine=engine, doorbell=bell).test_client() for _ in range(2))
+    bad = {"Authorization": "Bearer inb_" + "x" * 43}
+    for i in range(10):
+        assert (a if i % 2 else b).get("/api/v1/events", headers=bad).status_code == 401
+    assert a.get("/api/v1/events", headers=bad).status_code == 429
+    assert b.get("/api/v1/events", headers=bad).status_code == 429
