@@ -160,6 +160,17 @@ def _redacted_body(body: bytes, parsed: Any, paths: tuple[str, ...], content_typ
     return json.dumps(parsed, separators=(",", ":")).encode()
 
 
+def _business_key(source: Source, parsed: Any) -> bytes | None:
+    """The digest of the business key values, or None when the body has none of them."""
+    values = [jsonpath.get_text(parsed, p) for p in source.options.business_key_paths]
+    if not any(v is not None for v in values):
+        return None
+    for value in values:
+        if value is not None:
+            check_text(value, "A business key value")
+    return business_key_digest(source.tenant_id, [v or "" for v in values])
+
+
 def prepare(
     source: Source,
     req: SignedRequest,
@@ -208,15 +219,7 @@ def prepare(
     if provider_id is not None:
         check_text(provider_id, "The event id")
 
-    bk_values = [jsonpath.get_text(parsed, p) for p in opts.business_key_paths]
-    for value in bk_values:
-        if value is not None:
-            check_text(value, "A business key value")
-    bk = (
-        business_key_digest(source.tenant_id, [v or "" for v in bk_values])
-        if bk_values and any(v is not None for v in bk_values)
-        else None
-    )
+    bk = _business_key(source, parsed)
 
     if bk is not None and (opts.occurred_at_path or opts.version_path):
         # Checked here so a bad value is a 400 with nothing stored; the worker reads it again.
