@@ -24,9 +24,9 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 
-from inbox.domain.states import DeliveryState, EventState
 from inbox.domain import tokens
 from inbox.domain.errors import Unauthorized
+from inbox.domain.states import DeliveryState, EventState
 from inbox.infra.metrics import tenant_label
 from inbox.store import stats
 from web import throttle
