@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from urllib.parse import urlsplit
 
 from celery import Celery
 from celery.signals import setup_logging, worker_process_init, worker_process_shutdown
@@ -21,6 +22,9 @@ log = logging.getLogger(__name__)
 
 def make_celery(settings: Settings) -> Celery:
     app = Celery("webhook_inbox", broker=settings.broker_url or None, include=["workers.tasks"])
+    if urlsplit(settings.broker_url).scheme == "redis":
+        # kombu's Redis transport with the broker-restart fix (see workers/transport.py)
+        app.conf.broker_transport = "workers.transport:Transport"
     app.conf.update(
         task_default_queue=broker.QUEUE,
         task_routes={broker.DELIVER: {"queue": broker.DELIVERIES}},
