@@ -111,3 +111,14 @@ def note_newer(ctx: StepContext) -> dict[str, Any]:
     at = newer.occurred_at.isoformat() if newer.occurred_at is not None else None
     version = str(newer.version) if newer.version is not None else None
     return {"newer": newer.public_id, "newer_at": at, "newer_version": version}
+
+
+later = register(Playbook("later"), event_type="retry.later")
+
+
+@later.step("attempt")
+def attempt(ctx: StepContext) -> dict[str, Any]:
+    """Fails its first ``fail_times`` attempts (a retryable error: the backoff applies)."""
+    if ctx.event.attempt <= ctx.payload.get("fail_times", 0):
+        raise RuntimeError(f"attempt {ctx.event.attempt} fails")
+    return {"attempts": ctx.event.attempt}

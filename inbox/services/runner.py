@@ -52,8 +52,13 @@ def run_claimed(
     reg: Registry = registry,
     notify: Callable[[set[int]], None] | None = None,
     ev: LoadedEvent | None = None,
+    on_retry: Callable[[float], None] | None = None,
 ) -> str:
-    """Run the event's playbook; returns the resulting state ('lost' if the lease was lost)."""
+    """Run the event's playbook; returns the resulting state ('lost' if the lease was lost).
+
+    ``on_retry`` hears the delay of a retry this run scheduled (the caller sets an alarm
+    for it, so the retry runs when it is due, not at the next sweep).
+    """
     store = work_store(db)
     try:
         if ev is None:
@@ -76,7 +81,9 @@ def run_claimed(
             raise
         except Exception as exc:
             permanent = playbook is None or playbook.is_permanent(exc)
-            state = _failed(store, c, ev, exc, permanent, cfg)
+            state, delay = _failed(store, c, ev, exc, permanent, cfg)
+            if state == "received" and on_retry is not None:
+                on_retry(delay)
             metrics.record_completed(
                 ev.tenant, ev.source, ev.age_seconds + time.monotonic() - loaded, state
             )
@@ -256,7 +263,7 @@ def _failed(
     exc: Exception,
     permanent: bool,
     cfg: RunConfig,
-) -> str:
+) -> tuple[str, float]:
     store = work_store(db)
     delay = retry_delay(ev.attempts, cfg.retry_base_seconds, cfg.retry_cap_seconds)
     if isinstance(exc, RetryableError) and exc.delay is not None:
@@ -270,4 +277,4 @@ def _failed(
         type(exc).__name__,
         state,
     )
-    return state
+    return state, delay

@@ -281,6 +281,24 @@ def due_count(conn: Connection) -> int:
     )
 
 
+def due_within(conn: Connection, horizon: float, slot: float, limit: int = 100) -> list[float]:
+    """Seconds until each retry due in the next ``horizon`` seconds, rounded up to ``slot``
+    (one alarm per slot; relative to the database clock, so no clock needs to agree)."""
+    rows = conn.execute(
+        text(
+            """
+            SELECT DISTINCT ceil(extract(epoch FROM available_at - now()) / :slot) * :slot AS due_in
+              FROM events
+             WHERE state = 'received' AND available_at > now()
+               AND available_at <= now() + make_interval(secs => :horizon)
+             ORDER BY due_in LIMIT :limit
+            """
+        ),
+        {"horizon": horizon, "slot": slot, "limit": limit},
+    )
+    return [float(r.due_in) for r in rows]
+
+
 def extend(conn: Connection, claims: list[Claim], lease_seconds: float) -> int:
     """Extend the live leases among ``claims`` (a batch still waiting its turn)."""
     if not claims:
