@@ -35,6 +35,10 @@ def make_celery(settings: Settings) -> Celery:
         worker_prefetch_multiplier=1,
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,
+        # Redis redelivers a message unacknowledged for this long; a worker holds an alarm
+        # (an eta message) unacknowledged until it is due, so alarms are set at most
+        # broker.ALARM_MAX_AHEAD (600 s) ahead: far below this, and below RabbitMQ's
+        # consumer_timeout (30 minutes by default).
         broker_transport_options={"visibility_timeout": 3600},
         beat_schedule={
             "inbox-sweep": {"task": broker.SWEEP, "schedule": float(settings.sweep_seconds)},
