@@ -77,6 +77,9 @@ class PrivateRedis:
         self.start()
 
 
+QUEUES = ("inbox", "deliveries")
+
+
 def rabbitmqctl(*args: str) -> str:
     out = subprocess.run(
         ["rabbitmqctl", "--quiet", *args], capture_output=True, text=True, timeout=60
@@ -104,10 +107,20 @@ class RabbitVhost:
         rabbitmqctl("close_all_connections", "--vhost", self.name, "test: broker restart")
 
     def purge(self) -> None:
-        """Every message in this vhost's queues is dropped (RabbitMQ's flush)."""
-        queues = rabbitmqctl("list_queues", "-p", self.name, "name", "--no-table-headers")
-        for name in queues.split():
-            rabbitmqctl("purge_queue", "-p", self.name, name)
+        """Every message in the inbox's queues is dropped (RabbitMQ's flush); over AMQP,
+        which is much faster than rabbitmqctl."""
+        import amqp
+
+        with amqp.Connection("127.0.0.1:5672", "guest", "guest", virtual_host=self.name) as c:
+            for queue in QUEUES:
+                ch = c.channel()
+                try:
+                    ch.queue_purge(queue)
+                except amqp.exceptions.NotFound:
+                    pass  # not declared yet: nothing to drop
+                finally:
+                    if ch.is_open:
+                        ch.close()
 
     def delete(self) -> None:
         rabbitmqctl("delete_vhost", self.name)

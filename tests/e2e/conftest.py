@@ -47,16 +47,21 @@ def broker_kind(request: pytest.FixtureRequest) -> str:
     return kind
 
 
-@pytest.fixture
-def broker(broker_kind: str, private_redis: PrivateRedis) -> Iterator[Broker]:
-    """REDIS_URL (the doorbell flag) is always a private Redis; BROKER_URL is that Redis
-    too, or a RabbitMQ vhost of this test's own, deleted at the end."""
-    if broker_kind == "redis":
-        r = private_redis
-        yield Broker("redis", r.url, r.url, r.restart, r.flush)
-        return
+@pytest.fixture(scope="session")
+def rabbit_vhost() -> Iterator[RabbitVhost]:
+    """This run's own RabbitMQ vhost (made on first use, deleted at the end of the run)."""
     vhost = RabbitVhost()
-    try:
-        yield Broker("amqp", private_redis.url, vhost.url, vhost.cut, vhost.purge)
-    finally:
-        vhost.delete()
+    yield vhost
+    vhost.delete()
+
+
+@pytest.fixture
+def broker(broker_kind: str, private_redis: PrivateRedis, request) -> Broker:
+    """REDIS_URL (the doorbell flag) is always a private Redis; BROKER_URL is that Redis
+    too, or this run's RabbitMQ vhost, its queues emptied for each test."""
+    r = private_redis
+    if broker_kind == "redis":
+        return Broker("redis", r.url, r.url, r.restart, r.flush)
+    vhost: RabbitVhost = request.getfixturevalue("rabbit_vhost")
+    vhost.purge()  # nothing left over from the previous test
+    return Broker("amqp", r.url, vhost.url, vhost.cut, vhost.purge)
