@@ -33,6 +33,12 @@ def make_celery(settings: Settings) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
+        # After a reconnect with tasks still running, celery lowers the prefetch count and
+        # raises it again as they finish; with RabbitMQ's per-consumer QoS a second
+        # reconnect during the first one's start-up left the courier at a prefetch it
+        # never left again, receiving nothing (tests/e2e/test_broker_restarts.py). A
+        # brief over-fetch after a reconnect costs nothing here: messages are doorbells.
+        worker_enable_prefetch_count_reduction=False,
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,
         # Redis redelivers a message unacknowledged for this long; a worker holds an alarm

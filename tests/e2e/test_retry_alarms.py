@@ -121,6 +121,10 @@ def test_retries_run_when_due_with_the_default_sweep(
         wait_for(finished, 120, "every retry to run")
         events, deliveries = lateness(engine, "event"), lateness(engine, "delivery")
         assert len(events) == 8 * 3 and len(deliveries) == 2
+        print(
+            f"\n{broker.kind}: event retries late by p50 {statistics.median(events):.3f} s,"
+            f" p90 {p90(events):.3f} s, max {max(events):.3f} s; deliveries {deliveries}"
+        )
         assert p90(events) <= 1.0, sorted(events)
         assert max(deliveries) <= 1.0, deliveries
     finally:
