@@ -37,10 +37,12 @@ two_step = register(Playbook("two-step"), event_type="two.step")
 
 @two_step.step("charge")
 def charge(ctx: StepContext) -> dict[str, Any]:
-    sink(ctx)
     marker = CRASH_DIR / str(ctx.payload.get("crash", ""))
-    if ctx.payload.get("crash") and marker.exists():
-        marker.unlink()
+    crash = bool(ctx.payload.get("crash")) and marker.exists()
+    if crash:
+        marker.unlink()  # before the effect: a worker killed right after it must not crash again
+    sink(ctx)
+    if crash:
         time.sleep(3600)  # the test SIGKILLs this worker here: effect done, not committed
     return {"charged": True}
 

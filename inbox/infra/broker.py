@@ -99,6 +99,7 @@ class Alarms:
     ) -> None:
         self.redis_url, self.horizon, self._send = redis_url, horizon, send
         self._client: redis.Redis | None = None
+        self.clock: Callable[[], float] = time.time
 
     def reset(self) -> None:
         self._client = None  # a forked process must not share its parent's socket
@@ -107,7 +108,8 @@ class Alarms:
         """Ring ``task`` in ``delay`` seconds (unless that slot is rung already)."""
         if delay > self.horizon:
             return False  # a later sweep sets it
-        slot = math.ceil((time.time() + max(0.0, delay)) / ALARM_SLOT) * ALARM_SLOT
+        now = self.clock()
+        slot = math.ceil((now + max(0.0, delay)) / ALARM_SLOT) * ALARM_SLOT
         key = f"{ALARM}{task}:{','.join(map(str, args))}:{slot:.2f}"
         try:
             if self.redis_url:
@@ -117,7 +119,7 @@ class Alarms:
                     return False
         except redis.RedisError:
             log.warning("could not coalesce an alarm; sending it anyway")
-        self._send(task, args, max(0.0, slot - time.time()))
+        self._send(task, args, max(0.0, slot - now))
         return True
 
 
