@@ -71,6 +71,7 @@ def run_claimed(
             playbook = reg.resolve(
                 ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook")
             )
+            pending.step = "body_schema"
             check_body(ev.source_options.get("body_schema") or {}, ev.body, ev.content_type)
             judgement = _judge(store, c, ev)
             if judgement is not None and judgement.busy:
@@ -81,7 +82,7 @@ def run_claimed(
             raise
         except Exception as exc:
             permanent = playbook is None or playbook.is_permanent(exc)
-            state, delay = _failed(store, c, ev, exc, permanent, cfg)
+            state, delay = _failed(store, c, ev, exc, permanent, cfg, pending.step)
             if state == "received" and on_retry is not None:
                 on_retry(delay)
             metrics.record_completed(
@@ -187,6 +188,8 @@ class _Commits:
         self.results: dict[str, Any] = {}
         self.outbox: list[tuple[str, list[Outgoing]]] = []
         self.ring: set[int] = set()
+        # What is running now, for the failure record: None while the playbook is chosen.
+        self.step: str | None = None
 
     def add(self, step: str, result: Any, outbox: list[Outgoing] | None = None) -> None:
         self.results[step] = result
@@ -229,6 +232,7 @@ def _run_steps(
     for step in pb.steps:
         if step.name in results:
             continue  # a recovery point: never run a completed step again
+        pending.step = step.name
         if newer is not None and step.skip_if_stale:
             results[step.name] = {"skipped": "stale", "newer_event": newer.public_id}
             pending.add(step.name, results[step.name])
@@ -263,13 +267,14 @@ def _failed(
     exc: Exception,
     permanent: bool,
     cfg: RunConfig,
+    step: str | None = None,
 ) -> tuple[str, float]:
     store = work_store(db)
     delay = retry_delay(ev.attempts, cfg.retry_base_seconds, cfg.retry_cap_seconds)
     if isinstance(exc, RetryableError) and exc.delay is not None:
         delay = exc.delay
     with store.begin() as tx:
-        state = store.fail(tx, c, exc, permanent or isinstance(exc, PermanentError), delay)
+        state = store.fail(tx, c, exc, permanent or isinstance(exc, PermanentError), delay, step)
     log.info(
         "event %s attempt %s failed (%s): now %s",
         ev.public_id,
