@@ -138,30 +138,37 @@ class SourceSummary:
 
 
 _SOURCES = f"""
+WITH day AS (
+    -- One pass over the last day's events (ix_events_received_at), counted per source.
+    SELECT e.source_id,
+           count(*) FILTER (WHERE e.received_at >= now() - interval '1 hour') AS last_hour,
+           count(*) AS last_day,
+           count(*) FILTER (WHERE e.state = 'quarantined') AS quarantined_day,
+           max(e.received_at) AS last_received_at
+      FROM events e
+     WHERE e.received_at >= now() - interval '1 day' AND {_SCOPED.format(col="e.tenant_id")}
+     GROUP BY e.source_id
+), failures AS (
+    -- The last day's failed attempts per source (ix_event_attempts_at), and the latest one.
+    SELECT DISTINCT ON (e.source_id) e.source_id,
+           count(*) OVER (PARTITION BY e.source_id) AS failures_day,
+           a.at, a.error_class, a.error_message
+      FROM event_attempts a JOIN events e ON e.id = a.event_id
+     WHERE a.at >= now() - interval '1 day' AND {_SCOPED.format(col="e.tenant_id")}
+     ORDER BY e.source_id, a.id DESC
+)
 SELECT s.id, t.name AS tenant, s.name, s.scheme, s.enabled, t.disabled AS tenant_disabled,
        s.options, s.created_at,
        (SELECT count(*) FROM source_secrets x
          WHERE x.source_id = s.id AND x.revoked_at IS NULL) AS active_secrets,
-       coalesce(st.last_hour, 0) AS last_hour, coalesce(st.last_day, 0) AS last_day,
-       coalesce(st.quarantined_day, 0) AS quarantined_day, st.last_received_at,
-       coalesce(fa.failures_day, 0) AS failures_day,
-       lf.at AS last_failure_at, lf.error_class AS last_failure_class,
-       lf.error_message AS last_failure_message
+       coalesce(d.last_hour, 0) AS last_hour, coalesce(d.last_day, 0) AS last_day,
+       coalesce(d.quarantined_day, 0) AS quarantined_day, d.last_received_at,
+       coalesce(f.failures_day, 0) AS failures_day,
+       f.at AS last_failure_at, f.error_class AS last_failure_class,
+       f.error_message AS last_failure_message
   FROM sources s JOIN tenants t ON t.id = s.tenant_id
-  LEFT JOIN LATERAL (
-        SELECT count(*) FILTER (WHERE e.received_at >= now() - interval '1 hour') AS last_hour,
-               count(*) AS last_day,
-               count(*) FILTER (WHERE e.state = 'quarantined') AS quarantined_day,
-               max(e.received_at) AS last_received_at
-          FROM events e
-         WHERE e.source_id = s.id AND e.received_at >= now() - interval '1 day') st ON true
-  LEFT JOIN LATERAL (
-        SELECT count(*) AS failures_day FROM event_attempts a JOIN events e ON e.id = a.event_id
-         WHERE e.source_id = s.id AND a.at >= now() - interval '1 day') fa ON true
-  LEFT JOIN LATERAL (
-        SELECT a.at, a.error_class, a.error_message
-          FROM event_attempts a JOIN events e ON e.id = a.event_id
-         WHERE e.source_id = s.id ORDER BY a.id DESC LIMIT 1) lf ON true
+  LEFT JOIN day d ON d.source_id = s.id
+  LEFT JOIN failures f ON f.source_id = s.id
  WHERE {_SCOPED.format(col="s.tenant_id")}
  ORDER BY t.name, s.name
 """

@@ -210,6 +210,8 @@ event_attempts = Table(
     Column("traceback", Text),
     Column("outcome", Text, nullable=False),
     CheckConstraint("outcome IN ('retry', 'quarantined')", name="outcome"),
+    # The console's per-source failure counts read the last day's rows.
+    Index("ix_event_attempts_at", "at"),
 )
 
 # Business-level effects declared "once per business key": the first event wins.

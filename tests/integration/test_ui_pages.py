@@ -197,6 +197,7 @@ def test_sources_show_scheme_options_and_a_count_of_secrets_never_the_secrets(
     row = page[page.index('data-source="ta/stripe"') :]
     row = row[: row.index("</tr>", row.index("options-row"))]
     assert "hmac" in row and "card.number" in row and "max_attempts" in row
+    assert "/hooks/ta/stripe" in row
     assert re.search(r'data-field="secrets">2\b', row)
     assert "sk_one_abc" not in page and "sk_two_def" not in page and "s3cret" not in page
     billing = page[page.index('data-source="ta/billing"') :]
@@ -274,6 +275,10 @@ def test_the_timeline_keeps_every_attempt_and_every_quarantine_across_replays(
     traces = re.findall(r'<pre class="code small">([^<]+)</pre>', timeline)
     assert len(traces) == 4 and all("sink_playbooks.py" in t and " in work" in t for t in traces)
     assert all(t.strip().endswith("RuntimeError: poison event") for t in traces)
+    sources = html(client, "/ui/sources")
+    row = sources[sources.index('data-source="ta/flaky"') :]
+    row = row[: row.index("</tr>")]
+    assert re.search(r'error-text">4</span>', row) and "RuntimeError" in row  # four failures
     table = page[page.index('id="attempts"') :]
     assert table.count("quarantined</span>") >= 2 and table.count("retried</span>") == 2
 

@@ -42,8 +42,10 @@ def upgrade() -> None:
     op.create_index(
         op.f("ix_event_attempts_event_id"), "event_attempts", ["event_id"], unique=False
     )
+    op.create_index("ix_event_attempts_at", "event_attempts", ["at"], unique=False)
 
 
 def downgrade() -> None:
+    op.drop_index("ix_event_attempts_at", table_name="event_attempts")
     op.drop_index(op.f("ix_event_attempts_event_id"), table_name="event_attempts")
     op.drop_table("event_attempts")
