@@ -25,10 +25,10 @@ CSS = {
 def verdict(job: store.Job, o: Outcomes) -> tuple[str, str]:
     """(verdict, label) for the job's badge."""
     dead = "quarantined" if job.kind == "events" else "failed"
-    if job.status in ("queued", "running"):
-        return "active", job.status
-    if job.status == "cancelled":
-        return "off", "cancelled"
+    if job.status in ("awaiting_approval", "queued", "running"):
+        return "active", job.status.replace("_", " ")
+    if job.status in ("cancelled", "rejected"):
+        return "off", job.status
     if o.pending:
         return "active", "moved; results pending"
     if job.moved and o.dead_again == job.moved:
@@ -58,5 +58,5 @@ def shown(job: store.Job, o: Outcomes) -> dict[str, Any]:
         "label": label,
         "eta_seconds": eta_seconds(job),
         # The page keeps polling until the moved items have all settled.
-        "settled": job.status in ("completed", "cancelled") and o.pending == 0,
+        "settled": job.status in ("completed", "cancelled", "rejected") and o.pending == 0,
     }
