@@ -1,52 +1,75 @@
-"""``make run``: set up, then run the Procfile's processes (web, worker, beat) together.
+"""``make run``: set up, then run and supervise the Procfile's processes together.
 
 Uses DATABASE_URL / REDIS_URL when set; otherwise starts an embedded PostgreSQL
 and Redis from pip packages (data in ``.data/``). The processes are the same
-commands as in production; only the URLs differ.
+commands as in production; only the URLs differ. A process that dies is started
+again (dev/supervise.py); Ctrl-C or SIGTERM stops every process, then the
+embedded servers. Once every process is up, one Ready block says what to do next.
 """
 
 from __future__ import annotations
 
+import errno
+import http.client
 import os
 import secrets
 import shlex
 import signal
-import subprocess
+import socket
 import sys
-import threading
-import time
 from pathlib import Path
+from types import FrameType
 
 from dev import embedded
+from dev.supervise import Child, Supervisor
 from inbox.domain.sources import SourceOptions
+from inbox.infra import keyring
 from inbox.infra.config import Settings
 from inbox.store import migrate
 from inbox.store import sources as store
+from inbox.store import tokens as tokens_store
 from inbox.store.engine import make_engine
 
 ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(os.environ.get("INBOX_DEV_DATA") or ROOT / ".data")
 PORT = int(os.environ.get("PORT", "8000"))
+READY_TIMEOUT = 120.0
 
 
 def _urls() -> dict[str, str]:
     env: dict[str, str] = {}
     if not os.environ.get("DATABASE_URL"):
-        print("DATABASE_URL is not set: starting an embedded PostgreSQL in .data/pg")
-        env["DATABASE_URL"] = embedded.start_postgres(ROOT / ".data" / "pg")
+        print(f"DATABASE_URL is not set: starting an embedded PostgreSQL in {DATA / 'pg'}")
+        env["DATABASE_URL"] = embedded.start_postgres(DATA / "pg")
     if not os.environ.get("REDIS_URL"):
-        print("REDIS_URL is not set: starting an embedded Redis in .data/redis")
-        env["REDIS_URL"] = embedded.start_redis(ROOT / ".data" / "redis")
+        print(f"REDIS_URL is not set: starting an embedded Redis in {DATA / 'redis'}")
+        env["REDIS_URL"] = embedded.start_redis(DATA / "redis")
     return env
 
 
-def _secret_key() -> str:
-    """The console's session key, made once and kept in .data/ (every process shares it)."""
-    path = ROOT / ".data" / "secret_key"
-    path.parent.mkdir(exist_ok=True)
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(32))
+def _kept_secret(name: str, make: str | None = None) -> str:
+    """A secret made once and kept in .data/ (0600), shared by every process."""
+    path = DATA / name
+    if make is not None or not path.exists():
+        path.write_text(make or secrets.token_urlsafe(32))
         path.chmod(0o600)
     return path.read_text().strip()
+
+
+def _operator_token() -> str:
+    """An operator token for the console, made once and kept in .data/operator_token
+    (made again if the database no longer knows it, e.g. after .data/pg was removed)."""
+    path = DATA / "operator_token"
+    engine = make_engine(Settings.from_env(), pool_size=1)
+    try:
+        with engine.begin() as conn:
+            if path.exists() and tokens_store.authenticate(conn, path.read_text().strip()):
+                return path.read_text().strip()
+            name = f"make-run-{secrets.token_hex(3)}"
+            _, secret = tokens_store.create_token(conn, name, "operator", None)
+        return _kept_secret("operator_token", secret)
+    finally:
+        engine.dispose()
 
 
 def _demo_source() -> tuple[str, str]:
@@ -72,10 +95,23 @@ def _demo_source() -> tuple[str, str]:
         engine.dispose()
 
 
-def _banner(path: str, secret: str) -> str:
+def ready_block(path: str, secret: str, token: str, names: list[str]) -> str:
     body = '{"type":"demo.hello","account":"acct-1"}'
+    env = os.environ
+    exports = "\n".join(
+        f"  export {k}={shlex.quote(env[k])}"
+        for k in ("DATABASE_URL", "REDIS_URL", "BROKER_URL", "INBOX_KEK")
+        if env.get(k)
+    )
+    rule = "=" * 78
     return f"""
-Webhook Inbox is starting: web on http://127.0.0.1:{PORT}, a worker and beat.
+{rule}
+Ready: {", ".join(names)} are up.
+
+Console:  http://127.0.0.1:{PORT}/ui   (sign in with this operator token,
+          kept in .data/operator_token)
+          {token}
+
 Send a first signed event (paste into another shell):
 
   BODY='{body}'; TS=$(date +%s)
@@ -83,13 +119,14 @@ Send a first signed event (paste into another shell):
   curl -i -X POST http://127.0.0.1:{PORT}{path} -H 'Content-Type: application/json' \\
        -H "X-Timestamp: $TS" -H "X-Signature: $SIG" -H 'Idempotency-Key: demo-1' -d "$BODY"
 
-Watch it go from received to completed:
+The CLI in a second shell (these exports reach this run's database and workers):
 
-  export DATABASE_URL='{os.environ["DATABASE_URL"]}'
+{exports}
   .venv/bin/inbox events list --tenant demo
   .venv/bin/inbox events show <id from the answer>
 
-Ctrl-C stops everything.
+Ctrl-C stops everything, the embedded PostgreSQL and Redis too.
+{rule}
 """
 
 
@@ -102,60 +139,82 @@ def _procfile() -> list[tuple[str, str]]:
     return out
 
 
-def _pump(name: str, proc: subprocess.Popen[bytes]) -> None:
-    assert proc.stdout is not None
-    for raw in proc.stdout:
-        sys.stdout.write(f"{name:>6} | {raw.decode(errors='replace')}")
-        sys.stdout.flush()
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return False
+            raise
+    return True
+
+
+def _web_up(child: Child) -> bool:
+    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=1)
+    try:
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+def _on_signal(sup: Supervisor) -> None:
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        if not sup.stopping.is_set():
+            print(f"\n{signal.Signals(signum).name}: stopping every process")
+        sup.stopping.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, handler)
 
 
 def main() -> None:
-    os.environ.update(_urls())
-    os.environ.setdefault("PORT", str(PORT))
-    os.environ.setdefault("INBOX_PLAYBOOKS", "")
-    # On a laptop, callback endpoints are usually local services.
-    os.environ.setdefault("INBOX_ALLOW_PRIVATE_TARGETS", "1")
-    os.environ.setdefault("INBOX_SECRET_KEY", _secret_key())
-    (ROOT / ".data").mkdir(exist_ok=True)
-    migrate.upgrade(os.environ["DATABASE_URL"])
-    path, secret = _demo_source()
-    print(_banner(path, secret))
-    if Settings.from_env().allow_private_targets:
-        print(
-            "NOTE: INBOX_ALLOW_PRIVATE_TARGETS is on: callbacks may target loopback and private\n"
-            "      addresses. Never set it in production (set INBOX_ALLOW_PRIVATE_TARGETS=0).\n"
+    if not port_is_free(PORT):
+        sys.exit(
+            f"PORT {PORT} is in use by another process: choose another, e.g. PORT=8001 make run"
         )
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    procs = []
-    for name, cmd in _procfile():
-        proc = subprocess.Popen(
-            ["bash", "-c", f"exec {cmd}"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        threading.Thread(target=_pump, args=(name, proc), daemon=True).start()
-        procs.append((name, proc))
-        print(f"started {name}: {shlex.quote(cmd)}")
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    DATA.mkdir(parents=True, exist_ok=True)
+    sup: Supervisor | None = None
     try:
-        while not stopping.is_set() and all(p.poll() is None for _, p in procs):
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    for _name, p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
-    for name, p in procs:
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-        print(f"stopped {name} ({p.returncode})")
+        os.environ.update(_urls())
+        os.environ.setdefault("PORT", str(PORT))
+        os.environ.setdefault("BROKER_URL", os.environ["REDIS_URL"])  # for the Ready block
+        os.environ.setdefault("INBOX_PLAYBOOKS", "")
+        # On a laptop, callback endpoints are usually local services.
+        os.environ.setdefault("INBOX_ALLOW_PRIVATE_TARGETS", "1")
+        # Signing secrets are encrypted at rest: a development key kept in .data/ (0600).
+        os.environ.setdefault("INBOX_KEK", keyring.dev_key(DATA / "kek"))
+        migrate.upgrade(os.environ["DATABASE_URL"])
+        path, secret = _demo_source()
+        token = _operator_token()
+        if Settings.from_env().allow_private_targets:
+            print(
+                "NOTE: INBOX_ALLOW_PRIVATE_TARGETS is on: callbacks may target loopback and"
+                " private\n      addresses. Never set it in production"
+                " (set INBOX_ALLOW_PRIVATE_TARGETS=0).\n"
+            )
+        bin_dir = Path(sys.executable).parent
+        env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+        sup = Supervisor(_procfile(), env, ROOT)
+        _on_signal(sup)
+        sup.start()
+        names = [c.name for c in sup.children]
+        print(f"starting {', '.join(names)} (their start-up output is held back until ready)")
+        late = sup.wait_ready(READY_TIMEOUT, _web_up)
+        if not sup.stopping.is_set():
+            print(ready_block(path, secret, token, names))
+            if late:
+                print(f"(not up after {READY_TIMEOUT:.0f} s: {', '.join(late)}; see above)")
+        sup.run()
+    finally:
+        if sup is not None:
+            sup.stop()
+        embedded.stop_all()
+        print("stopped")
 
 
 if __name__ == "__main__":

@@ -2,16 +2,22 @@
 
 Used only when DATABASE_URL / REDIS_URL are unset: ``make run`` and ``make test``
 call these, and everything else sees ordinary URLs. The code never branches on
-which server it talks to.
+which server it talks to. ``stop_all`` stops every server this process started
+(``make run`` calls it on Ctrl-C and SIGTERM).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 _keep: list[Any] = []  # the servers live as long as this process
+_stops: list[Callable[[], None]] = []
 
 
 def free_port() -> int:
@@ -34,10 +40,16 @@ def start_postgres(data_dir: Path) -> str:
     import pgserver
 
     data_dir.mkdir(parents=True, exist_ok=True)
+    # cleanup_mode=None: pgserver's own at-exit stop counts handles in a file that a
+    # killed process leaves behind, and then never stops; stop_all stops it by its pid.
     server = pgserver.get_server(  # type: ignore[attr-defined]
         str(data_dir), cleanup_mode=None
     )
     _keep.append(server)
+    pid = server.get_pid()
+    if pid:
+        # SIGINT is PostgreSQL's "fast" shutdown: clients are disconnected, data is safe.
+        _stops.append(lambda: _stop_pid(int(pid), signal.SIGINT, "PostgreSQL"))
     uri: str = server.get_uri()
     return uri
 
@@ -53,4 +65,44 @@ def start_redis(data_dir: Path) -> str:
         serverconfig={"port": str(port), "bind": "127.0.0.1", "save": ""},
     )
     _keep.append(server)
+    pid = server.pid
+    if pid:
+        _stops.append(lambda: _stop_pid(int(pid), signal.SIGTERM, "Redis"))
     return f"redis://127.0.0.1:{port}/0"
+
+
+def stop_all(say: Callable[[str], None] = print) -> None:
+    """Stop every server this process started, newest first, and wait for each."""
+    while _stops:
+        try:
+            _stops.pop()()
+        except Exception as exc:  # stop the others regardless
+            say(f"could not stop an embedded server: {exc!r}")
+    _keep.clear()
+
+
+def _stop_pid(pid: int, sig: int, what: str, timeout: float = 30.0) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _running(pid):
+            print(f"stopped the embedded {what} (pid {pid})")
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    print(f"the embedded {what} (pid {pid}) did not stop in {timeout:.0f} s: killed")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (our own child, not yet reaped) is not running
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True

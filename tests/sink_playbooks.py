@@ -37,10 +37,12 @@ two_step = register(Playbook("two-step"), event_type="two.step")
 
 @two_step.step("charge")
 def charge(ctx: StepContext) -> dict[str, Any]:
-    sink(ctx)
     marker = CRASH_DIR / str(ctx.payload.get("crash", ""))
-    if ctx.payload.get("crash") and marker.exists():
-        marker.unlink()
+    crash = bool(ctx.payload.get("crash")) and marker.exists()
+    if crash:
+        marker.unlink()  # before the effect: a worker killed right after it must not crash again
+    sink(ctx)
+    if crash:
         time.sleep(3600)  # the test SIGKILLs this worker here: effect done, not committed
     return {"charged": True}
 
@@ -111,3 +113,14 @@ def note_newer(ctx: StepContext) -> dict[str, Any]:
     at = newer.occurred_at.isoformat() if newer.occurred_at is not None else None
     version = str(newer.version) if newer.version is not None else None
     return {"newer": newer.public_id, "newer_at": at, "newer_version": version}
+
+
+later = register(Playbook("later"), event_type="retry.later")
+
+
+@later.step("attempt")
+def attempt(ctx: StepContext) -> dict[str, Any]:
+    """Fails its first ``fail_times`` attempts (a retryable error: the backoff applies)."""
+    if ctx.event.attempt <= ctx.payload.get("fail_times", 0):
+        raise RuntimeError(f"attempt {ctx.event.attempt} fails")
+    return {"attempts": ctx.event.attempt}

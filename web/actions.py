@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import logging
 
-from inbox.domain.errors import BadRequest
+from sqlalchemy import Connection
+
+from inbox.domain import callbacks
+from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.idempotency import validate_key
+from inbox.domain.records import Endpoint
 from inbox.services import bulk
 from inbox.services.bulk import NotReplayable
 from inbox.store import admin, bulk_review, operator
 from inbox.store import bulk as bulk_store
 from inbox.store import deliveries as dstore
+from inbox.store import endpoints as estore
 from inbox.store.tokens import Token
 from web.api.common import not_found
 from web.services import services
@@ -82,3 +87,43 @@ def review_bulk_replay(
     if approve:
         _ring("start_bulk_replay", job.id)
     return job
+
+
+def _endpoint(conn: Connection, token: Token, public_id: str) -> Endpoint:
+    try:
+        ep = estore.get_endpoint(conn, public_id)
+    except NotFound:
+        raise not_found("endpoint") from None
+    if token.tenant_id is not None and ep.tenant_id != token.tenant_id:
+        raise not_found("endpoint")
+    return ep
+
+
+def set_endpoint_enabled(token: Token, public_id: str, enabled: bool) -> None:
+    """Disable (nothing is sent; deliveries wait) or enable (the backlog goes out)."""
+    with services().engine.begin() as conn:
+        ep = _endpoint(conn, token, public_id)
+        reason = f"disabled by {token.name}"
+        estore.set_enabled(conn, ep.id, enabled, None if enabled else reason)
+        estore.audit(conn, token.name, "enable" if enabled else "disable", ep)
+    if enabled:
+        _ring("ring_couriers", {ep.id})
+
+
+def rotate_endpoint_secret(token: Token, public_id: str) -> str:
+    """Add a signing secret; during the overlap every active secret signs. Returns it."""
+    secret = callbacks.new_secret()
+    with services().engine.begin() as conn:
+        ep = _endpoint(conn, token, public_id)
+        estore.add_secret(conn, ep, secret)
+        estore.audit(conn, token.name, "rotate", ep)
+    return secret
+
+
+def finish_endpoint_rotation(token: Token, public_id: str) -> int:
+    """End the overlap: only the newest secret signs. Returns how many were revoked."""
+    with services().engine.begin() as conn:
+        ep = _endpoint(conn, token, public_id)
+        revoked = estore.finish_rotation(conn, ep.id)
+        estore.audit(conn, token.name, "finish rotation", ep)
+    return revoked

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flask import Flask
+from flask import Flask, redirect
 from sqlalchemy import Engine
 
 from inbox.infra import broker
@@ -61,4 +61,6 @@ def create_app(
     app.register_blueprint(metrics_bp)
     app.register_blueprint(api)
     app.register_blueprint(ui)
+    # A person who opens the server's address finds the console.
+    app.add_url_rule("/", "root", lambda: redirect("/ui", code=302))
     return app

@@ -47,6 +47,16 @@ def refused_value(err: BaseException) -> Response:
     return error_response(BadRequest(REFUSED))
 
 
+SCHEMA_MESSAGE = "The database schema is missing or behind the code: run `inbox migrate`."
+_SCHEMA_ERRORS = (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn)
+
+
+def unavailable_cause(err: BaseException) -> str:
+    """The cause class a 503 names: "schema" (not migrated) or "database" (down, slow)."""
+    orig = getattr(err, "orig", err)  # SQLAlchemy wraps the driver's error
+    return "schema" if isinstance(orig, _SCHEMA_ERRORS) else "database"
+
+
 def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(InboxError)
     def _inbox_error(err: InboxError) -> Response:
@@ -59,8 +69,11 @@ def register_error_handlers(app: Flask) -> None:
         if is_data_error(err):
             return refused_value(err)
         # Never a 2xx without a commit: the sender keeps the event and retries.
-        log.warning("database unavailable: %s", err.__class__.__name__)
-        return error_response(Unavailable())
+        cause = unavailable_cause(err)
+        log.warning("%s unavailable: %s", cause, err.__class__.__name__)
+        if cause == "schema":
+            return error_response(Unavailable(SCHEMA_MESSAGE, cause=cause))
+        return error_response(Unavailable(cause=cause))
 
     @app.errorhandler(UnicodeEncodeError)  # a lone surrogate on its way to the driver
     def _unencodable(err: UnicodeEncodeError) -> Response:

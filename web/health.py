@@ -1,4 +1,10 @@
-"""``/healthz`` (the process is up) and ``/readyz`` (the database and the broker answer)."""
+"""``/healthz`` (the process is up) and ``/readyz`` (ready for traffic: the database
+answers, its schema is the code's, and the broker answers).
+
+``/readyz`` answers 503 with ``cause`` naming the first failing check (database, schema,
+broker) and ``checks`` saying what each found, so a load balancer stops sending events
+to a receiver that would answer every one of them 503, and an operator sees why.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,10 @@ import socket
 from urllib.parse import urlsplit
 
 from flask import Blueprint
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
 from inbox.infra.config import Settings
+from inbox.store.migrate import head_revision
 from web.services import services
 
 health = Blueprint("health", __name__)
@@ -29,12 +36,37 @@ def readyz() -> tuple[dict[str, object], int]:
     try:
         with ext.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
-        checks["database"] = "ok"
+            checks["database"] = "ok"
+            checks["schema"] = check_schema(conn)
     except Exception as exc:
-        checks["database"] = exc.__class__.__name__
+        checks.setdefault("database", exc.__class__.__name__)
+        checks.setdefault("schema", NOT_CHECKED)
     checks["broker"] = check_broker(ext.settings)
-    ok = all(v in ("ok", NOT_CONFIGURED, NOT_CHECKED) for v in checks.values())
-    return {"status": "ok" if ok else "unavailable", "checks": checks}, 200 if ok else 503
+    failed = [k for k, v in checks.items() if v not in ("ok", NOT_CONFIGURED, NOT_CHECKED)]
+    if not failed:
+        return {"status": "ok", "checks": checks}, 200
+    return {"status": "unavailable", "cause": failed[0], "checks": checks}, 503
+
+
+def check_schema(conn: Connection) -> str:
+    """ "ok" when the database is at the code's newest migration; otherwise what it is at."""
+    head = _head()
+    exists = conn.execute(text("SELECT to_regclass('alembic_version') IS NOT NULL")).scalar()
+    if not exists:
+        return "not migrated (run inbox migrate)"
+    current = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    if current == [head]:
+        return "ok"
+    return f"at {', '.join(current) or 'nothing'}, the code needs {head} (run inbox migrate)"
+
+
+_HEAD: list[str | None] = []
+
+
+def _head() -> str | None:
+    if not _HEAD:  # read once: the migrations do not change under a running process
+        _HEAD.append(head_revision())
+    return _HEAD[0]
 
 
 def check_broker(settings: Settings) -> str:

@@ -19,11 +19,14 @@ the web and Celery processes of one host, to have one ``/metrics`` report both.
 from __future__ import annotations
 
 import argparse
+import errno
 import glob
 import logging
 import os
 import re
 import shutil
+import socket
+import sys
 import tempfile
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
@@ -121,6 +124,19 @@ def log_config() -> dict[str, object]:
     }
 
 
+def port_is_free(host: str, port: int) -> bool:
+    """Whether ``host:port`` can be bound (as the server binds it, with SO_REUSEADDR)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return False
+            raise
+    return True
+
+
 def parse_args(argv: list[str] | None, env: Mapping[str, str]) -> tuple[str, ServerSettings]:
     base = server_settings(env)
     p = argparse.ArgumentParser(prog="python -m web", description="Serve the web app.")
@@ -139,6 +155,9 @@ def main(argv: list[str] | None = None) -> None:
     from granian.log import LogLevels
 
     target, s = parse_args(argv, os.environ)
+    if not port_is_free(s.host, s.port):
+        # one line, not granian's traceback
+        sys.exit(f"PORT {s.port} is in use on {s.host}: set PORT (or --port) to a free port")
     owned = metrics_dir(os.environ)
     server = Granian(
         target,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from urllib.parse import urlsplit
 
 from celery import Celery
 from celery.signals import setup_logging, worker_process_init, worker_process_shutdown
@@ -21,6 +22,9 @@ log = logging.getLogger(__name__)
 
 def make_celery(settings: Settings) -> Celery:
     app = Celery("webhook_inbox", broker=settings.broker_url or None, include=["workers.tasks"])
+    if urlsplit(settings.broker_url).scheme == "redis":
+        # kombu's Redis transport with the broker-restart fix (see workers/transport.py)
+        app.conf.broker_transport = "workers.transport:Transport"
     app.conf.update(
         task_default_queue=broker.QUEUE,
         task_routes={broker.DELIVER: {"queue": broker.DELIVERIES}},
@@ -29,8 +33,18 @@ def make_celery(settings: Settings) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
+        # After a reconnect with tasks still running, celery lowers the prefetch count and
+        # raises it again as they finish; with RabbitMQ's per-consumer QoS a second
+        # reconnect during the first one's start-up left the courier at a prefetch it
+        # never left again, receiving nothing (tests/e2e/test_broker_restarts.py). A
+        # brief over-fetch after a reconnect costs nothing here: messages are doorbells.
+        worker_enable_prefetch_count_reduction=False,
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,
+        # Redis redelivers a message unacknowledged for this long; a worker holds an alarm
+        # (an eta message) unacknowledged until it is due, so alarms are set at most
+        # broker.ALARM_MAX_AHEAD (600 s) ahead: far below this, and below RabbitMQ's
+        # consumer_timeout (30 minutes by default).
         broker_transport_options={"visibility_timeout": 3600},
         beat_schedule={
             "inbox-sweep": {"task": broker.SWEEP, "schedule": float(settings.sweep_seconds)},

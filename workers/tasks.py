@@ -12,7 +12,7 @@ from inbox.services.bulk import run_bulk_once
 from inbox.services.courier import BATCH, deliver_once
 from inbox.services.drain import drain_once, sweep_once
 from inbox.services.runner import DEFERRED
-from inbox.store import bulk, deliveries
+from inbox.store import bulk, deliveries, queue
 from inbox.store.engine import make_engine
 from inbox.store.retention import prune_once
 from workers.app import app, settings
@@ -21,6 +21,15 @@ log = logging.getLogger(__name__)
 _engine: Engine | None = None
 _flag = broker.FlagClearer()
 DRAIN_BUDGET_SECONDS = 5.0
+
+
+def _send_later(task: str, args: list[int], countdown: float) -> None:
+    app.send_task(task, args=args, countdown=countdown)
+
+
+_alarms = broker.Alarms(
+    settings.redis_url, broker.alarm_horizon(settings.sweep_seconds), _send_later
+)
 
 
 def engine() -> Engine:
@@ -36,6 +45,16 @@ def reset_engine() -> None:
         _engine.dispose(close=False)
     _engine = None
     _flag.reset()
+    _alarms.reset()
+
+
+def set_alarms(task: str, args: list[int], delays: list[float]) -> None:
+    """One alarm per slot for the retries just scheduled (best effort: the sweep re-sets)."""
+    for delay in sorted(set(delays)):
+        try:
+            _alarms.set(task, args, delay)
+        except Exception:
+            log.warning("could not set an alarm for %s", task, exc_info=True)
 
 
 @app.task(name=broker.DRAIN)  # type: ignore[untyped-decorator]
@@ -46,6 +65,7 @@ def drain() -> int:
     done, helped = 0, False
     while time.monotonic() < deadline:
         batch = drain_once(engine(), settings, notify=ring_couriers)
+        set_alarms(broker.DRAIN, [], batch.retry_in)
         done += batch.claimed
         if batch.states.get(DEFERRED):
             # Put back behind another event with its business key: look again shortly.
@@ -76,8 +96,10 @@ def deliver(endpoint_id: int) -> dict[str, int]:
             allow_private=settings.allow_private_targets,
             lease_seconds=settings.lease_seconds,
         )
+        set_alarms(broker.DELIVER, [endpoint_id], result.retry_in)
         for name, value in vars(result).items():
-            total[name] = total.get(name, 0) + value
+            if isinstance(value, int):
+                total[name] = total.get(name, 0) + value
         if result.claimed < BATCH or result.released:
             return total  # drained, or the endpoint stopped answering: the sweeper resumes
         if time.monotonic() >= deadline:
@@ -94,6 +116,11 @@ def sweep() -> dict[str, int]:
     with engine().begin() as conn:
         ring_couriers(set(deliveries.sweep(conn)))
         jobs = bulk.due_jobs(conn)
+        # The alarms' lifeline: retries due before the next sweeps get theirs (again).
+        horizon = _alarms.horizon
+        set_alarms(broker.DRAIN, [], queue.due_within(conn, horizon, broker.ALARM_SLOT))
+        for endpoint_id, delay in deliveries.due_within(conn, horizon, broker.ALARM_SLOT):
+            set_alarms(broker.DELIVER, [endpoint_id], [delay])
     for job_id in jobs:
         bulk_replay.delay(job_id)
     return {"requeued": result.requeued, "quarantined": result.quarantined, "due": result.due}

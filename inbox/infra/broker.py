@@ -14,6 +14,8 @@ events by at most one sweep.
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +35,9 @@ PRUNE = "inbox.prune"
 BULK_REPLAY = "inbox.bulk_replay"
 FLAG = "inbox:doorbell"
 FLAG_TTL_MS = 10_000
+ALARM = "inbox:alarm:"
+ALARM_SLOT = 0.25  # alarms due within one slot share one message
+ALARM_MAX_AHEAD = 600.0  # far below Redis's visibility_timeout and RabbitMQ's consumer_timeout
 
 
 def sender(broker_url: str) -> Celery:
@@ -70,6 +75,52 @@ class FlagClearer:
             self._client.delete(FLAG)
         except redis.RedisError:
             log.warning("could not clear the doorbell flag")
+
+
+def alarm_horizon(sweep_seconds: float) -> float:
+    """How far ahead an alarm is set. A retry due later gets its alarm from a later sweep,
+    so the horizon covers two sweeps; it stays short because a worker holds an eta
+    message unacknowledged until it is due (Redis redelivers after visibility_timeout,
+    RabbitMQ closes a channel after consumer_timeout, 30 minutes by default)."""
+    return min(ALARM_MAX_AHEAD, 2.0 * sweep_seconds + 5.0)
+
+
+class Alarms:
+    """Delayed doorbells: a task rung when a retry falls due, not at the next sweep.
+
+    ``send(task, args, countdown)`` sends an eta message. Alarms for the same task and
+    arguments due in the same slot are coalesced with a Redis key (SET NX), so a thousand
+    events retried together cost one message per slot. An alarm is never early: its slot
+    is rounded up. A lost alarm costs at most one sweep (the sweep sets them again).
+    """
+
+    def __init__(
+        self, redis_url: str, horizon: float, send: Callable[[str, list[int], float], None]
+    ) -> None:
+        self.redis_url, self.horizon, self._send = redis_url, horizon, send
+        self._client: redis.Redis | None = None
+        self.clock: Callable[[], float] = time.time
+
+    def reset(self) -> None:
+        self._client = None  # a forked process must not share its parent's socket
+
+    def set(self, task: str, args: list[int], delay: float) -> bool:
+        """Ring ``task`` in ``delay`` seconds (unless that slot is rung already)."""
+        if delay > self.horizon:
+            return False  # a later sweep sets it
+        now = self.clock()
+        slot = math.ceil((now + max(0.0, delay)) / ALARM_SLOT) * ALARM_SLOT
+        key = f"{ALARM}{task}:{','.join(map(str, args))}:{slot:.2f}"
+        try:
+            if self.redis_url:
+                if self._client is None:
+                    self._client = redis.Redis.from_url(self.redis_url, socket_timeout=1)
+                if not self._client.set(key, b"1", nx=True, px=int((delay + 60) * 1000)):
+                    return False
+        except redis.RedisError:
+            log.warning("could not coalesce an alarm; sending it anyway")
+        self._send(task, args, max(0.0, slot - now))
+        return True
 
 
 def default_doorbell(settings: Settings) -> Callable[[], None]:

@@ -43,7 +43,7 @@ MAX_ITEMS = 100_000
 # About ten commits a second, whatever the rate.
 BATCHES_PER_SECOND = 10
 _FILTER_KEYS = {
-    "events": {"tenant", "source", "state", "type", "since", "until"},
+    "events": {"tenant", "source", "state", "type", "error", "since", "until"},
     "deliveries": {"tenant", "endpoint", "state", "type", "since", "until"},
 }
 
@@ -96,6 +96,7 @@ def parse_request(body: object) -> BulkRequest:
         endpoint=raw.get("endpoint"),
         state=dead,
         event_type=raw.get("type"),
+        error_class=raw.get("error"),
         since=parse_time(raw["since"], "since") if "since" in raw else None,
         until=parse_time(raw["until"], "until") if "until" in raw else None,
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from sqlalchemy import Engine
@@ -44,6 +44,7 @@ class CourierResult:
     failed: int = 0
     released: int = 0
     lost: int = 0
+    retry_in: list[float] = field(default_factory=list)  # seconds until each retry is due
 
 
 # What each new state counts as, in CourierResult and the attempts metric.
@@ -120,6 +121,8 @@ def deliver_once(
                 with engine.begin() as conn:
                     store.release(conn, rest, 0.0 if one.disable else one.delay)
                 result.released = len(rest)
+                if rest and not one.disable:
+                    result.retry_in.append(one.delay)
                 break
     finally:
         _record(engine, ep, sent, result)
@@ -186,6 +189,8 @@ def _record(engine: Engine, ep: Endpoint, sent: list[Sent], result: CourierResul
             continue
         name = _OUTCOME[s.state]
         setattr(result, name, getattr(result, name) + 1)
+        if s.state == "pending":
+            result.retry_in.append(s.delay)
         metrics.record_delivery_attempt(ep.tenant, s.outcome)
     sent.clear()
 

@@ -39,6 +39,7 @@ def run_config(settings: Settings) -> RunConfig:
 class DrainResult:
     claimed: int = 0
     states: Counter[str] = field(default_factory=Counter)
+    retry_in: list[float] = field(default_factory=list)  # seconds until each retry is due
 
 
 def drain_once(
@@ -81,7 +82,11 @@ def drain_once(
         if completion is not None:
             done.append(completion)
         else:
-            result.states[run_claimed(store, c, cfg, reg, notify=notify, ev=ev)] += 1
+            result.states[
+                run_claimed(
+                    store, c, cfg, reg, notify=notify, ev=ev, on_retry=result.retry_in.append
+                )
+            ] += 1
     _finish(store, done, loaded, result, time.monotonic() - t_loaded)
     return result
 

@@ -65,7 +65,13 @@ class WorkStore(Protocol):
     def complete_many(self, tx: Any, completions: list[Completion]) -> set[int]: ...
 
     def fail(
-        self, tx: Any, c: Claim, error: BaseException, permanent: bool, delay: float
+        self,
+        tx: Any,
+        c: Claim,
+        error: BaseException,
+        permanent: bool,
+        delay: float,
+        step: str | None = None,
     ) -> str: ...
 
     def extend(self, tx: Any, claims: list[Claim], lease_seconds: float) -> int: ...

@@ -52,8 +52,13 @@ def run_claimed(
     reg: Registry = registry,
     notify: Callable[[set[int]], None] | None = None,
     ev: LoadedEvent | None = None,
+    on_retry: Callable[[float], None] | None = None,
 ) -> str:
-    """Run the event's playbook; returns the resulting state ('lost' if the lease was lost)."""
+    """Run the event's playbook; returns the resulting state ('lost' if the lease was lost).
+
+    ``on_retry`` hears the delay of a retry this run scheduled (the caller sets an alarm
+    for it, so the retry runs when it is due, not at the next sweep).
+    """
     store = work_store(db)
     try:
         if ev is None:
@@ -66,6 +71,7 @@ def run_claimed(
             playbook = reg.resolve(
                 ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook")
             )
+            pending.step = "body_schema"
             check_body(ev.source_options.get("body_schema") or {}, ev.body, ev.content_type)
             judgement = _judge(store, c, ev)
             if judgement is not None and judgement.busy:
@@ -76,7 +82,9 @@ def run_claimed(
             raise
         except Exception as exc:
             permanent = playbook is None or playbook.is_permanent(exc)
-            state = _failed(store, c, ev, exc, permanent, cfg)
+            state, delay = _failed(store, c, ev, exc, permanent, cfg, pending.step)
+            if state == "received" and on_retry is not None:
+                on_retry(delay)
             metrics.record_completed(
                 ev.tenant, ev.source, ev.age_seconds + time.monotonic() - loaded, state
             )
@@ -180,6 +188,8 @@ class _Commits:
         self.results: dict[str, Any] = {}
         self.outbox: list[tuple[str, list[Outgoing]]] = []
         self.ring: set[int] = set()
+        # What is running now, for the failure record: None while the playbook is chosen.
+        self.step: str | None = None
 
     def add(self, step: str, result: Any, outbox: list[Outgoing] | None = None) -> None:
         self.results[step] = result
@@ -222,6 +232,7 @@ def _run_steps(
     for step in pb.steps:
         if step.name in results:
             continue  # a recovery point: never run a completed step again
+        pending.step = step.name
         if newer is not None and step.skip_if_stale:
             results[step.name] = {"skipped": "stale", "newer_event": newer.public_id}
             pending.add(step.name, results[step.name])
@@ -256,13 +267,14 @@ def _failed(
     exc: Exception,
     permanent: bool,
     cfg: RunConfig,
-) -> str:
+    step: str | None = None,
+) -> tuple[str, float]:
     store = work_store(db)
     delay = retry_delay(ev.attempts, cfg.retry_base_seconds, cfg.retry_cap_seconds)
     if isinstance(exc, RetryableError) and exc.delay is not None:
         delay = exc.delay
     with store.begin() as tx:
-        state = store.fail(tx, c, exc, permanent or isinstance(exc, PermanentError), delay)
+        state = store.fail(tx, c, exc, permanent or isinstance(exc, PermanentError), delay, step)
     log.info(
         "event %s attempt %s failed (%s): now %s",
         ev.public_id,
@@ -270,4 +282,4 @@ def _failed(
         type(exc).__name__,
         state,
     )
-    return state
+    return state, delay

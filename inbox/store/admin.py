@@ -27,6 +27,7 @@ class Filter:
     event_type: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    error_class: str | None = None  # events only: the last error's class
 
 
 def params(scope: int | None, f: Filter) -> dict[str, Any]:
@@ -42,6 +43,7 @@ EVENTS_WHERE = """
    AND (CAST(:event_type AS text) IS NULL OR e.event_type = :event_type)
    AND (CAST(:since AS timestamptz) IS NULL OR e.received_at >= :since)
    AND (CAST(:until AS timestamptz) IS NULL OR e.received_at < :until)
+   AND (CAST(:error_class AS text) IS NULL OR e.last_error_class = :error_class)
 """
 
 DELIVERIES_WHERE = """

@@ -12,7 +12,7 @@ from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.records import Endpoint
 from inbox.infra.keyring import keyring
 from inbox.store.sources import get_tenant
-from inbox.store.tables import endpoint_secrets, endpoints, tenants
+from inbox.store.tables import audit_log, endpoint_secrets, endpoints, tenants
 
 
 def _query() -> Select[Any]:
@@ -120,4 +120,40 @@ def set_enabled(conn: Connection, endpoint_id: int, enabled: bool, reason: str |
         update(endpoints)
         .where(endpoints.c.id == endpoint_id)
         .values(enabled=enabled, disabled_reason=None if enabled else reason)
+    )
+
+
+def finish_rotation(conn: Connection, endpoint_id: int) -> int:
+    """End an overlap: every active secret but the newest stops signing."""
+    newest = (
+        select(endpoint_secrets.c.id)
+        .where(
+            endpoint_secrets.c.endpoint_id == endpoint_id, endpoint_secrets.c.revoked_at.is_(None)
+        )
+        .order_by(endpoint_secrets.c.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    result = conn.execute(
+        update(endpoint_secrets)
+        .where(
+            endpoint_secrets.c.endpoint_id == endpoint_id,
+            endpoint_secrets.c.revoked_at.is_(None),
+            endpoint_secrets.c.id != newest,
+        )
+        .values(revoked_at=func.now())
+    )
+    return int(result.rowcount)
+
+
+def audit(conn: Connection, actor: str, action: str, ep: Endpoint) -> None:
+    """An operator's change to an endpoint, in the audit log (never a secret)."""
+    conn.execute(
+        insert(audit_log).values(
+            actor=actor,
+            action=action,
+            subject_kind="endpoint",
+            subject_id=ep.id,
+            detail={"public_id": ep.public_id},
+        )
     )

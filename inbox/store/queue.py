@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from inbox.domain import failures
 from inbox.domain.errors import LeaseLost
 from inbox.domain.records import Claim, LoadedEvent
 from inbox.domain.states import EventState
@@ -217,21 +218,41 @@ def complete(
         raise LeaseLost()
 
 
-def fail(conn: Connection, c: Claim, error: BaseException, permanent: bool, delay: float) -> str:
-    """Retry later (database-scheduled), or quarantine when permanent or out of attempts."""
+def fail(
+    conn: Connection,
+    c: Claim,
+    error: BaseException,
+    permanent: bool,
+    delay: float,
+    step: str | None = None,
+) -> str:
+    """Retry later (database-scheduled), or quarantine when permanent or out of attempts.
+
+    The attempt is kept in ``event_attempts`` (step, error, redacted traceback), so the
+    history survives the next attempt and any replay.
+    """
     row = conn.execute(
         text(
             f"""
-            UPDATE events
-               SET state = CASE WHEN :permanent OR attempts >= max_attempts
-                                THEN 'quarantined' ELSE 'received' END,
-                   available_at = now() + make_interval(secs => :delay),
-                   finished_at = CASE WHEN :permanent OR attempts >= max_attempts
-                                      THEN now() END,
-                   lease_owner = NULL, lease_expires_at = NULL,
-                   last_error_class = :cls, last_error_message = :msg
-             WHERE {_LIVE}
-            RETURNING state
+            WITH failed AS (
+                UPDATE events
+                   SET state = CASE WHEN :permanent OR attempts >= max_attempts
+                                    THEN 'quarantined' ELSE 'received' END,
+                       available_at = now() + make_interval(secs => :delay),
+                       finished_at = CASE WHEN :permanent OR attempts >= max_attempts
+                                          THEN now() END,
+                       lease_owner = NULL, lease_expires_at = NULL,
+                       last_error_class = :cls, last_error_message = :msg
+                 WHERE {_LIVE}
+                RETURNING id, attempts, state
+            ), kept AS (
+                INSERT INTO event_attempts
+                       (event_id, attempt, step, error_class, error_message, traceback, outcome)
+                SELECT id, attempts, :step, :cls, :msg, :tb,
+                       CASE WHEN state = 'quarantined' THEN 'quarantined' ELSE 'retry' END
+                  FROM failed
+            )
+            SELECT state FROM failed
             """
         ),
         {
@@ -240,7 +261,9 @@ def fail(conn: Connection, c: Claim, error: BaseException, permanent: bool, dela
             "permanent": permanent,
             "delay": delay,
             "cls": type(error).__name__,
-            "msg": str(error)[:2000],
+            "msg": failures.redact(str(error), failures.MESSAGE_LIMIT),
+            "step": step,
+            "tb": failures.traceback_excerpt(error),
         },
     ).first()
     if row is None:
@@ -256,16 +279,24 @@ def sweep_expired(conn: Connection) -> tuple[int, int]:
     rows = conn.execute(
         text(
             """
-            UPDATE events
-               SET state = CASE WHEN attempts >= max_attempts
-                                THEN 'quarantined' ELSE 'received' END,
-                   finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
-                   available_at = now(),
-                   last_error_class = 'LeaseExpired',
-                   last_error_message = 'the worker holding the lease stopped or stalled',
-                   lease_owner = NULL, lease_expires_at = NULL
-             WHERE state = 'processing' AND lease_expires_at <= now()
-            RETURNING state
+            WITH swept AS (
+                UPDATE events
+                   SET state = CASE WHEN attempts >= max_attempts
+                                    THEN 'quarantined' ELSE 'received' END,
+                       finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
+                       available_at = now(),
+                       last_error_class = 'LeaseExpired',
+                       last_error_message = 'the worker holding the lease stopped or stalled',
+                       lease_owner = NULL, lease_expires_at = NULL
+                 WHERE state = 'processing' AND lease_expires_at <= now()
+                RETURNING id, attempts, state, last_error_class, last_error_message
+            ), kept AS (
+                INSERT INTO event_attempts (event_id, attempt, error_class, error_message, outcome)
+                SELECT id, attempts, last_error_class, last_error_message,
+                       CASE WHEN state = 'quarantined' THEN 'quarantined' ELSE 'retry' END
+                  FROM swept
+            )
+            SELECT state FROM swept
             """
         )
     ).fetchall()
@@ -279,6 +310,24 @@ def due_count(conn: Connection) -> int:
             text("SELECT count(*) FROM events WHERE state = 'received' AND available_at <= now()")
         ).scalar_one()
     )
+
+
+def due_within(conn: Connection, horizon: float, slot: float, limit: int = 100) -> list[float]:
+    """Seconds until each retry due in the next ``horizon`` seconds, rounded up to ``slot``
+    (one alarm per slot; relative to the database clock, so no clock needs to agree)."""
+    rows = conn.execute(
+        text(
+            """
+            SELECT DISTINCT ceil(extract(epoch FROM available_at - now()) / :slot) * :slot AS due_in
+              FROM events
+             WHERE state = 'received' AND available_at > now()
+               AND available_at <= now() + make_interval(secs => :horizon)
+             ORDER BY due_in LIMIT :limit
+            """
+        ),
+        {"horizon": horizon, "slot": slot, "limit": limit},
+    )
+    return [float(r.due_in) for r in rows]
 
 
 def extend(conn: Connection, claims: list[Claim], lease_seconds: float) -> int:

@@ -189,6 +189,33 @@ steps = Table(
     Column("completed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
+# Every failed run of an event (retried or quarantined), kept across replays: the
+# events row holds only the latest error. The traceback is a redacted excerpt
+# (inbox.domain.failures), never locals or source text.
+event_attempts = Table(
+    "event_attempts",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column(
+        "event_id",
+        BigInteger,
+        ForeignKey("events.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("attempt", Integer, nullable=False),
+    # The playbook step that raised; NULL when it failed before any step ran.
+    Column("step", Text),
+    Column("error_class", Text, nullable=False),
+    Column("error_message", Text),
+    Column("traceback", Text),
+    Column("outcome", Text, nullable=False),
+    CheckConstraint("outcome IN ('retry', 'quarantined')", name="outcome"),
+    # The console's per-source failure counts read the last day's rows.
+    Index("ix_event_attempts_at", "at"),
+)
+
 # Business-level effects declared "once per business key": the first event wins.
 effects = Table(
     "effects",

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.brokers import Broker, PrivateRedis, RabbitVhost, rabbit_available
 from tests.procs import CeleryProc, Web
 
 
@@ -27,3 +28,40 @@ def procs() -> Iterator[list]:
     yield started
     for p in started:
         p.stop(signal.SIGKILL if isinstance(p, CeleryProc) else signal.SIGTERM)
+
+
+@pytest.fixture
+def private_redis(tmp_path) -> Iterator[PrivateRedis]:
+    """A redis-server of this test's own, free to restart or flush."""
+    server = PrivateRedis(tmp_path / "redis")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["redis", "amqp"])
+def broker_kind(request: pytest.FixtureRequest) -> str:
+    """Each process test that takes this runs once with Redis, once with RabbitMQ."""
+    if request.param == "amqp" and not rabbit_available():
+        pytest.skip("no RabbitMQ (and rabbitmqctl) on this machine")
+    kind: str = request.param
+    return kind
+
+
+@pytest.fixture(scope="session")
+def rabbit_vhost() -> Iterator[RabbitVhost]:
+    """This run's own RabbitMQ vhost (made on first use, deleted at the end of the run)."""
+    vhost = RabbitVhost()
+    yield vhost
+    vhost.delete()
+
+
+@pytest.fixture
+def broker(broker_kind: str, private_redis: PrivateRedis, request) -> Broker:
+    """REDIS_URL (the doorbell flag) is always a private Redis; BROKER_URL is that Redis
+    too, or this run's RabbitMQ vhost, its queues emptied for each test."""
+    r = private_redis
+    if broker_kind == "redis":
+        return Broker("redis", r.url, r.url, r.restart, r.flush)
+    vhost: RabbitVhost = request.getfixturevalue("rabbit_vhost")
+    vhost.purge()  # nothing left over from the previous test
+    return Broker("amqp", r.url, vhost.url, vhost.cut, vhost.purge)

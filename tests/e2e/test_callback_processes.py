@@ -8,13 +8,13 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-import redis
 from sqlalchemy import text
 
 from inbox.domain import callbacks
 from inbox.domain.sources import SourceOptions
 from inbox.store import endpoints as estore
 from inbox.store import sources as sstore
+from tests.brokers import Broker
 from tests.e2e.test_worker_processes import wait_for
 from tests.helpers import body_of, hmac_headers
 from tests.procs import CeleryProc, Web
@@ -24,11 +24,11 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def env(database_url: str, redis_url: str) -> dict[str, str]:
-    redis.Redis.from_url(redis_url).flushdb()
+def env(database_url: str, broker: Broker) -> dict[str, str]:
+    """Every test here runs twice: Redis as the broker, and a RabbitMQ vhost of its own."""
     return {
         "DATABASE_URL": database_url,
-        "REDIS_URL": redis_url,
+        **broker.env,
         "INBOX_LEASE_SECONDS": "3",
         "INBOX_SWEEP_SECONDS": "1",
         "INBOX_ALLOW_PRIVATE_TARGETS": "1",

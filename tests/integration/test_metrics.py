@@ -371,7 +371,7 @@ def closed_port() -> int:
 
 def test_readyz_pings_the_redis_broker(settings, engine, redis_url):
     status, body = ready(replace(settings, redis_url=redis_url, broker_url=redis_url), engine)
-    assert status == 200 and body["checks"] == {"database": "ok", "broker": "ok"}
+    assert status == 200 and body["checks"] == {"database": "ok", "schema": "ok", "broker": "ok"}
     down = f"redis://127.0.0.1:{closed_port()}/0"
     status, body = ready(replace(settings, redis_url=down, broker_url=down), engine)
     assert status == 503 and body["status"] == "unavailable"
@@ -394,7 +394,11 @@ def test_readyz_connects_to_an_amqp_broker(settings, engine):
 def test_readyz_without_a_broker_checks_the_database_only(settings, engine, dead_engine):
     assert settings.broker_url == settings.redis_url == ""
     status, body = ready(settings, engine)
-    assert status == 200 and body["checks"] == {"database": "ok", "broker": "not configured"}
+    assert status == 200 and body["checks"] == {
+        "database": "ok",
+        "schema": "ok",
+        "broker": "not configured",
+    }
     status, body = ready(settings, dead_engine)
     assert status == 503 and body["checks"]["database"] != "ok"
 

@@ -145,7 +145,7 @@ def fresh_db(pg_server_url: str):
 
 
 def test_the_migration_encrypts_secrets_stored_in_clear(fresh_db, monkeypatch):
-    migrate.upgrade(fresh_db, "0008")
+    migrate.upgrade(fresh_db, "0009_event_attempts")
     engine = create_engine(sqlalchemy_url(fresh_db))
     try:
         with engine.begin() as conn:
@@ -171,7 +171,7 @@ def test_the_migration_encrypts_secrets_stored_in_clear(fresh_db, monkeypatch):
             [stored] = conn.execute(text("SELECT secret FROM source_secrets")).scalars()
             assert stored.startswith("fernet:") and CLEAR not in stored
             assert sstore.get_source(conn, "t", "s").secrets == (CLEAR,)
-        migrate.downgrade(fresh_db, "0008")
+        migrate.downgrade(fresh_db, "0009_event_attempts")
         with engine.connect() as conn:
             assert conn.execute(text("SELECT secret FROM source_secrets")).scalar_one() == CLEAR
     finally:

@@ -340,7 +340,15 @@ class InMemoryStore:
             done.add(row.id)
         return done
 
-    def fail(self, tx: Any, c: Claim, error: BaseException, permanent: bool, delay: float) -> str:
+    def fail(
+        self,
+        tx: Any,
+        c: Claim,
+        error: BaseException,
+        permanent: bool,
+        delay: float,
+        step: str | None = None,
+    ) -> str:
         self.calls.append("fail")
         row = self._live(c)
         spent = permanent or row.attempts >= row.max_attempts

@@ -88,6 +88,7 @@ def list_filter(states: tuple[str, ...]) -> Filter:
         event_type=args.get("type") or None,
         since=parse_time(since, "since") if since else None,
         until=parse_time(until, "until") if until else None,
+        error_class=args.get("error") or None,
     )
 
 

@@ -6,7 +6,14 @@
   var box = document.getElementById("bulk");
   if (box && box.dataset.progressUrl && box.dataset.finished !== "true") {
     var bar = document.getElementById("bulk-progress");
-    var fields = ["status", "percent", "done", "total", "moved", "skipped"];
+    var fields = ["label", "percent", "done", "total", "moved", "skipped", "succeeded", "dead_again", "pending"];
+    var eta = function (s) {
+      if (s === null || s === undefined) {
+        return "";
+      }
+      s = Math.max(0, Math.round(s));
+      return "· about " + (s >= 60 ? Math.floor(s / 60) + " m " + (s % 60) + " s" : s + " s") + " left";
+    };
     var timer = setInterval(function () {
       fetch(box.dataset.progressUrl, {
         credentials: "same-origin",
@@ -30,14 +37,23 @@
               el.textContent = String(p[k]);
             });
           });
-          box.querySelector('[data-field="status"]').className = "state state-" + p.status;
+          var badge = box.querySelector('[data-field="label"]');
+          badge.className = "state state-" + p.css;
+          badge.dataset.verdict = p.verdict;
+          box.querySelector('[data-field="eta"]').textContent = eta(p.eta_seconds);
+          var alert = box.querySelector('[data-alert="dead_again"]');
+          if (alert) {
+            alert.classList.toggle("alert", p.dead_again > 0);
+          }
           if (p.finished) {
-            clearInterval(timer);
-            box.dataset.finished = "true";
             var cancel = document.getElementById("cancel-form");
             if (cancel) {
               cancel.remove();
             }
+          }
+          if (p.settled) {
+            clearInterval(timer);
+            box.dataset.finished = "true";
           }
         })
         .catch(function () {

@@ -23,4 +23,15 @@ def _configure(state: BlueprintSetupState) -> None:
 
 
 # The view modules register themselves on ``ui``.
-from web.ui import dashboard, display, errors, events, replays, session  # noqa: E402, F401
+from web.ui import (  # noqa: E402, F401
+    dashboard,
+    deadletters,
+    deliveries,
+    display,
+    endpoints,
+    errors,
+    events,
+    replays,
+    session,
+    sources,
+)

@@ -14,9 +14,9 @@ from inbox.domain.errors import BadRequest
 from inbox.domain.states import DeliveryState, EventState
 from inbox.store import bulk as bstore
 from inbox.store import dashboard as store
-from inbox.store import stats
+from inbox.store import history, stats
 from web.services import services
-from web.ui import charts, ui
+from web.ui import charts, outcomes, ui
 from web.ui.display import duration
 from web.ui.session import current, scope
 
@@ -134,7 +134,7 @@ def dashboard() -> str:
         s = store.series(conn, window, scope())
         tiles = _now_tiles(conn)
         jobs = [
-            job
+            (job, outcomes.shown(job, history.replay_outcomes(conn, job.id, job.kind)))
             for public_id in store.recent_bulk_replays(conn, scope(), 5)
             if (job := bstore.get_job(conn, public_id, scope())) is not None
         ]

@@ -1,4 +1,4 @@
-"""Events: the filtered list, one event in full, replaying an event or a delivery."""
+"""Events: the filtered list, one event in full, replaying an event."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from werkzeug.wrappers import Response
 
 from inbox.domain.states import DeliveryState, EventState
 from inbox.services.bulk import NotReplayable
-from inbox.store import admin
+from inbox.store import admin, history
 from inbox.store.tables import STATES
 from web import actions
 from web.api.common import cursor, encode_cursor, list_filter, not_found
@@ -20,7 +20,7 @@ from web.ui.session import current, require_operator, scope
 from web.ui.timeline import event_timeline
 
 PAGE_SIZE = 50
-FILTER_KEYS = ("tenant", "source", "state", "type", "since", "until")
+FILTER_KEYS = ("tenant", "source", "state", "type", "error", "since", "until")
 
 
 def _filters() -> dict[str, Any]:
@@ -32,6 +32,7 @@ def events() -> str:
     f, before = list_filter(STATES), cursor()
     with services().engine.connect() as conn:
         rows = admin.list_events(conn, scope(), f, PAGE_SIZE + 1, before)
+        dead = history.failed_callbacks(conn, [r["id"] for r in rows[:PAGE_SIZE]])
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
     filters = _filters()
@@ -41,6 +42,7 @@ def events() -> str:
     return render_template(
         "ui/events.html",
         rows=rows,
+        dead=dead,
         filters=filters,
         states=STATES,
         older=older,
@@ -54,12 +56,17 @@ def events() -> str:
 def event(public_id: str) -> str:
     with services().engine.connect() as conn:
         e = admin.event_detail(conn, public_id, scope())
+        row_id = admin.visible(conn, "events", public_id, scope())
+        tried = history.attempts(conn, row_id) if row_id is not None else []
     if e is None:
         raise not_found("event")
+    dead = [d for d in e.get("deliveries", []) if d["state"] == DeliveryState.FAILED]
     return render_template(
         "ui/event.html",
         e=e,
-        timeline=event_timeline(e),
+        dead=dead,
+        tried=tried,
+        timeline=event_timeline(e, tried),
         formatted=pretty_body(e.get("body"), e.get("content_type") or ""),
     )
 
@@ -89,50 +96,3 @@ def replay_event(public_id: str) -> Response:
     actions.replay_event(current(), public_id)
     flash(f"Event {public_id} replayed: it is back in the inbox.")
     return redirect(url_for("ui.event", public_id=public_id))
-
-
-@ui.get("/deliveries/<public_id>")
-def delivery(public_id: str) -> str:
-    with services().engine.connect() as conn:
-        d = admin.delivery_detail(conn, public_id, scope())
-    if d is None:
-        raise not_found("delivery")
-    return render_template("ui/delivery.html", d=d, event_id=_event_arg())
-
-
-def _event_arg() -> str | None:
-    """The event page a delivery was opened from (to return to it)."""
-    value = request.values.get("event", "")
-    return value if value.startswith("evt_") and value.isascii() else None
-
-
-@ui.get("/deliveries/<public_id>/replay")
-def confirm_delivery_replay(public_id: str) -> str:
-    require_operator()
-    with services().engine.connect() as conn:
-        d = admin.delivery_detail(conn, public_id, scope())
-    if d is None:
-        raise not_found("delivery")
-    if d["state"] != DeliveryState.FAILED:
-        raise NotReplayable("Only a failed delivery can be replayed.")
-    event_id = _event_arg()
-    back = url_for("ui.delivery", public_id=public_id, event=event_id)
-    return render_template(
-        "ui/confirm.html",
-        what="delivery",
-        subject=d,
-        action=url_for("ui.replay_delivery", public_id=public_id),
-        back=back,
-        extra={"event": event_id} if event_id else {},
-    )
-
-
-@ui.post("/deliveries/<public_id>/replay")
-def replay_delivery(public_id: str) -> Response:
-    """failed → pending with the same webhook-id, audited; 409 for anything else."""
-    actions.replay_delivery(current(), public_id)
-    flash(f"Delivery {public_id} replayed with the same webhook-id.")
-    event_id = _event_arg()
-    if event_id is not None:
-        return redirect(url_for("ui.event", public_id=event_id))
-    return redirect(url_for("ui.delivery", public_id=public_id))

@@ -11,16 +11,16 @@ from werkzeug.wrappers import Response
 from inbox.domain import approval
 from inbox.domain.errors import BadRequest
 from inbox.services import bulk
-from inbox.store import admin
+from inbox.store import admin, history
 from inbox.store import bulk as store
 from web import actions
 from web.api.common import jsonable, not_found
 from web.services import services
-from web.ui import ui
+from web.ui import outcomes, ui
 from web.ui.session import current, require_operator, scope
 
 # The event-list filters a bulk replay takes over (its state is always quarantined).
-BULK_KEYS = ("tenant", "source", "type", "since", "until")
+BULK_KEYS = ("tenant", "source", "type", "error", "since", "until")
 PREVIEW = 500
 FINISHED = tuple(str(s) for s in approval.FINISHED)
 
@@ -30,13 +30,16 @@ def _filter(values: Any) -> dict[str, str]:
 
 
 def progress(job: store.Job) -> dict[str, Any]:
-    """What the progress bar shows: the job as the API shows it, plus a percentage."""
+    """What the progress bar shows: the job as the API shows it, plus a percentage and
+    what the moved items became since (see ``web.ui.outcomes``)."""
     shown: dict[str, Any] = jsonable(job.public())
     if job.total:
         shown["percent"] = min(100, job.done * 100 // job.total)
     else:
         shown["percent"] = 100 if job.status == "completed" else 0
     shown["finished"] = job.status in FINISHED
+    with services().engine.connect() as conn:
+        shown.update(outcomes.shown(job, history.replay_outcomes(conn, job.id, job.kind)))
     return shown
 
 

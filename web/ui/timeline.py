@@ -1,6 +1,7 @@
 """One event's history in time order: receipts, duplicates, conflicts, steps, errors,
-deliveries with their attempts, and the audit trail. Pure: it reads the detail dict
-``inbox.store.admin.event_detail`` returns."""
+every failed attempt (kept across replays), deliveries with their attempts, and the
+audit trail. Pure: it reads the detail dict ``inbox.store.admin.event_detail`` returns
+and the attempts ``inbox.store.history.attempts`` does."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from inbox.domain.states import EventState
+from inbox.store.history import Attempt
 
 
 @dataclass(frozen=True)
@@ -17,6 +19,7 @@ class Entry:
     kind: str  # a CSS class: receipt, duplicate, conflict, step, error, delivery, audit, done
     title: str
     detail: str = ""
+    trace: str | None = None  # a failed attempt's redacted traceback excerpt
 
 
 def _plural(n: int, word: str) -> str:
@@ -63,7 +66,38 @@ def _receipts(e: dict[str, Any]) -> list[Entry]:
     return out
 
 
-def _processing(e: dict[str, Any]) -> list[Entry]:
+def _attempts(e: dict[str, Any], attempts: list[Attempt]) -> list[Entry]:
+    """Every failed run, kept across replays: the step, the error and its traceback."""
+    out = []
+    for a in attempts:
+        message = f"{a.error_class}: {a.error_message or ''}".rstrip(": ")
+        where = f" in step {a.step}" if a.step else ""
+        if a.outcome == "quarantined":
+            title = f"Quarantined after attempt {a.attempt}{where}"
+        else:
+            title = f"Attempt {a.attempt} failed{where}"
+        out.append(Entry(a.at, "error", title, message, a.traceback))
+    if e["state"] == EventState.RECEIVED and attempts and attempts[-1].outcome == "retry":
+        out.append(Entry(e["available_at"], "retry", "Retry due", f"attempt {e['attempts'] + 1}"))
+    return out
+
+
+def _last_error(e: dict[str, Any]) -> list[Entry]:
+    """Events failed before attempts were kept: only the latest error is known."""
+    error = e.get("last_error_class")
+    if not error:
+        return []
+    message = f"{error}: {e.get('last_error_message') or ''}".rstrip(": ")
+    if e["state"] == EventState.QUARANTINED and e.get("finished_at") is not None:
+        detail = f"after {_plural(int(e['attempts']), 'attempt')}: {message}"
+        return [Entry(e["finished_at"], "error", "Quarantined", detail)]
+    if e["state"] == EventState.RECEIVED:
+        detail = f"attempt {e['attempts']} failed: {message}"
+        return [Entry(e["available_at"], "error", "Retry due", detail)]
+    return []
+
+
+def _processing(e: dict[str, Any], attempts: list[Attempt]) -> list[Entry]:
     out = [
         Entry(
             s["completed_at"],
@@ -73,27 +107,7 @@ def _processing(e: dict[str, Any]) -> list[Entry]:
         )
         for s in e.get("steps", [])
     ]
-    error = e.get("last_error_class")
-    if error:
-        message = f"{error}: {e.get('last_error_message') or ''}".rstrip(": ")
-        if e["state"] == EventState.QUARANTINED and e.get("finished_at") is not None:
-            out.append(
-                Entry(
-                    e["finished_at"],
-                    "error",
-                    "Quarantined",
-                    f"after {_plural(int(e['attempts']), 'attempt')}: {message}",
-                )
-            )
-        elif e["state"] == EventState.RECEIVED:
-            out.append(
-                Entry(
-                    e["available_at"],
-                    "error",
-                    "Retry due",
-                    f"attempt {e['attempts']} failed: {message}",
-                )
-            )
+    out += _attempts(e, attempts) if attempts else _last_error(e)
     if e["state"] == EventState.COMPLETED and e.get("finished_at") is not None:
         outcome = e.get("outcome") or "done"
         out.append(
@@ -113,13 +127,25 @@ def _deliveries(e: dict[str, Any]) -> list[Entry]:
         ident = d["public_id"]
         out.append(Entry(d["created_at"], "delivery", "Delivery created", f"{ident} → {d['url']}"))
         for a in d.get("attempts_log", []):
+            ok = a.get("status") is not None and 200 <= int(a["status"]) < 300
             answer = f"HTTP {a['status']}" if a.get("status") is not None else a.get("error_class")
+            excerpt = f": {a['excerpt']}" if a.get("excerpt") and not ok else ""
             out.append(
                 Entry(
                     a["at"],
-                    "delivery",
+                    "delivery" if ok else "delivery-error",
                     f"Delivery attempt: {answer}",
-                    f"{ident}, {a['latency_ms']} ms",
+                    f"{ident}, {a['latency_ms']} ms{excerpt}",
+                )
+            )
+        if d["state"] == "failed" and d.get("finished_at") is not None:
+            tries = _plural(int(d["attempts"]), "attempt")
+            out.append(
+                Entry(
+                    d["finished_at"],
+                    "error",
+                    "Callback dead (delivery failed)",
+                    f"{ident} after {tries}: {d.get('last_error')}",
                 )
             )
         for au in d.get("audit", []):
@@ -141,7 +167,7 @@ def _audit(a: dict[str, Any]) -> Entry:
     )
 
 
-def event_timeline(e: dict[str, Any]) -> list[Entry]:
-    entries = _receipts(e) + _processing(e) + _deliveries(e)
+def event_timeline(e: dict[str, Any], attempts: list[Attempt]) -> list[Entry]:
+    entries = _receipts(e) + _processing(e, attempts) + _deliveries(e)
     entries += [_audit(a) for a in e.get("audit", [])]
     return sorted(entries, key=lambda x: x.at)

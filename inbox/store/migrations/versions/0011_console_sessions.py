@@ -1,7 +1,7 @@
 """console sessions on the server, failed authentications per client
 
 Revision ID: 0010_console_sessions
-Revises: 0009_encrypt_secrets
+Revises: 0010_encrypt_secrets
 Create Date: 2026-12-01
 """
 
@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision = "0010_console_sessions"
-down_revision = "0009_encrypt_secrets"
+revision = "0011_console_sessions"
+down_revision = "0010_encrypt_secrets"
 branch_labels = None
 depends_on = None
 

@@ -4,8 +4,8 @@ Every source and endpoint secret still in clear is encrypted with the first key 
 INBOX_KEK (inbox/infra/keyring.py). With clear secrets stored and no INBOX_KEK set, the
 upgrade stops and says so, rather than leave them in clear. Downgrade decrypts them.
 
-Revision ID: 0009_encrypt_secrets
-Revises: 0008
+Revision ID: 0010_encrypt_secrets
+Revises: 0009_event_attempts
 Create Date: 2026-12-01
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009_encrypt_secrets"
-down_revision = "0008"
+revision = "0010_encrypt_secrets"
+down_revision = "0009_event_attempts"
 branch_labels = None
 depends_on = None
 

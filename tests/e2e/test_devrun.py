@@ -1,0 +1,175 @@
+"""``make run`` (python -m dev.devrun) as a new user runs it: no DATABASE_URL or REDIS_URL,
+a .data directory of its own. It says Ready once, restarts a child that dies, and on
+SIGTERM stops every process it started, the embedded PostgreSQL and Redis included."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dev.embedded import free_port
+from tests.procs import ROOT
+
+pytestmark = pytest.mark.e2e
+
+
+def descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def pids_matching(text: str) -> set[int]:
+    return {
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and text in cmdline(int(p.name))
+    }
+
+
+class DevRun:
+    def __init__(self, data: Path, port: int) -> None:
+        data.mkdir(parents=True)
+        self.log_path = data / "make-run.log"
+        self.log = open(self.log_path, "wb")
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("DATABASE_URL", "REDIS_URL", "BROKER_URL")
+        }
+        env.update({"INBOX_DEV_DATA": str(data), "PORT": str(port)})
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "dev.devrun"],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def output(self) -> str:
+        if not self.log.closed:
+            self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, pattern: str, timeout: float, count: int = 1) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            out = self.output()
+            if len(re.findall(pattern, out)) >= count:
+                return out
+            if self.popen.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"no {pattern!r} in make run's output:\n{self.output()[-4000:]}")
+
+
+@pytest.fixture
+def data_dir():
+    # Under the checkout, not /tmp: as root, the embedded PostgreSQL runs as another user,
+    # who must be able to reach its data directory.
+    path = ROOT / ".data" / f"devrun-test-{os.getpid()}-{time.monotonic_ns()}"
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_make_run_supervises_says_ready_and_stops_everything(data_dir):
+    port = free_port()
+    run = DevRun(data_dir, port)
+    try:
+        out = run.wait_for(r"Ready: web, worker, courier, beat are up", 240)
+        # one Ready block, with the console's token (kept) and the second shell's exports
+        token = (data_dir / "operator_token").read_text().strip()
+        assert token in out
+        for name in ("DATABASE_URL", "REDIS_URL", "BROKER_URL"):
+            assert f"export {name}=" in out
+        assert "[tasks]" not in out and "-------------- [queues]" not in out  # no banners
+        redis_port = re.search(r"export REDIS_URL=redis://127.0.0.1:(\d+)/0", out).group(1)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/")
+        resp = conn.getresponse()
+        assert resp.status == 302 and resp.getheader("Location").endswith("/ui")
+        conn.close()
+
+        # a child that dies comes back
+        (worker,) = [p for p in descendants(run.popen.pid) if "-Q inbox" in cmdline(p)
+                     and "celery" in cmdline(p) and "bash" not in cmdline(p)
+                     and _parent(p) == run.popen.pid]  # fmt: skip
+        os.kill(worker, signal.SIGKILL)
+        run.wait_for(r"worker exited \(signal SIGKILL\); restart #1 in 1 s", 30)
+        run.wait_for(r"worker@\S+ ready\.", 90, count=2)
+        assert "Ready:" in run.output() and run.output().count("Ready: web") == 1
+
+        # SIGTERM: every process it started is gone, the embedded servers too
+        pg_pid = int((data_dir / "pg" / "postmaster.pid").read_text().split()[0])
+        everything = descendants(run.popen.pid) | {pg_pid}
+        everything |= pids_matching(f"redis-server 127.0.0.1:{redis_port}")
+        assert len(everything) >= 6 and all(running(p) for p in {pg_pid})
+        run.popen.send_signal(signal.SIGTERM)
+        run.popen.wait(90)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(running(p) for p in everything):
+            time.sleep(0.2)
+        left = {p: cmdline(p) for p in everything if running(p)}
+        assert left == {}, left
+        assert "stopped the embedded PostgreSQL" in run.output()
+        assert "stopped the embedded Redis" in run.output()
+    finally:
+        if run.popen.poll() is None:
+            os.killpg(run.popen.pid, signal.SIGKILL)
+        run.log.close()
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def test_a_busy_port_is_one_line_that_names_port(data_dir):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        run = DevRun(data_dir, port)
+        assert run.popen.wait(60) == 1
+        run.log.close()
+        out = run.output().strip()
+    assert out.splitlines() == [out] and f"PORT {port} is in use" in out

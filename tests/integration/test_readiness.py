@@ -1,0 +1,103 @@
+"""``/readyz`` tells the truth: the schema and the broker, not only a database ping; and
+a receiver's 503 names its cause class."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+
+import psycopg
+import pytest
+
+from inbox.infra.config import Settings
+from inbox.store import migrate
+from inbox.store.engine import make_engine
+from tests.conftest import _with_db
+from tests.helpers import body_of, hmac_headers
+from web import create_app
+
+
+@pytest.fixture
+def bare_db(pg_server_url: str) -> Iterator[str]:
+    """A database of its own, not migrated."""
+    name = f"inbox_bare_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield _with_db(pg_server_url, name)
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def ready(settings: Settings) -> tuple[int, dict]:
+    engine = make_engine(settings)
+    try:
+        app = create_app(settings, engine=engine, doorbell=lambda: None)
+        resp = app.test_client().get("/readyz")
+        return resp.status_code, resp.json
+    finally:
+        engine.dispose()
+
+
+def test_a_database_without_migrations_is_not_ready(bare_db):
+    status, body = ready(Settings(database_url=bare_db))
+    assert status == 503
+    assert body["cause"] == "schema" and body["checks"]["database"] == "ok"
+    assert "inbox migrate" in body["checks"]["schema"]
+
+
+def test_a_schema_behind_the_code_is_not_ready_until_migrated(bare_db):
+    migrate.upgrade(bare_db, "0001")
+    status, body = ready(Settings(database_url=bare_db))
+    assert status == 503 and body["cause"] == "schema"
+    assert body["checks"]["schema"].startswith("at 0001, the code needs")
+    migrate.upgrade(bare_db)
+    status, body = ready(Settings(database_url=bare_db))
+    assert status == 200 and body["checks"]["schema"] == "ok", body
+
+
+def test_an_unreachable_broker_is_the_cause(settings, engine):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    down = f"redis://127.0.0.1:{port}/0"
+    status, body = ready(replace(settings, redis_url=down, broker_url=down))
+    assert status == 503 and body["cause"] == "broker"
+    assert body["checks"]["database"] == "ok" and body["checks"]["schema"] == "ok"
+
+
+def test_a_database_that_is_down_is_the_cause():
+    status, body = ready(
+        Settings(database_url="postgresql://postgres@127.0.0.1:1/none", db_timeout_ms=500)
+    )
+    assert status == 503 and body["cause"] == "database"
+
+
+def test_the_receivers_503_names_the_schema_as_its_cause(bare_db, make_source):
+    src = make_source()  # a source in the test database; this receiver's has no tables
+    s = Settings(database_url=bare_db)
+    engine = make_engine(s)
+    try:
+        client = create_app(s, engine=engine, doorbell=lambda: None).test_client()
+        body = body_of({"a": 1})
+        resp = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "k"))
+    finally:
+        engine.dispose()
+    assert resp.status_code == 503 and "Retry-After" in resp.headers
+    assert resp.json["error"]["code"] == "unavailable"
+    assert resp.json["error"]["cause"] == "schema"
+    assert "inbox migrate" in resp.json["error"]["message"]
+
+
+def test_the_receivers_503_names_the_database_when_it_is_down(make_source):
+    src = make_source()
+    s = Settings(database_url="postgresql://postgres@127.0.0.1:1/none", db_timeout_ms=500)
+    engine = make_engine(s)
+    try:
+        client = create_app(s, engine=engine, doorbell=lambda: None).test_client()
+        body = body_of({"a": 1})
+        resp = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "k"))
+    finally:
+        engine.dispose()
+    assert resp.status_code == 503 and resp.json["error"]["cause"] == "database"

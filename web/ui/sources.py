@@ -1,0 +1,17 @@
+"""Sources: scheme, options, how many secrets verify (never the secrets), rate and errors."""
+
+from __future__ import annotations
+
+from flask import render_template
+
+from inbox.store import reads
+from web.services import services
+from web.ui import ui
+from web.ui.session import scope
+
+
+@ui.get("/sources")
+def sources() -> str:
+    with services().engine.connect() as conn:
+        rows = reads.sources(conn, scope())
+    return render_template("ui/sources.html", rows=rows)
