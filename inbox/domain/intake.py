@@ -116,9 +116,17 @@ def parse_wait(prefer: str | None) -> float | None:
     return None
 
 
-def _parse_body(content_type: str, body: bytes, form: Mapping[str, list[str]]) -> Any:
+def _parse_body(
+    content_type: str, body: bytes, form: Mapping[str, list[str]], payload_field: str | None
+) -> Any:
     if content_type == FORM:
-        return form
+        if payload_field is None:
+            return form
+        # The event is JSON in one form field (GitHub's payload=).
+        values = form.get(payload_field, [])
+        if len(values) != 1:
+            raise BadRequest(f"The form body needs exactly one {payload_field} field.")
+        body = values[0].encode("utf-8")
     try:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -169,7 +177,7 @@ def prepare(
 
     raw_key = req.headers.get("idempotency-key")
     key = validate_key(raw_key) if raw_key is not None else None
-    parsed = _parse_body(ctype, req.body, req.form)
+    parsed = _parse_body(ctype, req.body, req.form, scheme.form_payload_field)
     challenge = scheme.challenge(req, parsed)
     if challenge is not None:
         return Handshake(*challenge)

@@ -57,6 +57,8 @@ class Scheme:
     event_type_path: str | None = None
     timestamped: bool = False
     insecure: bool = False
+    # For form bodies: the field whose value is the JSON event (GitHub's ``payload``).
+    form_payload_field: str | None = None
 
     def accepts(self, content_type: str | None) -> bool:
         """Whether this scheme accepts the media type of a Content-Type header value."""

@@ -10,7 +10,10 @@ _PREFIX = "sha256="
 
 class GitHubScheme(Scheme):
     name = "github"
-    content_types = frozenset({"application/json"})
+    content_types = frozenset({"application/json", "application/x-www-form-urlencoded"})
+    # A hook with content type ``form`` posts ``payload=<JSON>``; the signature covers the
+    # raw form body and the JSON in that field is what is read for type, id and keys.
+    form_payload_field = "payload"
 
     def _verify(self, req: SignedRequest, cfg: SchemeConfig, now: float) -> Verified:
         value = header(req, "x-hub-signature-256")
