@@ -111,6 +111,8 @@ def sources_create(
     """Create a source and print its URL."""
     if scheme != "none" and not secrets:
         raise click.UsageError("--secret is required (scheme 'none' is the only exception).")
+    if scheme == "recipe" and "recipe" not in dict(o.partition("=")[::2] for o in options):
+        raise click.UsageError("--scheme recipe needs --option recipe=@FILE (docs/recipes.md).")
     opts = SourceOptions.from_dict(_parse_options(options))
     with transaction() as conn:
         src = store.create_source(conn, tenant, name, scheme, list(secrets), opts)
@@ -118,11 +120,18 @@ def sources_create(
 
 
 def _parse_options(pairs: tuple[str, ...]) -> dict[str, object]:
+    """KEY=JSON pairs; KEY=@FILE reads the JSON from a file (a recipe, say)."""
     out: dict[str, object] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep:
             raise click.UsageError(f"--option {pair!r}: expected KEY=VALUE")
+        if raw.startswith("@"):
+            try:
+                with open(raw[1:], encoding="utf-8") as fh:
+                    raw = fh.read()
+            except OSError as exc:
+                raise click.UsageError(f"--option {key}: cannot read {raw[1:]}: {exc}") from None
         try:
             out[key] = json.loads(raw)
         except ValueError:
@@ -181,6 +190,24 @@ def sources_update(
     _show(src, as_json)
 
 
+def _where(locations: tuple[str, ...]) -> str:
+    return " or ".join(locations) if locations else "-"
+
+
+@sources.command("schemes")
+def sources_schemes() -> None:
+    """Every scheme, one per line: what it verifies, where the event id and type come from.
+
+    An Idempotency-Key header, when sent, is the dedup key on every scheme; the event_id_path
+    and event_type_path options override the JSON paths below.
+    """
+    width = max(len(name) for name in SCHEMES)
+    for name in sorted(SCHEMES):
+        scheme = SCHEMES[name]
+        ids, types = _where(scheme.event_id_from), _where(scheme.event_type_from)
+        click.echo(f"{name:<{width}}  {scheme.summary}  | id: {ids} | type: {types}")
+
+
 @sources.command("list")
 @click.option("--tenant")
 @json_option
@@ -232,7 +259,7 @@ def _generate_secret(scheme: str) -> str:
     import base64
 
     raw = pysecrets.token_bytes(24)
-    if scheme == "standard":
+    if scheme in ("standard", "clerk", "resend"):  # Svix-style secrets: whsec_ + base64
         return "whsec_" + base64.b64encode(raw).decode()
     return raw.hex()
 

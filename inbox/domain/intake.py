@@ -22,14 +22,18 @@ from inbox.domain.errors import BadRequest, Unauthorized, UnsupportedMediaType
 from inbox.domain.idempotency import body_sha256, business_key_digest, key_digest, validate_key
 from inbox.domain.records import Source
 from inbox.domain.retention import key_window_hours
-from inbox.domain.signatures import SchemeConfig, SignatureError, SignedRequest, get_scheme
+from inbox.domain.signatures import (
+    Scheme,
+    SchemeConfig,
+    SignatureError,
+    SignedRequest,
+    scheme_for,
+)
 
 log = logging.getLogger(__name__)
 
 FORM = "application/x-www-form-urlencoded"
 MAX_WAIT_SECONDS = 30
-# Providers that want 200 rather than 202.
-ACCEPT_STATUS = {"slack": 200}
 # Never stored: credentials, signatures, and headers that carry keys or provider ids.
 _SECRET_HEADER = re.compile(r"signature|hmac|token|secret|auth|cookie|key|challenge", re.I)
 _ID_HEADERS = frozenset(
@@ -63,14 +67,25 @@ class Prepared:
 
 @dataclass(frozen=True)
 class Handshake:
-    """A provider's verification request, answered without storing anything."""
+    """A provider's verification request, answered without storing anything: a JSON
+    object, text (text/plain) or no body at all (None)."""
 
     status: int
-    body: dict[str, Any]
+    body: dict[str, Any] | str | None
 
 
 def media_type(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def scheme_of(source: Source) -> Scheme:
+    """The source's scheme; a ``recipe`` source runs its own recipe option."""
+    return scheme_for(source.scheme, source.options.recipe)
+
+
+def signs_url(source: Source) -> bool:
+    """Whether the source's signature covers the URL (the web layer then passes it)."""
+    return scheme_of(source).signs_url
 
 
 def scheme_config(source: Source) -> SchemeConfig:
@@ -92,7 +107,7 @@ def signed_request(method: str, url: str, headers: dict[str, str], body: bytes) 
 
 def handshake_get(source: Source, req: SignedRequest, now: float) -> Handshake | None:
     """A GET is only a provider's verification handshake (Okta), or nothing."""
-    scheme = get_scheme(source.scheme)
+    scheme = scheme_of(source)
     try:
         answer = scheme.get_challenge(req, scheme_config(source))
     except SignatureError as exc:
@@ -161,7 +176,7 @@ def prepare(
     default_key_ttl_hours: int,
 ) -> Prepared | Handshake:
     """Apply 415, 401 and 400 in that order, then build the event. Raises InboxError."""
-    scheme = get_scheme(source.scheme)
+    scheme = scheme_of(source)
     opts = source.options
     ctype = media_type(req.headers.get("content-type"))
     if not scheme.accepts(ctype):
@@ -178,7 +193,7 @@ def prepare(
     raw_key = req.headers.get("idempotency-key")
     key = validate_key(raw_key) if raw_key is not None else None
     parsed = _parse_body(ctype, req.body, req.form, scheme.form_payload_field)
-    challenge = scheme.challenge(req, parsed)
+    challenge = scheme.challenge(req, parsed, verified)
     if challenge is not None:
         return Handshake(*challenge)
 
@@ -211,7 +226,7 @@ def prepare(
         ordering.position(parsed, opts.occurred_at_path, opts.version_path)
 
     public_id = "evt_" + secrets.token_hex(12)
-    status = ACCEPT_STATUS.get(source.scheme, 202)
+    status = scheme.accept_status
     response = f'{{"id":"{public_id}","status":"accepted"}}'  # the id is hex: nothing to escape
     return Prepared(
         public_id=public_id,

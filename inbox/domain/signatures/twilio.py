@@ -115,7 +115,10 @@ def _check_body_hash(req: SignedRequest, url: str) -> bool:
 
 class TwilioScheme(Scheme):
     name = "twilio"
+    summary = "HMAC-SHA1 (or SHA-256 by Signature-Settings) base64 of URL + sorted form params"
     content_types = frozenset({_FORM, "application/json"})
+    signs_url = True
+    event_id_from = ("header:i-twilio-idempotency-token",)
 
     def _verify(self, req: SignedRequest, cfg: SchemeConfig, now: float) -> Verified:
         received = decode_b64(header(req, "x-twilio-signature"))
