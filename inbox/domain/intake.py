@@ -19,7 +19,7 @@ from urllib.parse import parse_qs
 
 from inbox.domain import jsonpath, ordering
 from inbox.domain.errors import BadRequest, Unauthorized, UnsupportedMediaType
-from inbox.domain.idempotency import body_sha256, business_key_digest, key_digest, validate_key
+from inbox.domain.idempotency import business_key_digest, key_digest, validate_key
 from inbox.domain.records import Source
 from inbox.domain.retention import key_window_hours
 from inbox.domain.signatures import (
@@ -238,7 +238,7 @@ def prepare(
         business_key_digest=bk,
         content_type=ctype,
         body=_redacted_body(req.body, parsed, opts.redact_paths, ctype),
-        body_sha256=body_sha256(req.body),
+        body_sha256=scheme.body_digest(req.body),
         headers=_stored_headers(dict(req.headers), opts.header),
         response_status=status,
         response_body=response.encode(),

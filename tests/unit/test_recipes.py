@@ -177,3 +177,16 @@ def test_the_docs_worked_example_is_a_valid_recipe() -> None:
     example = json.loads(text[start : text.index("```", start)])
     scheme = scheme_for("recipe", example)
     assert scheme.name == example["name"]
+
+
+def test_restamped_fields_are_left_out_of_the_redelivery_digest() -> None:
+    linear, stripe = SCHEMES["linear"], SCHEMES["stripe"]
+    first = b'{"type":"Issue","data":{"id":1},"webhookTimestamp":1700000000000}'
+    retry = b'{"type":"Issue","data":{"id":1},"webhookTimestamp":1700000060000}'
+    changed = b'{"type":"Issue","data":{"id":2},"webhookTimestamp":1700000000000}'
+    assert linear.body_digest(first) == linear.body_digest(retry)
+    assert linear.body_digest(first) != linear.body_digest(changed)
+    assert stripe.body_digest(first) == hashlib.sha256(first).digest()
+    assert linear.body_digest(b"not json") == hashlib.sha256(b"not json").digest()
+    with pytest.raises(RecipeError, match="restamped"):
+        parse_recipe(ACME | {"restamped": "webhookTimestamp"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import binascii
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -75,6 +76,11 @@ class Scheme:
     # Where the provider's own event id and type are, as locations (header:NAME, json:PATH).
     event_id_from: tuple[str, ...] = ()
     event_type_from: tuple[str, ...] = ()
+
+    def body_digest(self, body: bytes) -> bytes:
+        """What a redelivery must match to be a duplicate (else it is a 422 conflict): the
+        SHA-256 of the body, unless the provider re-stamps parts of it on every attempt."""
+        return hashlib.sha256(body).digest()
 
     def accepts(self, content_type: str | None) -> bool:
         """Whether this scheme accepts the media type of a Content-Type header value."""

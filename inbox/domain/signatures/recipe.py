@@ -91,6 +91,7 @@ class Recipe:
     event_type: tuple[str, ...] = ()
     handshake: tuple[HandshakeRule, ...] = ()
     accept_status: int = 202
+    restamped: tuple[str, ...] = ()  # JSON paths a provider changes on every attempt
     notes: str | None = None
 
 
@@ -98,7 +99,7 @@ _TOP = {
     "name", "summary", "docs", "notes", "auth", "content_types", "json_suffix",
     "form_payload_field", "signature", "signature_format", "signature_prefix", "signed",
     "algorithm", "encoding", "secret_prefix", "secret_encoding", "timestamp", "event_id",
-    "event_type", "handshake", "accept_status",
+    "event_type", "handshake", "accept_status", "restamped",
 }  # fmt: skip
 
 
@@ -233,6 +234,12 @@ def _check_answer(node: Any, where: str) -> None:
             _check_answer(value, f"{where}[{j}]")
 
 
+def _paths(raw: Any, key: str) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not all(isinstance(p, str) and p for p in raw):
+        raise RecipeError(key, "must be a list of dotted JSON paths")
+    return tuple(raw)
+
+
 def _misc(raw: dict[str, Any]) -> tuple[str | None, int]:
     if not isinstance(raw.get("json_suffix", False), bool):
         raise RecipeError("json_suffix", "must be true or false")
@@ -300,6 +307,7 @@ def parse_recipe(raw: Any) -> Recipe:
         event_type=_ids(raw, "event_type"),
         handshake=tuple(_handshake(rule, i) for i, rule in enumerate(rules)),
         accept_status=accept,
+        restamped=_paths(raw.get("restamped", []), "restamped"),
     )
 
 
