@@ -71,11 +71,12 @@ def _show(src: Source, as_json: bool = False) -> None:
     if as_json:
         emit_json(record)
         return
+    recipe = f" ({src.options.recipe.get('name')})" if src.options.recipe else ""
     fields(
         [
             ("source", record["source"]),
             ("url", record["url"]),
-            ("scheme", src.scheme),
+            ("scheme", f"{src.scheme}{recipe}  ({SCHEMES[src.scheme].summary})"),
             ("enabled", src.enabled),
             ("secrets", f"{len(src.secrets)} active"),
             ("options", json.dumps(record["options"], sort_keys=True)),
@@ -191,21 +192,46 @@ def sources_update(
 
 
 def _where(locations: tuple[str, ...]) -> str:
-    return " or ".join(locations) if locations else "-"
+    """Where a value comes from, first places first (``--json`` lists them all)."""
+    if not locations:
+        return "-"
+    more = f" (+{len(locations) - 2} more)" if len(locations) > 2 else ""
+    return " or ".join(locations[:2]) + more
 
 
 @sources.command("schemes")
-def sources_schemes() -> None:
-    """Every scheme, one per line: what it verifies, where the event id and type come from.
+@json_option
+def sources_schemes(as_json: bool) -> None:
+    """Every scheme, one per line: where the event id and type come from, what it verifies.
 
     An Idempotency-Key header, when sent, is the dedup key on every scheme; the event_id_path
-    and event_type_path options override the JSON paths below.
+    and event_type_path options override the JSON paths shown.
     """
-    width = max(len(name) for name in SCHEMES)
-    for name in sorted(SCHEMES):
-        scheme = SCHEMES[name]
-        ids, types = _where(scheme.event_id_from), _where(scheme.event_type_from)
-        click.echo(f"{name:<{width}}  {scheme.summary}  | id: {ids} | type: {types}")
+    names = sorted(SCHEMES)
+    if as_json:
+        emit_json(
+            [
+                {
+                    "scheme": n,
+                    "verifies": SCHEMES[n].summary,
+                    "event_id": list(SCHEMES[n].event_id_from),
+                    "event_type": list(SCHEMES[n].event_type_from),
+                    "timestamped": SCHEMES[n].timestamped,
+                }
+                for n in names
+            ]
+        )
+        return
+    rows = [
+        (
+            n,
+            _where(SCHEMES[n].event_id_from),
+            _where(SCHEMES[n].event_type_from),
+            SCHEMES[n].summary,
+        )
+        for n in names
+    ]
+    table(["scheme", "event id", "event type", "verifies"], rows)
 
 
 @sources.command("list")

@@ -190,3 +190,13 @@ def test_restamped_fields_are_left_out_of_the_redelivery_digest() -> None:
     assert linear.body_digest(b"not json") == hashlib.sha256(b"not json").digest()
     with pytest.raises(RecipeError, match="restamped"):
         parse_recipe(ACME | {"restamped": "webhookTimestamp"})
+
+
+def test_the_readme_table_lists_every_scheme() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rows = {
+        line.split("|")[1].strip().strip("`")
+        for line in readme.splitlines()
+        if line.startswith("| `")
+    }
+    assert set(SCHEMES) <= rows
