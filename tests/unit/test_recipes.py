@@ -200,3 +200,27 @@ def test_the_readme_table_lists_every_scheme() -> None:
         if line.startswith("| `")
     }
     assert set(SCHEMES) <= rows
+
+
+def test_a_get_handshake_checked_by_the_signature_okta_style() -> None:
+    okta = {
+        "name": "okta-hooks",
+        "auth": "token",
+        "signature": "header:authorization",
+        "handshake": [
+            {
+                "method": "GET",
+                "when": {"header:x-okta-verification-challenge": None},
+                "json": {"verification": "{header:x-okta-verification-challenge}"},
+            }
+        ],
+    }
+    scheme = scheme_for("recipe", okta)
+    h = {"authorization": "okta-secret", "x-okta-verification-challenge": "c-1"}
+    get = SignedRequest("GET", "https://h/x", h, b"")
+    assert scheme.get_challenge(get, SchemeConfig(("okta-secret",))) == (
+        200,
+        {"verification": "c-1"},
+    )
+    with pytest.raises(SignatureError):
+        scheme.get_challenge(get, SchemeConfig(("other",)))

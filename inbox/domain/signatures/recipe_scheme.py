@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import json
 import re
+import time
 from datetime import datetime
 from typing import Any
 
@@ -199,8 +200,6 @@ class RecipeScheme(Scheme):
                 continue
             secret: str | None = None
             if rule.check == "signature":
-                import time
-
                 secret = self.verify(req, cfg, time.time()).secret
             elif rule.check != "none":
                 kind, _, arg = rule.check.partition(":")
