@@ -120,7 +120,13 @@ def test_every_builtin_recipe_round_trips() -> None:
     text = (
         Path(__file__).resolve().parents[2] / "inbox/domain/signatures/recipes.json"
     ).read_text()
-    raws = json.loads(text)
+
+    def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        assert len(keys) == len(set(keys)), keys
+        return dict(pairs)
+
+    raws = json.loads(text, object_pairs_hook=no_duplicate_keys)
     names = [r["name"] for r in raws]
     assert len(names) == len(set(names))
     for raw in raws:
