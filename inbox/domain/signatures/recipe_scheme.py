@@ -177,7 +177,8 @@ class RecipeScheme(Scheme):
         return text.encode("utf-8")
 
     def _mac(self, secret: str, message: bytes) -> bytes:
-        return hmac.new(self._key(secret), message, self._digest).digest()
+        # hmac.digest is the one-shot C path (no HMAC object per request).
+        return hmac.digest(self._key(secret), message, self.recipe.algorithm)
 
     def _basic(self, req: SignedRequest, cfg: SchemeConfig) -> str:
         value = req.headers.get("authorization", "")
