@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
@@ -81,18 +80,18 @@ def receive(tenant: str, source: str) -> Response:
         req = core.signed_request("GET", request.url, _headers(), b"")
         handshake = core.handshake_get(route, req, time.time())
         if handshake is not None:
-            return _json(handshake.status, handshake.body)
+            return _handshake(handshake)
     if request.method != "POST":
         raise MethodNotAllowed()
     overload.check_backlog(ext.backlog)
     limit = route.options.max_body_bytes or ext.settings.max_body_bytes
     body = _read_body(limit)
-    # Only Twilio signs the URL; building it costs more than the rest of the request parsing.
-    url = request.url if route.scheme == "twilio" else ""
+    # Few schemes sign the URL; building it costs more than the rest of the request parsing.
+    url = request.url if core.signs_url(route) else ""
     req = core.signed_request("POST", url, _headers(), body)
     prepared = core.prepare(route, req, time.time(), ext.settings.key_ttl_hours)
     if isinstance(prepared, core.Handshake):
-        return _json(prepared.status, prepared.body)
+        return _handshake(prepared)
     overload.check_rate(ext.limiter, route)
     result = claim(ext.claims, route, prepared)
     if result is None:  # the key is taken: a duplicate or a conflict
@@ -129,7 +128,12 @@ def _ring(ext: Services) -> None:
         log.warning("doorbell failed: %s", exc.__class__.__name__)
 
 
-def _json(status: int, body: dict[str, Any]) -> Response:
-    resp = jsonify(body)
-    resp.status_code = status
+def _handshake(answer: core.Handshake) -> Response:
+    """A provider's handshake: JSON, plain text (never sniffed as HTML) or an empty body."""
+    if isinstance(answer.body, dict):
+        resp = jsonify(answer.body)
+        resp.status_code = answer.status
+        return resp
+    resp = Response(answer.body or "", status=answer.status, mimetype="text/plain")
+    resp.headers["X-Content-Type-Options"] = "nosniff"
     return resp

@@ -71,11 +71,12 @@ def _show(src: Source, as_json: bool = False) -> None:
     if as_json:
         emit_json(record)
         return
+    recipe = f" ({src.options.recipe.get('name')})" if src.options.recipe else ""
     fields(
         [
             ("source", record["source"]),
             ("url", record["url"]),
-            ("scheme", src.scheme),
+            ("scheme", f"{src.scheme}{recipe}  ({SCHEMES[src.scheme].summary})"),
             ("enabled", src.enabled),
             ("secrets", f"{len(src.secrets)} active"),
             ("options", json.dumps(record["options"], sort_keys=True)),
@@ -111,6 +112,8 @@ def sources_create(
     """Create a source and print its URL."""
     if scheme != "none" and not secrets:
         raise click.UsageError("--secret is required (scheme 'none' is the only exception).")
+    if scheme == "recipe" and "recipe" not in dict(o.partition("=")[::2] for o in options):
+        raise click.UsageError("--scheme recipe needs --option recipe=@FILE (docs/recipes.md).")
     opts = SourceOptions.from_dict(_parse_options(options))
     with transaction() as conn:
         src = store.create_source(conn, tenant, name, scheme, list(secrets), opts)
@@ -118,11 +121,18 @@ def sources_create(
 
 
 def _parse_options(pairs: tuple[str, ...]) -> dict[str, object]:
+    """KEY=JSON pairs; KEY=@FILE reads the JSON from a file (a recipe, say)."""
     out: dict[str, object] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep:
             raise click.UsageError(f"--option {pair!r}: expected KEY=VALUE")
+        if raw.startswith("@"):
+            try:
+                with open(raw[1:], encoding="utf-8") as fh:
+                    raw = fh.read()
+            except OSError as exc:
+                raise click.UsageError(f"--option {key}: cannot read {raw[1:]}: {exc}") from None
         try:
             out[key] = json.loads(raw)
         except ValueError:
@@ -181,6 +191,49 @@ def sources_update(
     _show(src, as_json)
 
 
+def _where(locations: tuple[str, ...]) -> str:
+    """Where a value comes from, first places first (``--json`` lists them all)."""
+    if not locations:
+        return "-"
+    more = f" (+{len(locations) - 2} more)" if len(locations) > 2 else ""
+    return " or ".join(locations[:2]) + more
+
+
+@sources.command("schemes")
+@json_option
+def sources_schemes(as_json: bool) -> None:
+    """Every scheme, one per line: where the event id and type come from, what it verifies.
+
+    An Idempotency-Key header, when sent, is the dedup key on every scheme; the event_id_path
+    and event_type_path options override the JSON paths shown.
+    """
+    names = sorted(SCHEMES)
+    if as_json:
+        emit_json(
+            [
+                {
+                    "scheme": n,
+                    "verifies": SCHEMES[n].summary,
+                    "event_id": list(SCHEMES[n].event_id_from),
+                    "event_type": list(SCHEMES[n].event_type_from),
+                    "timestamped": SCHEMES[n].timestamped,
+                }
+                for n in names
+            ]
+        )
+        return
+    rows = [
+        (
+            n,
+            _where(SCHEMES[n].event_id_from),
+            _where(SCHEMES[n].event_type_from),
+            SCHEMES[n].summary,
+        )
+        for n in names
+    ]
+    table(["scheme", "event id", "event type", "verifies"], rows)
+
+
 @sources.command("list")
 @click.option("--tenant")
 @json_option
@@ -232,7 +285,7 @@ def _generate_secret(scheme: str) -> str:
     import base64
 
     raw = pysecrets.token_bytes(24)
-    if scheme == "standard":
+    if scheme in ("standard", "clerk", "resend"):  # Svix-style secrets: whsec_ + base64
         return "whsec_" + base64.b64encode(raw).decode()
     return raw.hex()
 

@@ -19,18 +19,22 @@ from urllib.parse import parse_qs, urlencode
 
 from inbox.domain import jsonpath, ordering
 from inbox.domain.errors import BadRequest, Unauthorized, UnsupportedMediaType
-from inbox.domain.idempotency import body_sha256, business_key_digest, key_digest, validate_key
+from inbox.domain.idempotency import business_key_digest, key_digest, validate_key
 from inbox.domain.records import Source
 from inbox.domain.retention import key_window_hours
-from inbox.domain.signatures import SchemeConfig, SignatureError, SignedRequest, get_scheme
+from inbox.domain.signatures import (
+    Scheme,
+    SchemeConfig,
+    SignatureError,
+    SignedRequest,
+    scheme_for,
+)
 from inbox.domain.textcheck import check_json_depth, check_text
 
 log = logging.getLogger(__name__)
 
 FORM = "application/x-www-form-urlencoded"
 MAX_WAIT_SECONDS = 30
-# Providers that want 200 rather than 202.
-ACCEPT_STATUS = {"slack": 200}
 # Never stored: credentials, signatures, and headers that carry keys or provider ids.
 _SECRET_HEADER = re.compile(r"signature|hmac|token|secret|auth|cookie|key|challenge", re.I)
 _ID_HEADERS = frozenset(
@@ -64,14 +68,25 @@ class Prepared:
 
 @dataclass(frozen=True)
 class Handshake:
-    """A provider's verification request, answered without storing anything."""
+    """A provider's verification request, answered without storing anything: a JSON
+    object, text (text/plain) or no body at all (None)."""
 
     status: int
-    body: dict[str, Any]
+    body: dict[str, Any] | str | None
 
 
 def media_type(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def scheme_of(source: Source) -> Scheme:
+    """The source's scheme; a ``recipe`` source runs its own recipe option."""
+    return scheme_for(source.scheme, source.options.recipe)
+
+
+def signs_url(source: Source) -> bool:
+    """Whether the source's signature covers the URL (the web layer then passes it)."""
+    return scheme_of(source).signs_url
 
 
 def scheme_config(source: Source) -> SchemeConfig:
@@ -93,7 +108,7 @@ def signed_request(method: str, url: str, headers: dict[str, str], body: bytes) 
 
 def handshake_get(source: Source, req: SignedRequest, now: float) -> Handshake | None:
     """A GET is only a provider's verification handshake (Okta), or nothing."""
-    scheme = get_scheme(source.scheme)
+    scheme = scheme_of(source)
     try:
         answer = scheme.get_challenge(req, scheme_config(source))
     except SignatureError as exc:
@@ -117,9 +132,17 @@ def parse_wait(prefer: str | None) -> float | None:
     return None
 
 
-def _parse_body(content_type: str, body: bytes, form: Mapping[str, list[str]]) -> Any:
+def _parse_body(
+    content_type: str, body: bytes, form: Mapping[str, list[str]], payload_field: str | None
+) -> Any:
     if content_type == FORM:
-        return form
+        if payload_field is None:
+            return form
+        # The event is JSON in one form field (GitHub's payload=).
+        values = form.get(payload_field, [])
+        if len(values) != 1:
+            raise BadRequest(f"The form body needs exactly one {payload_field} field.")
+        body = values[0].encode("utf-8")
     check_json_depth(body)
     try:
         return json.loads(body)
@@ -143,11 +166,26 @@ def _stored_headers(headers: dict[str, str], token_header: str | None) -> dict[s
     return kept
 
 
-def _redacted_body(body: bytes, parsed: Any, paths: tuple[str, ...], content_type: str) -> bytes:
+def _redacted_body(
+    body: bytes,
+    parsed: Any,
+    paths: tuple[str, ...],
+    content_type: str,
+    payload_field: str | None = None,
+) -> bytes:
     """The body to store: with each of ``paths`` replaced by a marker, JSON or form alike
-    (a form field's path is its name). The signature was checked on the raw bytes first."""
+    (a form field's path is its name). The signature was checked on the raw bytes first.
+    A form that carries its event as JSON in one field (GitHub's ``payload=``) is redacted
+    inside that JSON and stored as the same one-field form."""
     if not paths:
         return body
+    if content_type == FORM and payload_field is not None:
+        hit = False
+        for path in paths:
+            hit = jsonpath.redact(parsed, path) or hit
+        if not hit:
+            return body
+        return urlencode({payload_field: json.dumps(parsed, separators=(",", ":"))}).encode()
     if content_type == FORM:
         parsed = {name: list(values) for name, values in parsed.items()}  # req.form stays
     hit = False
@@ -178,7 +216,7 @@ def prepare(
     default_key_ttl_hours: int,
 ) -> Prepared | Handshake:
     """Apply 415, 401 and 400 in that order, then build the event. Raises InboxError."""
-    scheme = get_scheme(source.scheme)
+    scheme = scheme_of(source)
     opts = source.options
     ctype = media_type(req.headers.get("content-type"))
     if not scheme.accepts(ctype):
@@ -194,8 +232,8 @@ def prepare(
 
     raw_key = req.headers.get("idempotency-key")
     key = validate_key(raw_key) if raw_key is not None else None
-    parsed = _parse_body(ctype, req.body, req.form)
-    challenge = scheme.challenge(req, parsed)
+    parsed = _parse_body(ctype, req.body, req.form, scheme.form_payload_field)
+    challenge = scheme.challenge(req, parsed, verified)
     if challenge is not None:
         return Handshake(*challenge)
 
@@ -226,7 +264,7 @@ def prepare(
         ordering.position(parsed, opts.occurred_at_path, opts.version_path)
 
     public_id = "evt_" + secrets.token_hex(12)
-    status = ACCEPT_STATUS.get(source.scheme, 202)
+    status = scheme.accept_status
     response = f'{{"id":"{public_id}","status":"accepted"}}'  # the id is hex: nothing to escape
     return Prepared(
         public_id=public_id,
@@ -237,8 +275,10 @@ def prepare(
         event_type=event_type,
         business_key_digest=bk,
         content_type=ctype,
-        body=_redacted_body(req.body, parsed, opts.redact_paths, ctype),
-        body_sha256=body_sha256(req.body),
+        body=_redacted_body(
+            req.body, parsed, opts.redact_paths, ctype, scheme.form_payload_field
+        ),
+        body_sha256=scheme.body_digest(req.body),
         headers=_stored_headers(dict(req.headers), opts.header),
         response_status=status,
         response_body=response.encode(),

@@ -12,6 +12,7 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 
 from inbox.domain.bodyschema import spec_errors
 from inbox.domain.errors import BadRequest
+from inbox.domain.signatures import RecipeError, parse_recipe
 
 
 class _OptionsSchema(Schema):
@@ -49,6 +50,9 @@ class _OptionsSchema(Schema):
                 " they need business_key_paths"
             )
 
+    # An operator's own provider, for scheme ``recipe`` (docs/recipes.md).
+    recipe = fields.Dict(keys=fields.String())
+
 
 OPTION_NAMES: tuple[str, ...] = tuple(sorted(_OptionsSchema().fields))
 
@@ -80,6 +84,7 @@ class SourceOptions:
     body_schema: dict[str, str] = field(default_factory=dict)
     occurred_at_path: str | None = None
     version_path: str | None = None
+    recipe: dict[str, Any] | None = None
     rate_limit_per_second: float | None = None  # None: no limit
     rate_limit_burst: int | None = None  # None: one second's worth, at least 1
 
@@ -115,6 +120,14 @@ class SourceOptions:
         for name in ("business_key_paths", "redact_paths"):
             if name in data:
                 data[name] = tuple(data[name])
+        if "recipe" in data and check_schema:  # a stored row loads; its requests get 401
+            try:
+                parse_recipe(data["recipe"])
+            except RecipeError as exc:
+                raise BadRequest(
+                    f"Invalid recipe: {exc.field} {exc.message}.",
+                    fields={"recipe": {exc.field: [exc.message]}},
+                ) from exc
         if "header" in data:
             data["header"] = data["header"].lower()
         return cls(**data)

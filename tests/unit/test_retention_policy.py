@@ -31,7 +31,10 @@ MINIMUMS = [
 
 
 def test_every_scheme_has_a_horizon_or_the_unknown_default() -> None:
-    assert {s for s, _ in MINIMUMS} == set(SCHEMES)
+    assert {s for s, _ in MINIMUMS} <= set(SCHEMES)
+    # The providers added by #16 have no researched retry horizon yet: the default applies.
+    for scheme in set(SCHEMES) - {s for s, _ in MINIMUMS}:
+        assert retry_horizon_hours(scheme) == UNKNOWN_HORIZON_HOURS
     for scheme in ("token", "hmac", "none"):
         assert scheme not in RETRY_HORIZON_HOURS
         assert retry_horizon_hours(scheme) == UNKNOWN_HORIZON_HOURS == 24

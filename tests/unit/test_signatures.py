@@ -26,17 +26,9 @@ from tests.unit.signing import NOW, cfg, fails, hex256, passes, req
 
 
 def test_registry_names_and_lookup() -> None:
-    assert set(SCHEMES) == {
-        "standard",
-        "stripe",
-        "github",
-        "shopify",
-        "slack",
-        "twilio",
-        "token",
-        "hmac",
-        "none",
-    }
+    original = {"standard", "stripe", "github", "shopify", "slack", "twilio", "token", "hmac"}
+    assert original | {"none", "recipe"} <= set(SCHEMES)
+    assert len(set(SCHEMES) - original - {"none", "recipe"}) >= 20  # #16
     for name, scheme in SCHEMES.items():
         assert isinstance(scheme, Scheme)
         assert scheme.name == name
@@ -51,7 +43,8 @@ def test_only_none_is_insecure() -> None:
 
 def test_timestamped_flags() -> None:
     timestamped = {n for n, s in SCHEMES.items() if s.timestamped}
-    assert timestamped == {"standard", "stripe", "slack", "hmac"}
+    assert {"standard", "stripe", "slack", "hmac"} <= timestamped
+    assert {"github", "shopify", "twilio", "token", "none"}.isdisjoint(timestamped)
 
 
 def test_body_paths() -> None:
@@ -75,7 +68,8 @@ def test_body_paths() -> None:
         ("stripe", "application/json", True),
         ("stripe", "application/cloudevents+json", False),
         ("slack", "application/x-www-form-urlencoded", True),
-        ("github", "application/x-www-form-urlencoded", False),
+        ("github", "application/x-www-form-urlencoded", True),
+        ("github", "multipart/form-data", False),
         ("twilio", "application/x-www-form-urlencoded; charset=utf-8", True),
         ("twilio", "application/json", True),
     ],

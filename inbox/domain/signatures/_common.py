@@ -85,9 +85,12 @@ def hmac_sha1(secret: str, message: bytes) -> bytes:
 
 
 def require_match(
-    candidates: Iterable[bytes], cfg: SchemeConfig, expected: Callable[[str], bytes]
-) -> None:
-    """Pass if any received candidate equals ``expected(secret)`` for any configured secret.
+    candidates: Iterable[bytes],
+    cfg: SchemeConfig,
+    expected: Callable[[str], bytes | list[bytes]],
+) -> str:
+    """Pass if any received candidate equals ``expected(secret)`` (or one of the values it
+    returns) for any configured secret; return the first secret that matched.
 
     Empty secrets are ignored: they must never authenticate anything. Every pair is
     compared with ``hmac.compare_digest`` and the loop does not stop early.
@@ -98,10 +101,13 @@ def require_match(
     secrets = [s for s in cfg.secrets if s]
     if not secrets:
         raise SignatureError("no secret configured")
-    found = False
+    matched: str | None = None
     for secret in secrets:
-        digest = expected(secret)
-        for candidate in received:
-            found |= hmac.compare_digest(digest, candidate)
-    if not found:
+        digests = expected(secret)
+        for digest in digests if isinstance(digests, list) else [digests]:
+            for candidate in received:
+                if hmac.compare_digest(digest, candidate) and matched is None:
+                    matched = secret
+    if matched is None:
         raise SignatureError("signature mismatch")
+    return matched

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import binascii
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 class SignatureError(Exception):
@@ -40,6 +42,15 @@ class Verified:
 
     event_id: str | None = None
     event_type: str | None = None
+    # The configured secret that matched (handshakes that answer with an HMAC need it).
+    secret: str | None = field(default=None, repr=False, compare=False)
+
+
+class Answer(NamedTuple):
+    """A handshake reply: a JSON object, text (sent as text/plain) or None (no body)."""
+
+    status: int
+    body: dict[str, object] | str | None
 
 
 # Errors that malformed input can provoke inside decoding and hashing code; verify()
@@ -57,6 +68,19 @@ class Scheme:
     event_type_path: str | None = None
     timestamped: bool = False
     insecure: bool = False
+    # For form bodies: the field whose value is the JSON event (GitHub's ``payload``).
+    form_payload_field: str | None = None
+    signs_url: bool = False  # the signature covers the URL the provider called
+    accept_status: int = 202  # what an accepted event is answered with
+    summary: str = ""  # what the scheme verifies, for ``inbox sources schemes``
+    # Where the provider's own event id and type are, as locations (header:NAME, json:PATH).
+    event_id_from: tuple[str, ...] = ()
+    event_type_from: tuple[str, ...] = ()
+
+    def body_digest(self, body: bytes) -> bytes:
+        """What a redelivery must match to be a duplicate (else it is a 422 conflict): the
+        SHA-256 of the body, unless the provider re-stamps parts of it on every attempt."""
+        return hashlib.sha256(body).digest()
 
     def accepts(self, content_type: str | None) -> bool:
         """Whether this scheme accepts the media type of a Content-Type header value."""
@@ -78,18 +102,15 @@ class Scheme:
         raise NotImplementedError
 
     def challenge(
-        self, req: SignedRequest, parsed_body: object
-    ) -> tuple[int, dict[str, object]] | None:
-        """Called AFTER a successful verify (POST) with the parsed JSON body: return
-        (status, json_body) to answer a provider handshake instead of storing an event,
-        else None."""
+        self, req: SignedRequest, parsed_body: object, verified: Verified | None = None
+    ) -> Answer | None:
+        """Called AFTER a successful verify (POST) with the parsed JSON body: return an
+        Answer to a provider handshake instead of storing an event, else None."""
         return None
 
-    def get_challenge(
-        self, req: SignedRequest, cfg: SchemeConfig
-    ) -> tuple[int, dict[str, object]] | None:
-        """Called for a GET request: return (status, json) for a provider's verification
-        GET, else None (the caller answers 405)."""
+    def get_challenge(self, req: SignedRequest, cfg: SchemeConfig) -> Answer | None:
+        """Called for a GET request: return an Answer for a provider's verification GET,
+        else None (the caller answers 405)."""
         return None
 
     def __repr__(self) -> str:

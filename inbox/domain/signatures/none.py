@@ -7,6 +7,7 @@ from .base import Scheme, SchemeConfig, SignedRequest, Verified
 
 class NoneScheme(Scheme):
     name = "none"
+    summary = "nothing: anyone who knows the URL can post (local testing only)"
     content_types = frozenset({"application/json"})
     insecure = True
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from ._common import header, require_match
-from .base import Scheme, SchemeConfig, SignedRequest, Verified
+from .base import Answer, Scheme, SchemeConfig, SignedRequest, Verified
 
 _DEFAULT_HEADER = "authorization"
 _BEARER = "bearer "
@@ -21,6 +21,9 @@ def _candidates(name: str, value: str) -> list[str]:
 
 class TokenScheme(Scheme):
     name = "token"
+    summary = (
+        "a shared token in Authorization (Bearer allowed) or the header option; answers Okta's GET"
+    )
     content_types = frozenset({"application/json"})
 
     def _verify(self, req: SignedRequest, cfg: SchemeConfig, now: float) -> Verified:
@@ -29,12 +32,10 @@ class TokenScheme(Scheme):
         require_match(received, cfg, lambda secret: secret.encode("utf-8"))
         return Verified()
 
-    def get_challenge(
-        self, req: SignedRequest, cfg: SchemeConfig
-    ) -> tuple[int, dict[str, object]] | None:
+    def get_challenge(self, req: SignedRequest, cfg: SchemeConfig) -> Answer | None:
         """Okta's one-time verification GET: echo the challenge once the token verifies."""
         challenge = req.headers.get(_OKTA)
         if not challenge:
             return None
         self.verify(req, cfg, time.time())
-        return 200, {"verification": challenge}
+        return Answer(200, {"verification": challenge})
