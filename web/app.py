@@ -41,7 +41,11 @@ def create_app(
         engine=engine,
         doorbell=doorbell,
         routes=RouteCache(engine, route_cache_seconds),
-        claims=Claims(engine),
+        claims=Claims(
+            engine,
+            timeout_s=settings.db_timeout_ms / 1000,
+            max_statements=settings.claim_statements,
+        ),
         start_bulk_replay=rings.start_bulk_replay,
         ring_couriers=rings.ring_couriers,
     )
