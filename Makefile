@@ -30,7 +30,7 @@ test: lint
 
 bench: setup
 	$(BIN)/python bench/ingest.py --seconds 10 --repeats 3
-	$(BIN)/python bench/drain.py --repeats 1 --skip proto,profile
+	$(BIN)/python bench/drain.py --repeats 1
 	$(BIN)/python bench/deliver.py
 
 clean:

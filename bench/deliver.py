@@ -12,7 +12,6 @@ rung with max_in_flight ``inbox.deliver`` messages; the rate is deliveries / (la
 3. the instant sink on endpoint A while endpoint B (same tenant, max_in_flight 8,
    timeout 1 s) accepts connections and never answers; B is rung again every second;
    A's rate against phase 1.
-4. in-process cProfile of ``inbox.courier.deliver_once`` against the instant sink.
 
     .venv/bin/python bench/deliver.py          # about a minute
 
@@ -39,7 +38,6 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path[:0] = [str(ROOT), str(BENCH)]
 
-import _deliver_profile  # noqa: E402
 import psycopg  # noqa: E402
 import redis  # noqa: E402
 from celery import Celery  # noqa: E402
@@ -193,14 +191,6 @@ def phases(bench: Bench, args: argparse.Namespace, out: dict[str, Any]) -> None:
     out["dead_ratio"] = round(r3 / r1, 3) if r1 and r3 else None
 
 
-def profile(bench: Bench, out: dict[str, Any]) -> None:
-    plain = bench.endpoint("/fast/prof-plain")
-    prof = bench.endpoint("/fast/prof")
-    bench.insert(plain, 2000)
-    bench.insert(prof, 2000)
-    out["profile"] = _deliver_profile.profile(bench.engine, prof, plain)
-
-
 def table(out: dict[str, Any]) -> str:
     rows = [("phase", "n", "delivered", "seconds", "deliveries/s")]
     for key in ("instant", "slow_50ms", "instant_with_dead"):
@@ -212,18 +202,15 @@ def table(out: dict[str, Any]) -> str:
     lines.append(f"target >= 1000/s to the instant sink: {rate} -> {bool(rate and rate >= 1000)}")
     ratio = out.get("dead_ratio")
     lines.append(f"A with dead B / A alone: {ratio} -> {bool(ratio and ratio >= 0.9)}")
-    prof = out.get("profile")
-    if prof:
-        lines.append(
-            f"in-process, one thread: {prof['plain_ms_per_delivery']} ms/delivery"
-            f" ({prof['plain_deliveries_per_s_one_thread']}/s)"
-        )
-        for label, ms in prof["ms_per_delivery_cumulative"].items():
-            lines.append(f"  {label:>16}: {ms} ms/delivery (cProfile cumulative)")
     return "\n".join(lines)
 
 
 def main() -> int:
+    # Signing secrets are encrypted at rest (INBOX_KEK): the run's own key, for every
+    # process it starts.
+    from cryptography.fernet import Fernet
+
+    os.environ.setdefault("INBOX_KEK", Fernet.generate_key().decode())
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=10000, help="deliveries to the instant sink")
     parser.add_argument("--n-slow", type=int, default=1500, help="deliveries to the 50 ms sink")
@@ -254,7 +241,6 @@ def main() -> int:
             while "ready" not in p.output() and time.monotonic() < deadline:
                 time.sleep(0.2)
         phases(bench, args, out)
-        profile(bench, out)
         out["sink_counts"] = bench.sink_stats()
         bench.engine.dispose()
     except Exception:

@@ -6,9 +6,7 @@ Redis database 9 (flushed), all on 127.0.0.1:
 1. Drain throughput: N pending events (default 20,000) of a no-op playbook (one
    ``effect=False`` step), drained by ``celery -A workers.app worker -Q inbox`` with
    --concurrency 1 and 2; timed from the first doorbell (one ``inbox.drain`` message)
-   to the last ``finished_at``. The same again with ``bench._drain_protoapp``: the shipped
-   worker app with the batched prototype (``_drain_batched``) as its drain round, to
-   measure what the change proposed from the profile would gain (informational).
+   to the last ``finished_at``.
 2. Raw Celery on the same broker: N no-op messages (each an INCR in Redis) consumed by
    a bare Celery app with --concurrency 1 and 2, once with acks_late + prefetch 1 (as
    ``workers/app.py``) and once with acks_late + Celery's default prefetch (4); timed
@@ -17,9 +15,6 @@ Redis database 9 (flushed), all on 127.0.0.1:
    rings), one worker with --concurrency 2, and beat; signed events sent open-loop at
    --rate per second for --seconds; ``finished_at - received_at`` per event, from the
    database.
-4. In-process profile: ``inbox.drain.drain_once`` looped in this process (statements,
-   transactions and commit time per event, cProfile top functions), next to the batched
-   prototype; the cost of one claim over the backlog with JIT on and off.
 
     .venv/bin/python bench/drain.py               # about 6 minutes on an idle machine
     .venv/bin/python bench/drain.py --repeats 3   # best and median of 3 per configuration
@@ -97,10 +92,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=180.0,
         help="before each measurement, wait up to this long for the machine to be < 25%% busy",
     )
-    p.add_argument("--profile-events", type=int, default=3000, help="in-process profile runs")
-    p.add_argument(
-        "--skip", default="", help="comma-separated phases to skip: inbox,proto,raw,e2e,profile"
-    )
+    p.add_argument("--skip", default="", help="comma-separated phases to skip: inbox,raw,e2e")
     p.add_argument(
         "--pg-url",
         default=os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
@@ -228,10 +220,7 @@ def _wait_drained(
         time.sleep(0.2)
 
 
-INBOX_APPS = {
-    "inbox drain": "workers.app",
-    "inbox drain (batched prototype)": "bench._drain_protoapp",
-}
+INBOX_APPS = {"inbox drain": "workers.app"}
 
 
 def run_inbox(b: Bench, concurrency: int, system: str = "inbox drain") -> dict[str, Any]:
@@ -468,37 +457,6 @@ def run_e2e(b: Bench) -> dict[str, Any]:
     return {**out, "worker_concurrency": 2, "sweep_seconds": a.sweep_seconds}
 
 
-# -- 4. in-process profile ---------------------------------------------------------------
-
-
-def run_profile(b: Bench) -> dict[str, Any]:
-    import _drain_profile as prof
-
-    n = b.args.profile_events
-    batch = b.args.batch_size or 100
-    src = b.sources["noop"]
-
-    def quiet() -> None:
-        procs.wait_quiet(b.args.quiet_wait)
-
-    quiet()
-    out: dict[str, Any] = {"commit_cost": prof.commit_cost(b.url)}
-    quiet()
-    out["current"] = prof.measure(b.url, src, n, batch, prof.FUNCTIONS["current"])
-    out["current_cprofile"] = prof.measure(
-        b.url, src, min(n, 1000), batch, prof.FUNCTIONS["current"], profile=True
-    )
-    quiet()
-    out["batched_prototype"] = prof.measure(b.url, src, n * 3, batch, prof.FUNCTIONS["batched"])
-    out["procs"] = []
-    for fn, events in (("current", n), ("batched", b.args.events)):
-        for nprocs in (1, 2):
-            quiet()
-            out["procs"].append(prof.measure_procs(b.url, src, events, batch, fn, nprocs))
-    out["claim_cost"] = [prof.claim_cost(b.url, src, pending) for pending in (n, b.args.events)]
-    return out
-
-
 # -- report ------------------------------------------------------------------------------
 
 
@@ -584,49 +542,18 @@ def e2e_lines(e: dict[str, Any]) -> list[str]:
     return lines
 
 
-def profile_lines(p: dict[str, Any]) -> list[str]:
-    cc = p["commit_cost"]
-    lines = [
-        f"In-process (no Celery): SELECT 1 {cc['select1_ms_p50']} ms, one-row UPDATE+COMMIT "
-        f"p50 {cc['update_commit_ms_p50']} ms p90 {cc['update_commit_ms_p90']} ms",
-    ]
-    for key in ("current", "batched_prototype"):
-        r = p[key]
-        lines.append(
-            f"  {key:18} {r['events_per_s']:>8,.0f} ev/s  {r['ms_per_event']:.3f} ms/ev  "
-            f"{r['statements_per_event']} stmts/ev  {r['commits_per_event']} commits/ev  "
-            f"{r['ms_per_commit']} ms/commit  {r['commit_ms_per_event']} commit ms/ev"
-        )
-        for name, s in r["by_statement"].items():
-            lines.append(
-                f"      {name:28} {s['per_event']:>6} per event  {s['ms_each']:>7} ms each"
-            )
-    for c in p.get("claim_cost", []):
-        lines.append(
-            f"  claim of 100 over {c['pending']:,} due events: shipped {c['shipped_jit_on_ms']} ms "
-            f"(jit off {c['shipped_jit_off_ms']} ms); by primary key {c['by_key_jit_on_ms']} ms "
-            f"(jit off {c['by_key_jit_off_ms']} ms)"
-        )
-    for r in p["procs"]:
-        lines.append(
-            f"  {r['drain']:18} x{r['procs']} procs  {r['events_per_s']:>8,.0f} ev/s "
-            f"({r['events']} events)"
-        )
-    return lines
-
-
 def _find(runs: list[dict[str, Any]], system: str, concurrency: int) -> dict[str, Any] | None:
     return next(
         (r for r in runs if r["system"] == system and r["concurrency"] == concurrency), None
     )
 
 
-def _target(name: str, value: float, met: bool, informational: bool = False) -> dict[str, Any]:
-    return {"target": name, "value": value, "met": met, "informational": informational}
+def _target(name: str, value: float, met: bool) -> dict[str, Any]:
+    return {"target": name, "value": value, "met": met}
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The targets, for the shipped drain; the prototype's figures are informational."""
+    """The targets, for the shipped drain."""
     out: list[dict[str, Any]] = []
     runs = results.get("throughput", [])
     raw2 = _find(runs, f"raw celery ({RAW_VARIANTS[0][0]})", 2)
@@ -634,13 +561,12 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         inbox2 = _find(runs, system, 2)
         if inbox2 is None:
             continue
-        info = system != "inbox drain"
         if raw2:
             ratio = round(inbox2["per_s"] / raw2["per_s"], 2)
             name = f"{system} (2 procs) >= {TARGET_RATIO:.0f}x raw celery ({raw2['system'][12:-1]}"
-            out.append(_target(name + ", 2 procs)", ratio, ratio >= TARGET_RATIO, info))
+            out.append(_target(name + ", 2 procs)", ratio, ratio >= TARGET_RATIO))
         name = f"{system} (2 procs) >= {TARGET_RATE:,.0f} events/s"
-        out.append(_target(name, inbox2["per_s"], inbox2["per_s"] >= TARGET_RATE, info))
+        out.append(_target(name, inbox2["per_s"], inbox2["per_s"] >= TARGET_RATE))
     e2e = results.get("e2e")
     if e2e and e2e["latency"].get("completed"):
         p99 = e2e["latency"]["p99_ms"]
@@ -654,14 +580,9 @@ def report(results: dict[str, Any]) -> None:
     lines += throughput_table(results.get("throughput", []))
     if "e2e" in results:
         lines += ["", *e2e_lines(results["e2e"])]
-    if "profile" in results:
-        lines += ["", *profile_lines(results["profile"])]
     lines += ["", "Targets:"]
     for t in results["targets"]:
-        mark = ("met" if t["met"] else "not met") if t["informational"] else None
-        mark = mark or ("MET" if t["met"] else "NOT MET")
-        note = "  (prototype, informational)" if t["informational"] else ""
-        lines.append(f"  [{mark}] {t['target']}: {t['value']}{note}")
+        lines.append(f"  [{'MET' if t['met'] else 'NOT MET'}] {t['target']}: {t['value']}")
     print("\n".join(lines))
 
 
@@ -671,7 +592,7 @@ def report(results: dict[str, Any]) -> None:
 def _throughput_plan(b: Bench, skip: set[str]) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
     levels = [int(c) for c in b.args.concurrency.split(",") if c.strip()]
     plan: list[tuple[str, Callable[[], dict[str, Any]]]] = []
-    for system, phase in (("inbox drain", "inbox"), ("inbox drain (batched prototype)", "proto")):
+    for system, phase in (("inbox drain", "inbox"),):
         if phase not in skip:
             plan += [(f"{system} c={c}", partial(run_inbox, b, c, system)) for c in levels]
     if "raw" not in skip:
@@ -714,12 +635,14 @@ def run_phases(b: Bench, results: dict[str, Any], skip: set[str]) -> None:
     if "e2e" not in skip:
         results["e2e"] = run_e2e(b)
         print(f"  end-to-end: {results['e2e']['latency']}", flush=True)
-    if "profile" not in skip:
-        results["profile"] = run_profile(b)
-        print("  profile: done", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Signing secrets are encrypted at rest (INBOX_KEK): the run's own key, for every
+    # process it starts.
+    from cryptography.fernet import Fernet
+
+    os.environ.setdefault("INBOX_KEK", Fernet.generate_key().decode())
     args = parse_args(argv)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     results: dict[str, Any] = {

@@ -106,3 +106,72 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
+
+
+class PrivatePostgres:
+    """A PostgreSQL cluster of one's own (initdb + pg_ctl, as the ``postgres`` user when
+    run as root) on a free port, for tests that freeze the server and for benchmarks that
+    count its CPU. ``stop()`` ends it by the postmaster's pid and removes its files."""
+
+    def __init__(self, settings: dict[str, str] | None = None) -> None:
+        import os
+        import shutil
+        import tempfile
+
+        if shutil.which("initdb") is None or shutil.which("pg_ctl") is None:
+            raise RuntimeError("initdb/pg_ctl are not installed")
+        self.root = Path(tempfile.mkdtemp(prefix="inbox-private-pg-"))
+        os.chmod(self.root, 0o755)
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres")
+        self.data = self.root / "data"
+        self.port = free_port()
+        self._as_postgres("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust")
+        opts = {"listen_addresses": "127.0.0.1", **(settings or {})}
+        flags = f"-p {self.port} -k {self.root} " + " ".join(f"-c {k}={v}" for k, v in opts.items())
+        log = str(self.root / "log")
+        self._as_postgres("pg_ctl", "-D", str(self.data), "-l", log, "-w", "-o", flags, "start")
+        self.pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    @staticmethod
+    def _as_postgres(*args: str) -> None:
+        import os
+        import subprocess
+
+        cmd = list(args)
+        if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+
+    def processes(self) -> list[int]:
+        """The postmaster and its children (every backend and auxiliary process)."""
+        pids = [self.pid]
+        for task in Path(f"/proc/{self.pid}/task").iterdir():
+            pids += [int(p) for p in (task / "children").read_text().split()]
+        return pids
+
+    def signal(self, sig: int) -> None:
+        import os
+
+        for pid in self.processes():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def stop(self) -> None:
+        import os
+        import shutil
+        import signal
+        import time
+
+        try:
+            self.signal(signal.SIGCONT)
+            os.kill(self.pid, signal.SIGQUIT)  # immediate shutdown
+            deadline = time.monotonic() + 30
+            while Path(f"/proc/{self.pid}").exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+        except (ProcessLookupError, FileNotFoundError):
+            pass
+        shutil.rmtree(self.root, ignore_errors=True)

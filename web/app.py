@@ -44,7 +44,11 @@ def create_app(
         engine=engine,
         doorbell=doorbell,
         routes=RouteCache(engine, route_cache_seconds),
-        claims=Claims(engine),
+        claims=Claims(
+            engine,
+            timeout_s=settings.db_timeout_ms / 1000,
+            max_statements=settings.claim_statements,
+        ),
         limiter=RateLimiter(settings.redis_url),
         backlog=Backlog(engine, settings.max_backlog),
         start_bulk_replay=rings.start_bulk_replay,

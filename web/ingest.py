@@ -7,6 +7,7 @@ import time
 from dataclasses import replace
 
 from flask import Blueprint, Response, jsonify, request
+from sqlalchemy.exc import DBAPIError
 
 from inbox.domain import intake as core
 from inbox.domain.errors import (
@@ -19,8 +20,10 @@ from inbox.domain.errors import (
 from inbox.domain.records import Source
 from inbox.domain.states import EventState
 from inbox.infra import metrics
+from inbox.store.claims import ATTEMPTS, RETRIED
+from inbox.store.engine import deadline_at
 from inbox.store.events import stored_response
-from inbox.store.intake import IngestResult, claim, ingest
+from inbox.store.intake import IngestResult, claim, ingest, replay
 from web import overload, validate
 from web.errors import error_response
 from web.services import Services, services
@@ -73,7 +76,11 @@ def _answer(result: IngestResult) -> Response:
 @hooks.route("/hooks/<tenant>/<source>", methods=_METHODS)
 def receive(tenant: str, source: str) -> Response:
     ext = services()
-    route: Source | None = ext.routes.get(tenant, source)
+    # Every database wait of this request ends by then (the pool, each statement, the
+    # group-commit queue): past it, 503, and the sender retries.
+    until = time.monotonic() + ext.settings.db_timeout_ms / 1000
+    with deadline_at(until):
+        route: Source | None = ext.routes.get(tenant, source)
     if route is None or not route.enabled:
         raise NotFound()
     if request.method == "GET":
@@ -93,10 +100,10 @@ def receive(tenant: str, source: str) -> Response:
     if isinstance(prepared, core.Handshake):
         return _handshake(prepared)
     overload.check_rate(ext.limiter, route)
-    result = claim(ext.claims, route, prepared)
-    if result is None:  # the key is taken: a duplicate or a conflict
-        with ext.engine.begin() as conn:
-            result = ingest(conn, route, prepared)
+    with deadline_at(until):
+        result = claim(ext.claims, route, prepared)
+        if result is None:  # the key is taken: a duplicate or a conflict
+            result = _taken(ext, route, prepared, until)
     metrics.record_ingest(route.tenant, route.name, result.outcome)
     # Committed. Only now may the sender hear 2xx; the doorbell is best effort.
     if result.outcome == "accepted":
@@ -105,6 +112,25 @@ def receive(tenant: str, source: str) -> Response:
             result = _wait_for_decision(ext, result, prepared.wait_seconds)
     log.debug("ingest %s/%s outcome=%s event=%s", tenant, source, result.outcome, result.public_id)
     return _answer(result)
+
+
+def _taken(ext: Services, route: Source, prepared: core.Prepared, until: float) -> IngestResult:
+    """A taken key: the copy's answer in one statement, else (another body, a pruned key)
+    the duplicate path's transaction. Each takes one row lock at most (the original's),
+    so neither can deadlock; a deadlock or serialization failure is retried all the same,
+    a few times within the deadline, as the claims are."""
+    replayed = replay(ext.engine, route, prepared, until)
+    if replayed is not None:
+        return replayed
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            with ext.engine.begin() as conn:
+                return ingest(conn, route, prepared)
+        except DBAPIError as exc:
+            retry = isinstance(exc.orig, RETRIED)
+            if not retry or attempt == ATTEMPTS or time.monotonic() >= until:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _wait_for_decision(ext: Services, result: IngestResult, seconds: float) -> IngestResult:

@@ -6,7 +6,7 @@ one refresh takes (at most ``2 * ttl``).
 When an entry expires, one request reads it again while the others go on with the entry
 they have. Without that, every request arriving during the refresh made its own query,
 each taking a pool connection, the claims' included: under load that stalled a worker's
-requests for 100-170 ms every ``ttl`` seconds (bench/ingest.md).
+requests every ``ttl`` seconds.
 """
 
 from __future__ import annotations

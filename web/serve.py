@@ -1,9 +1,8 @@
 """The web process: ``python -m web`` (the Procfile's ``web``) serves ``web.wsgi:app``.
 
 The HTTP server is granian: its HTTP/1.1 handling is Rust, and each worker process runs
-the Flask app in a pool of threads. On the 2-core benchmark machine it took 0.26 ms of
-CPU per request of a bare Flask view where gunicorn's threaded workers took 0.62 ms,
-and the real receiver's CPU per accepted event fell by about a third (bench/ingest.md).
+the Flask app in a pool of threads; it took less CPU per request than gunicorn's threaded
+workers on the 2-core benchmark machine (bench/README.md).
 
 Settings come from the environment (the README's table); the flags override them:
 
@@ -38,10 +37,9 @@ class ServerSettings:
     port: int
     # One worker process per core: a process runs Python on one core at a time (the
     # interpreter lock). 24 threads each: the more requests a process has in flight, the
-    # more claims share each INSERT (inbox/store/claims.py). Against 8 threads, 24 gave
-    # 12-30 % more accepted events/s at 32 senders, and less CPU per event in both the
-    # receiver and PostgreSQL (bench/ingest.md). The claims of a process use one database
-    # connection at a time, so the pool (INBOX_DB_POOL_SIZE) need not be as large.
+    # more claims share each INSERT (inbox/store/claims.py); 24 did better than 8 at 32
+    # senders (bench/README.md). The claims of a process use one connection at a time
+    # (INBOX_CLAIM_STATEMENTS), so the pool (INBOX_DB_POOL_SIZE) need not be as large.
     workers: int
     threads: int
     backlog: int
@@ -106,8 +104,7 @@ def metrics_dir(environ: MutableMapping[str, str]) -> str | None:
 
 class _ThreadCountNotice(logging.Filter):
     """Drops granian's warning that more than 2 x cores + 1 threads "seems quite high": it
-    assumes threads that compute, and ours mostly wait on the database (bench/ingest.md
-    measured 24 against 8)."""
+    assumes threads that compute, and ours mostly wait on the database."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "Python threads" not in record.getMessage()

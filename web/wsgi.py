@@ -18,5 +18,5 @@ close_now_and_then(app, keepalive_requests(os.environ))
 # Everything loaded so far (the app, its libraries) lives as long as the worker: move it
 # out of the collector's sight. Without this, each full collection walks those ~80,000
 # objects while holding the interpreter lock; under load that stalled all of a worker's
-# threads for 45-135 ms, twice per worker in a 10 s benchmark window. After: ~1 ms.
+# threads, a few times per benchmark window.
 gc.freeze()

@@ -34,6 +34,7 @@ class Settings:
     key_ttl_hours: int = 24
     db_timeout_ms: int = 2000
     pool_size: int = 10
+    claim_statements: int = 1
     sweep_seconds: int = 30
     lease_seconds: int = 60
     batch_size: int = 100
@@ -72,6 +73,7 @@ class Settings:
             key_ttl_hours=_int("INBOX_KEY_TTL_HOURS", 24),
             db_timeout_ms=_int("INBOX_DB_TIMEOUT_MS", 2000),
             pool_size=_int("INBOX_DB_POOL_SIZE", 10),
+            claim_statements=_int("INBOX_CLAIM_STATEMENTS", 1),
             sweep_seconds=_int("INBOX_SWEEP_SECONDS", 30),
             lease_seconds=_int("INBOX_LEASE_SECONDS", 60),
             batch_size=_int("INBOX_BATCH_SIZE", 100),

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from sqlalchemy import Connection, func, select, text
+import psycopg
+from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.dialects.postgresql import insert
 
 from inbox.domain.intake import Prepared
 from inbox.domain.records import Source
 from inbox.domain.states import FINISHED
-from inbox.store.claims import Claims, execute, row
+from inbox.store.claims import Claims, autocommit, execute, row
+from inbox.store.engine import watchdog
 from inbox.store.tables import events, idempotency_conflicts
 
 Outcome = Literal["accepted", "duplicate", "conflict", "in_flight"]
@@ -51,17 +53,45 @@ def _claim_in(conn: Connection, source: Source, ev: Prepared) -> IngestResult | 
 # A duplicate: count it on the original row (no row per copy) and read back what the
 # first delivery was answered. The body-hash test decides duplicate vs conflict in the
 # same statement, so no second round trip is needed for the common case.
-_DUPLICATE = text(
-    """
+# In the driver's own placeholders: ``replay`` sends it on the driver directly.
+_DUPLICATE = """
     UPDATE events
        SET duplicate_count = duplicate_count + 1,
            first_duplicate_at = coalesce(first_duplicate_at, now()),
            last_duplicate_at = now()
-     WHERE tenant_id = :tenant_id AND source_id = :source_id AND key_digest = :key_digest
-       AND body_sha256 = :body_sha256
+     WHERE tenant_id = %(tenant_id)s AND source_id = %(source_id)s
+       AND key_digest = %(key_digest)s AND body_sha256 = %(body_sha256)s
     RETURNING id, public_id, response_status, response_body, sync, state
     """
-)
+
+
+def _duplicate_params(source: Source, ev: Prepared) -> dict[str, Any]:
+    return {
+        "tenant_id": source.tenant_id,
+        "source_id": source.id,
+        "key_digest": ev.key_digest,
+        "body_sha256": ev.body_sha256,
+    }
+
+
+def _as_duplicate(dup: Any) -> IngestResult:
+    """The answer to a copy of the first delivery (``_DUPLICATE``'s row)."""
+    event_id, public_id, status, body, sync, state = dup
+    if sync and state not in FINISHED:
+        return IngestResult("in_flight", event_id, public_id, 409, b"")
+    return IngestResult("duplicate", event_id, public_id, status, bytes(body))
+
+
+def replay(engine: Engine, source: Source, ev: Prepared, until: float) -> IngestResult | None:
+    """The common case of a taken key, a copy with the same body, in one round trip:
+    ``_DUPLICATE`` alone in autocommit, on the driver (counted and committed before the
+    answer). None: another body, or the key was pruned; ``ingest`` decides."""
+    with autocommit(engine, until) as pooled:
+        driver = pooled.driver_connection
+        assert isinstance(driver, psycopg.Connection)
+        with watchdog.guard(driver, until):
+            dup = driver.execute(_DUPLICATE, _duplicate_params(source, ev)).fetchone()
+    return None if dup is None else _as_duplicate(dup)
 
 
 def _conflict(conn: Connection, source: Source, ev: Prepared) -> IngestResult | None:
@@ -97,19 +127,9 @@ def ingest(conn: Connection, source: Source, ev: Prepared) -> IngestResult:
             claimed = _claim_in(conn, source, ev)
             if claimed is not None:
                 return claimed
-        params = {
-            "tenant_id": source.tenant_id,
-            "source_id": source.id,
-            "key_digest": ev.key_digest,
-            "body_sha256": ev.body_sha256,
-        }
-        dup = conn.execute(_DUPLICATE, params).first()
+        dup = conn.exec_driver_sql(_DUPLICATE, _duplicate_params(source, ev)).first()
         if dup is not None:
-            if dup.sync and dup.state not in FINISHED:
-                return IngestResult("in_flight", dup.id, dup.public_id, 409, b"")
-            return IngestResult(
-                "duplicate", dup.id, dup.public_id, dup.response_status, bytes(dup.response_body)
-            )
+            return _as_duplicate(dup)
         conflict = _conflict(conn, source, ev)
         if conflict is not None:
             return conflict

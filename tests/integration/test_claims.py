@@ -73,7 +73,9 @@ def _until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
         time.sleep(0.005)
 
 
-_WAITING = "wait_event_type = 'Lock' AND query LIKE 'INSERT INTO events%'"
+_WAITING = (
+    "datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO events%'"
+)
 
 
 def _blocked(engine: Engine, terminate: bool = False) -> int:
@@ -101,7 +103,32 @@ def _rows(engine: Engine) -> list[Any]:
 
 @pytest.fixture
 def claims(engine: Engine) -> Claims:
-    return Claims(engine)
+    """One statement out at a time: the queue is easy to see."""
+    return Claims(engine, max_statements=1)
+
+
+def test_a_second_statement_goes_out_while_the_first_waits(engine, make_source):
+    """With two statements per process, a claim arriving while one waits goes at once;
+    the claims after it queue behind both and share the next ones (one or two, as the two
+    that are out finish)."""
+    src = make_source()
+    claims = Claims(engine, max_statements=2)
+    racer = Racer(claims, src)
+    with _holding_key(engine, src, "held"), _holding_key(engine, src, "held2"):
+        racer.start(_event("held"))
+        _until(lambda: _blocked(engine) == 1)
+        racer.start(_event("held2"))
+        _until(lambda: _blocked(engine) == 2)
+        assert claims.statements == 2
+        queued = [_event(f"q{i}") for i in range(4)]
+        for ev in queued:
+            racer.start(ev)
+        _until(lambda: claims.pending() == len(queued))
+        assert claims.statements == 2
+    racer.join()
+    assert claims.statements in (3, 4)
+    stored = {r.public_id for r in _rows(engine)}
+    assert {ev.public_id for ev in queued} <= stored
 
 
 def test_claims_that_queue_behind_a_statement_share_the_next_one(engine, make_source, claims):
@@ -209,3 +236,44 @@ def test_the_duplicate_path_claims_a_key_pruned_in_between(engine, make_source):
         result = ingest(conn, src, ev)
     assert result.outcome == "accepted" and result.public_id == ev.public_id
     assert [(r.id, r.public_id) for r in _rows(engine)] == [(result.event_id, ev.public_id)]
+
+
+def _keys_in_lock_order(n: int) -> list[str]:
+    """Key names whose digests (``_event``'s) sort in the order given."""
+    names = [f"order-{i}" for i in range(n * 4)]
+    return sorted(names, key=lambda k: hashlib.sha256(k.encode()).digest())[:n]
+
+
+def test_a_statement_chosen_as_a_deadlock_victim_is_sent_again(engine, make_source):
+    """Another transaction holds key b and then asks for key a, which the statement has
+    taken while it waits for b: a deadlock, and the statement is the victim (the other
+    session's detector is set to look later). The claims hear no error: the statement
+    is sent again, waits for the other transaction, and finds both keys taken."""
+    src = make_source()
+    a, b = _keys_in_lock_order(2)
+    claims = Claims(engine, timeout_s=30, max_statements=1)  # slow machine: no deadline
+    racer = Racer(claims, src)
+    later = time.monotonic() + 30
+    with engine.connect() as other:
+        tx = other.begin()
+        other.execute(text("SET LOCAL deadlock_timeout = '20s'"))
+        execute(other.connection, [row(src, _event(b))], later)
+        with _holding_key(engine, src, "held"):  # the next statement carries a and b
+            racer.start(_event("held"))
+            _until(lambda: _blocked(engine) == 1)
+            ev_a, ev_b = _event(a), _event(b)
+            racer.start(ev_a)
+            racer.start(ev_b)
+            _until(lambda: claims.pending() == 2)
+        _until(lambda: claims.statements == 2 and _blocked(engine) == 1)  # a in, waits on b
+        asks_for_a = threading.Thread(
+            target=lambda: execute(other.connection, [row(src, _event(a))], later)
+        )
+        asks_for_a.start()
+        _until(lambda: claims.retries == 1, timeout=15)
+        asks_for_a.join(15)
+        tx.commit()
+    racer.join()
+    assert racer.outcomes[ev_a.public_id] is None
+    assert racer.outcomes[ev_b.public_id] is None
+    assert claims.statements == 3

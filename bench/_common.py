@@ -1,0 +1,400 @@
+"""What the benchmarks share: databases, the web server, the load generator, CPU accounting.
+
+**Databases.** Each run creates a fresh database on the server at ``--pg-url``, migrates it
+and drops it at the end.
+
+**The web server.** ``python -m web`` as the Procfile runs it, on 127.0.0.1.
+
+**Load: wrk** (Debian's package ``wrk``; ``apt-get install wrk``), an epoll loop in C with a
+little Lua per request, so most of the two cores are left to what is measured. A closed
+loop over keep-alive connections, one per sender; 1 KiB JSON bodies signed with the
+``hmac`` scheme (``X-Signature`` = HMAC-SHA256 over ``{timestamp}.{body}``). The scheme
+takes the event id from the Idempotency-Key header, so one body and one signature serve a
+whole level and only the key changes per request. wrk stops at its deadline with up to one
+request per connection in flight: those may be stored without their answer being counted.
+
+**CPU accounting** from /proc (Linux), sampled at the start and the end of a window: the
+machine's busy jiffies; each process tree (the web server and its workers; this process
+with wrk); PostgreSQL (the postmaster, its auxiliary processes, the backends of the run's
+database, plus the postmaster's reaped children's time). Everything else is ``other``.
+
+**The speed probe**: a fixed CPU-bound loop (an HMAC and a SHA-256 of 1 KiB, a json.loads,
+a small dict), timed on each CPU before a run, in microseconds per iteration (lower is
+faster), so a slow run can be told from a slow machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+RESULTS = BENCH / "results"
+BIN = Path(sys.executable).parent
+
+# -- databases and processes -------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _with_db(url: str, name: str) -> str:
+    base, _, query = url.partition("?")
+    return base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
+
+
+def create_database(pg_url: str, prefix: str = "inbox_bench") -> tuple[str, str]:
+    """A fresh database, migrated to head: (name, url)."""
+    from inbox.store import migrate
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = _with_db(pg_url, name)
+    migrate.upgrade(url)
+    return name, url
+
+
+def drop_database(pg_url: str, name: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def web_args(app: str, port: int, workers: int, threads: int) -> list[str]:
+    """The project's web server (``python -m web``, as the Procfile runs it) on 127.0.0.1."""
+    return [
+        *(str(BIN / "python"), "-m", "web", "--app", app, "--host", "127.0.0.1"),
+        *("--port", str(port), "--workers", str(workers), "--threads", str(threads)),
+    ]
+
+
+# -- wrk ---------------------------------------------------------------------------------
+
+WRK = "wrk"
+_RESULT = "WRK-RESULT "
+
+# %(...)s are filled in by Python; everything else is Lua. With ``repeat`` every second
+# request carries the previous request's key: wrk calls request() for whichever of the
+# thread's connections is free next, so the copy goes out on another connection (and,
+# as the kernel spreads connections over the server's processes, often another process),
+# usually while the first is still in flight.
+_SCRIPT = """
+local counter = 0
+local prefix = "k-"
+local last = "k-0"
+local copies = %(repeat)s
+local threads = {}
+statuses = {}
+replayed = 0
+local body = %(body)s
+local headers = {
+  ["Content-Type"] = "application/json",
+  ["X-Timestamp"] = "%(ts)s",
+  ["X-Signature"] = "%(sig)s",
+}
+
+function setup(thread)
+  threads[#threads + 1] = thread
+  thread:set("tid", #threads)
+end
+
+function init(args)
+  prefix = args[1] .. "-" .. tid .. "-"
+end
+
+function request()
+  counter = counter + 1
+  if copies and counter %% 2 == 0 then
+    headers["Idempotency-Key"] = last
+  else
+    last = prefix .. counter
+    headers["Idempotency-Key"] = last
+  end
+  return wrk.format("POST", "%(path)s", headers, body)
+end
+
+function response(status, hdrs, resp_body)
+  statuses[status] = (statuses[status] or 0) + 1
+  if hdrs["idempotent-replayed"] or hdrs["Idempotent-Replayed"] then
+    replayed = replayed + 1
+  end
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  local out = {
+    requests = summary.requests,
+    duration_us = summary.duration,
+    p50_ms = latency:percentile(50) / 1000,
+    p90_ms = latency:percentile(90) / 1000,
+    p99_ms = latency:percentile(99) / 1000,
+    max_ms = latency.max / 1000,
+    transport_errors = e.connect + e.read + e.write + e.timeout,
+  }
+  local parts = {}
+  for k, v in pairs(out) do parts[#parts + 1] = string.format("%%q:%%s", k, v) end
+  local counts = {}
+  local copies_seen = 0
+  for _, thread in ipairs(threads) do
+    for status, n in pairs(thread:get("statuses")) do
+      counts[status] = (counts[status] or 0) + n
+    end
+    copies_seen = copies_seen + thread:get("replayed")
+  end
+  local st = {}
+  for status, n in pairs(counts) do st[#st + 1] = string.format("\\"%%d\\":%%d", status, n) end
+  parts[#parts + 1] = "\\"statuses\\":{" .. table.concat(st, ",") .. "}"
+  parts[#parts + 1] = string.format("\\"replayed\\":%%d", copies_seen)
+  io.write("%(marker)s{" .. table.concat(parts, ",") .. "}\\n")
+end
+"""
+
+BODY_BYTES = 1024
+
+
+def make_body(key: str, size: int = BODY_BYTES) -> bytes:
+    """A JSON object of exactly ``size`` bytes whose ``id`` is ``key``."""
+    head = '{"id":"' + key + '","type":"bench.event","data":{"pad":"'
+    tail = '"}}'
+    return (head + "x" * (size - len(head) - len(tail)) + tail).encode()
+
+
+def wrk_available() -> bool:
+    return shutil.which(WRK) is not None
+
+
+def wrk_script(path: str, secret: bytes, repeat: bool) -> str:
+    body = make_body("wrk-body")
+    ts = str(int(time.time()))
+    sig = hmac.new(secret, ts.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return _SCRIPT % {
+        "body": json.dumps(body.decode()),  # a JSON string is a valid Lua string here
+        "ts": ts,
+        "sig": sig,
+        "path": path,
+        "marker": _RESULT,
+        "repeat": "true" if repeat else "false",
+    }
+
+
+def run_wrk(url: str, script: Path, senders: int, seconds: float, tag: str) -> dict[str, Any]:
+    """One wrk run: requests, latency percentiles (ms), statuses ("0": transport errors)."""
+    cmd = [
+        *(WRK, f"-t{min(2, senders)}", f"-c{senders}", f"-d{max(1, round(seconds))}s"),
+        *("--timeout", "30s", "-s", str(script), url, "--", tag),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"wrk exited with {done.returncode}: {done.stderr}")
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith(_RESULT)), None)
+    if line is None:
+        raise RuntimeError(f"wrk printed no result:\n{done.stdout}")
+    result: dict[str, Any] = json.loads(line[len(_RESULT) :])
+    statuses = {str(k): int(v) for k, v in result["statuses"].items()}
+    if result["transport_errors"]:
+        statuses["0"] = statuses.get("0", 0) + int(result["transport_errors"])
+    result["statuses"] = dict(sorted(statuses.items()))
+    return result
+
+
+# -- CPU accounting ----------------------------------------------------------------------
+
+PROC = Path("/proc")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        raw = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name is in parentheses and may contain spaces: split after it.
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def _table() -> dict[int, tuple[int, float, float]]:
+    """pid -> (ppid, own cpu seconds, reaped children's cpu seconds) for every process."""
+    out: dict[int, tuple[int, float, float]] = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat(int(entry.name))
+        if fields is None:
+            continue
+        # After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14)
+        own = (int(fields[11]) + int(fields[12])) / TICK
+        reaped = (int(fields[13]) + int(fields[14])) / TICK
+        out[int(entry.name)] = (int(fields[1]), own, reaped)
+    return out
+
+
+def _descendants(table: dict[int, tuple[int, float, float]], root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    seen = {root}
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in seen:
+                seen.add(child)
+                stack.append(child)
+    return seen
+
+
+def _title(pid: int) -> str:
+    try:
+        return (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _other_backend(title: str, database: str) -> bool:
+    """A backend's title reads ``postgres: [cluster:] user database host(port) state``."""
+    words = title.split()
+    if f" {database} " in f" {title} " or len(words) < 4:
+        return False
+    return any((w.endswith(")") and "(" in w) or w == "[local]" for w in words)
+
+
+def parent_of(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[1]) if fields else None
+
+
+def machine_busy() -> float:
+    """Busy CPU seconds of all cores since boot (everything but idle and iowait)."""
+    with open(PROC / "stat") as f:
+        values = [int(v) for v in f.readline().split()[1:9]]
+    return (sum(values) - values[3] - values[4]) / TICK
+
+
+class Sampler:
+    """Cumulative CPU seconds by component; ``sample()`` twice and subtract."""
+
+    def __init__(self, trees: dict[str, int], postmaster: int | None, database: str) -> None:
+        self.trees = trees  # name -> root pid of a process tree (root included)
+        self.postmaster = postmaster
+        self.database = database
+
+    def sample(self) -> dict[str, float]:
+        table = _table()
+        out = {"machine": machine_busy()}
+        claimed: set[int] = set()
+        for name, root in self.trees.items():
+            pids = _descendants(table, root) - claimed
+            claimed |= pids
+            # Children that ended and were reaped (a wrk run) count for their parent.
+            reaped = table[root][2] if root in table else 0.0
+            out[name] = sum(table[p][1] for p in pids if p in table) + reaped
+        if self.postmaster is not None and self.postmaster in table:
+            pids = {
+                p
+                for p in _descendants(table, self.postmaster)
+                if not _other_backend(_title(p), self.database)
+            }
+            out["postgres"] = sum(table[p][1] for p in pids) + table[self.postmaster][2]
+        return out
+
+
+def window(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
+    """Cores used on average by each component over the window, and ``other``."""
+    used = {k: (after[k] - before[k]) / seconds for k in after if k in before}
+    attributed = sum(v for k, v in used.items() if k != "machine")
+    used["other"] = max(0.0, used["machine"] - attributed)
+    return used
+
+
+def _established_inodes(port: int) -> set[str]:
+    """Socket inodes of established IPv4 TCP connections whose local port is ``port``."""
+    inodes: set[str] = set()
+    try:
+        lines = (PROC / "net" / "tcp").read_text().splitlines()[1:]
+    except OSError:
+        return inodes
+    for line in lines:
+        fields = line.split()
+        # sl local_address rem_address st ... inode(9)
+        if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+            inodes.add(fields[9])
+    return inodes
+
+
+def connections_by_process(root: int, port: int) -> dict[int, int]:
+    """pid -> established connections on ``port`` held by each process of the tree."""
+    inodes = _established_inodes(port)
+    out: dict[int, int] = {}
+    for pid in _descendants(_table(), root):
+        try:
+            links = [os.readlink(f) for f in (PROC / str(pid) / "fd").iterdir()]
+        except OSError:
+            continue
+        held = sum(1 for link in links if link.startswith("socket:[") and link[8:-1] in inodes)
+        if held:
+            out[pid] = held
+    return out
+
+
+# -- the speed probe ---------------------------------------------------------------------
+
+ITERATIONS = 2000
+ROUNDS = 5
+
+_BODY = json.dumps({"id": "evt_" + "0" * 20, "data": {"note": "x" * 900}}).encode()
+_KEY = b"speed-probe-secret"
+_PAIRS = [(f"HTTP_X_HEADER_{i}", f"value-{i}") for i in range(16)]
+
+
+def _once() -> int:
+    n = 0
+    for _ in range(ITERATIONS):
+        sig = hmac.new(_KEY, _BODY, hashlib.sha256).hexdigest()
+        digest = hashlib.sha256(_BODY).digest()
+        doc = json.loads(_BODY)
+        headers = {k[5:].replace("_", "-").lower(): v for k, v in _PAIRS}
+        n += len(sig) + len(digest) + len(doc) + len(headers)
+    return n
+
+
+def probe_us() -> float:
+    """Microseconds per iteration, best of ``ROUNDS`` rounds."""
+    best = float("inf")
+    for _ in range(ROUNDS):
+        start = time.perf_counter()
+        _once()
+        best = min(best, time.perf_counter() - start)
+    return best * 1e6 / ITERATIONS
+
+
+def probe_cpus() -> list[float]:
+    """``probe_us`` on each CPU this process may run on, one after the other."""
+    allowed = os.sched_getaffinity(0)
+    out = []
+    try:
+        for cpu in sorted(allowed):
+            os.sched_setaffinity(0, {cpu})
+            out.append(probe_us())
+    finally:
+        os.sched_setaffinity(0, allowed)
+    return out
+
+
+def shown(values: list[float]) -> str:
+    """Per-CPU figures as printed: ``12.22 / 21.06``."""
+    return " / ".join(f"{v:.2f}" for v in values)
