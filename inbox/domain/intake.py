@@ -275,9 +275,7 @@ def prepare(
         event_type=event_type,
         business_key_digest=bk,
         content_type=ctype,
-        body=_redacted_body(
-            req.body, parsed, opts.redact_paths, ctype, scheme.form_payload_field
-        ),
+        body=_redacted_body(req.body, parsed, opts.redact_paths, ctype, scheme.form_payload_field),
         body_sha256=scheme.body_digest(req.body),
         headers=_stored_headers(dict(req.headers), opts.header),
         response_status=status,
