@@ -276,4 +276,8 @@ def test_a_statement_chosen_as_a_deadlock_victim_is_sent_again(engine, make_sour
     racer.join()
     assert racer.outcomes[ev_a.public_id] is None
     assert racer.outcomes[ev_b.public_id] is None
-    assert claims.statements == 3
+    # Once the victim rolls back, its resend and the other session race for key a; the
+    # resend can win it and deadlock once more (still the victim), so it may take a second
+    # resend. Either way every resend is counted, and no claim heard an error.
+    assert 1 <= claims.retries <= 2
+    assert claims.statements == 2 + claims.retries
