@@ -82,12 +82,14 @@ logging.getLogger(f"{__name__}.{_DeadlinePool.__name__}").setLevel(logging.WARNI
 
 
 class _Guard:
-    __slots__ = ("driver", "lock", "out", "until")
+    __slots__ = ("driver", "lock", "returned", "until")
 
     def __init__(self, driver: psycopg.Connection[Any], until: float) -> None:
         self.driver = driver
         self.until = until
-        self.out = True  # the statement is still running
+        # Set by the statement's own thread the moment it returns, without a lock: a cut in
+        # progress holds ``lock`` and must still see the return while it waits.
+        self.returned = threading.Event()
         self.lock = threading.Lock()
 
 
@@ -120,8 +122,9 @@ class Watchdog:
         """The statement returned (or failed)."""
         with self._mutex:
             self._out.pop(id(g), None)
+        g.returned.set()
         with g.lock:  # wait for a cut in progress: the connection is ours again after
-            g.out = False
+            pass
 
     @contextlib.contextmanager
     def guard(self, driver: psycopg.Connection[Any], until: float) -> Iterator[None]:
@@ -149,15 +152,16 @@ class Watchdog:
 
     def _cut(self, g: _Guard) -> None:
         with g.lock:
-            if not g.out:
+            if g.returned.is_set():
                 return
             try:
                 g.driver.cancel_safe(timeout=self._grace)
             except Exception:  # the server does not answer: nothing will come back
                 pass
             else:
-                time.sleep(self._grace)  # a live server answers the cancel at once
-                if not g.out:
+                # A live server answers the cancel at once: the statement returns with
+                # QueryCanceled and its connection stays good for the next user.
+                if g.returned.wait(self._grace):
                     return
             _shut(g.driver)
 
@@ -282,6 +286,10 @@ def _guard_statements(engine: Engine) -> None:
 
     @event.listens_for(engine, "handle_error")
     def _failed(ctx: Any) -> None:
-        g = out.pop(id(getattr(ctx, "cursor", None)), None)
+        # SQLAlchemy 2.1 leaves ExceptionContext.cursor unset; the execution context
+        # still holds the cursor. A statement never marked done is cut later, on a
+        # connection already back in the pool (the next request's 503).
+        cursor = getattr(ctx, "cursor", None) or getattr(ctx.execution_context, "cursor", None)
+        g = out.pop(id(cursor), None)
         if g is not None:
             watchdog.done(g)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from sqlalchemy import text
 
@@ -104,3 +105,34 @@ def test_a_claim_whose_connection_dies_is_503_and_the_pool_recovers(settings, ma
     assert retry.status_code == 202
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM events")).scalar_one() == 2
+
+
+def test_a_statement_the_watchdog_cancels_leaves_its_connection_usable(settings):
+    """A live server answers the watchdog's cancel at once; the statement returns with
+    QueryCanceled and the connection goes back to the pool intact. The watchdog shuts the
+    socket only when the statement does not return: shutting it after a good cancel hands
+    the next request a dead connection, and that request a 503 it did not earn."""
+    import psycopg
+
+    from inbox.store.engine import deadline
+
+    # the server's own timeouts far away: only the client-side deadline can end the sleep
+    patient = Settings(database_url=settings.database_url, db_timeout_ms=30_000)
+    one = make_engine(patient, pool_size=1)
+    try:
+        with one.connect() as conn:
+            pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        with deadline(0.3), one.connect() as conn:
+            try:
+                conn.execute(text("SELECT pg_sleep(20)"))
+            except Exception as exc:
+                assert isinstance(getattr(exc, "orig", None), psycopg.errors.QueryCanceled)
+            else:
+                raise AssertionError("the deadline did not cut the statement")
+        # A cut is at most tick + grace (0.4 s) after the deadline: give it four times that
+        # to do harm (a check that something does not happen needs a window).
+        time.sleep(1.6)
+        with one.connect() as conn:  # the same pooled connection, still alive
+            assert conn.execute(text("SELECT pg_backend_pid()")).scalar_one() == pid
+    finally:
+        one.dispose()
