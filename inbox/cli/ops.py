@@ -22,7 +22,8 @@ from inbox.store.sources import get_source
 @main.command()
 @click.option("--dry-run", is_flag=True, help="Count what would be removed; change nothing.")
 def prune(dry_run: bool) -> None:
-    """Remove expired dedup keys, old raw bodies and old delivery attempts.
+    """Remove expired dedup keys, old raw bodies and old delivery attempts, and drop the
+    ledger's days past INBOX_LEDGER_RETENTION_DAYS (each day kept is listed with why).
 
     Only finished events (completed or quarantined) are touched. A source whose key
     window is shorter than its provider's retry horizon keeps its keys; it is listed
@@ -38,6 +39,12 @@ def prune(dry_run: bool) -> None:
     click.echo(f"keys              {verb} {result.keys_removed}")
     click.echo(f"bodies            {verb} {result.bodies_removed}")
     click.echo(f"delivery attempts {verb} {result.attempts_folded} (counts kept on deliveries)")
+    days = ", ".join(result.days_dropped) or "none"
+    click.echo(f"ledger days       {'would drop' if dry_run else 'dropped'} {days}")
+    for kept in result.days_kept:  # past the window, and why each stays
+        click.echo(f"day kept          {kept}")
+    if result.ledger_window_note:
+        click.echo(f"note              {result.ledger_window_note}", err=True)
     for refusal in result.refused_sources:
         click.echo(f"refused           {refusal}", err=True)
     if result.refused_sources:
