@@ -13,10 +13,11 @@ from inbox.domain.retention import key_window_hours
 from inbox.infra import metrics
 from inbox.infra.config import Settings
 from inbox.services import reconcile as rec
+from inbox.store import partitions
 from inbox.store import reconcile as rstore
 from inbox.store.engine import make_engine
-from inbox.store.retention import prune_once
-from inbox.store.sources import get_source
+from inbox.store.retention import ledger_window, prune_once
+from inbox.store.sources import get_source, list_sources
 
 
 @main.command()
@@ -49,6 +50,33 @@ def prune(dry_run: bool) -> None:
         click.echo(f"refused           {refusal}", err=True)
     if result.refused_sources:
         raise click.exceptions.Exit(1)
+
+
+@main.command("partitions")
+@click.option("--ensure", is_flag=True, help="First make today's and the week's partitions.")
+def partitions_cmd(ensure: bool) -> None:
+    """The ledger's days: estimated rows, and for each day past the ledger window
+    whether the next prune drops it or why it stays."""
+    settings = Settings.from_env()
+    engine = make_engine(settings, pool_size=1)
+    try:
+        if ensure:
+            made = partitions.ensure_ahead(engine)
+            click.echo(f"created {len(made.created)} partitions, moved {made.moved} rows")
+        with engine.connect() as conn:
+            days = partitions.overview(conn)
+            window, note = ledger_window(settings, list_sources(conn))
+        verdicts = partitions.retire(engine, window, dry_run=True)
+    finally:
+        engine.dispose()
+    kept = dict(verdicts.kept)
+    click.echo(f"ledger window {window} d" + (f" ({note})" if note else ""))
+    for d in days:
+        if d.day in verdicts.dropped:
+            status = "dropped by the next prune"
+        else:
+            status = f"kept: {kept[d.day]}" if d.day in kept else "inside the window"
+        click.echo(f"{d.day}  events ~{d.events:<10} deliveries ~{d.deliveries:<10} {status}")
 
 
 def _parse_since(

@@ -134,6 +134,35 @@ def ensure_ahead(engine: Engine, ahead_days: int = AHEAD_DAYS) -> Made:
     return total
 
 
+@dataclass(frozen=True)
+class Day:
+    """One day of the ledger as ``inbox partitions`` lists it (row counts are the
+    planner's estimates: counting a year of rows would read a year of rows)."""
+
+    day: dt.date
+    events: int
+    deliveries: int
+
+
+def overview(conn: Connection) -> list[Day]:
+    """Every day with a partition, oldest first, with its estimated rows."""
+    rows = conn.execute(
+        text(
+            "SELECT c.relname, greatest(c.reltuples, 0)::bigint AS n FROM pg_inherits i"
+            " JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent IN (CAST('events' AS regclass), CAST('deliveries' AS regclass))"
+        )
+    ).all()
+    counts: dict[tuple[str, dt.date], int] = {}
+    for r in rows:
+        for table in ("events", "deliveries"):
+            day = ledger.day_of_partition(table, r.relname)
+            if day is not None:
+                counts[(table, day)] = int(r.n)
+    found = sorted({d for _, d in counts})
+    return [Day(d, counts.get(("events", d), 0), counts.get(("deliveries", d), 0)) for d in found]
+
+
 def contents(conn: Connection, day: dt.date) -> DayContents:
     """What keeps ``day``: its unfinished events and deliveries, and keys into it."""
     lo, hi = ledger.bounds(day)

@@ -236,6 +236,16 @@ def prune_once(
     return result
 
 
+def ledger_window(settings: Settings, all_sources: list[Any]) -> tuple[int, str | None]:
+    """The ledger window in days (the setting, stretched to the longest key window or
+    retry horizon in use), and why it was stretched (None: it was not)."""
+    longest = float(settings.key_ttl_hours)
+    for src in all_sources:
+        window = key_window_hours(src.scheme, src.options.key_ttl_hours, settings.key_ttl_hours)
+        longest = max(longest, float(window), retry_horizon_hours(src.scheme))
+    return ledger_days(settings.ledger_retention_days, longest)
+
+
 def _retire_days(
     engine: Engine,
     settings: Settings,
@@ -246,11 +256,7 @@ def _retire_days(
     """4. **Days.** Whole days of the ledger past the ledger window go, partition by
     partition (``inbox.store.partitions.retire``), unless something keeps them; the
     window is never shorter than the longest key window (or retry horizon) in use."""
-    longest = float(settings.key_ttl_hours)
-    for src in all_sources:
-        window = key_window_hours(src.scheme, src.options.key_ttl_hours, settings.key_ttl_hours)
-        longest = max(longest, float(window), retry_horizon_hours(src.scheme))
-    days, note = ledger_days(settings.ledger_retention_days, longest)
+    days, note = ledger_window(settings, all_sources)
     if note is not None:
         log.warning("prune: %s", note)
     result.ledger_window_note = note

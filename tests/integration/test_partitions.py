@@ -197,6 +197,13 @@ def test_a_day_with_unfinished_work_is_kept_and_says_why(engine, make_source, ma
     assert dry.exit_code == 0, dry.output
     assert f"ledger days       would drop {done}" in dry.output
     assert exists(engine, ledger.partition_name("events", done))  # a dry run drops nothing
+    listed = CliRunner().invoke(main, ["partitions"], catch_exceptions=False)
+    assert listed.exit_code == 0, listed.output
+    lines = {line.split()[0]: line for line in listed.output.splitlines()[1:]}
+    assert lines[str(received)].endswith("kept: 1 unfinished event(s)")
+    assert lines[str(pending)].endswith("kept: 1 unfinished deliveries")
+    assert lines[str(done)].endswith("dropped by the next prune")
+    assert lines[str(today(engine))].endswith("inside the window")
 
     result = prune_once(engine, Settings())
     assert result.days_dropped == [str(done)]
