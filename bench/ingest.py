@@ -352,11 +352,7 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Signing secrets are encrypted at rest (INBOX_KEK): the run's own key, for every
-    # process it starts.
-    from cryptography.fernet import Fernet
-
-    os.environ.setdefault("INBOX_KEK", Fernet.generate_key().decode())
+    c.use_own_kek()
     args = parse_args(argv)
     c.RESULTS.mkdir(parents=True, exist_ok=True)
     tag = uuid.uuid4().hex[:8]
