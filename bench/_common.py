@@ -1,29 +1,27 @@
-"""What the benchmarks share: databases, the web server, the load generator, CPU accounting.
+"""What the benchmarks share: databases, processes, the load generator, CPU accounting.
 
 **Databases.** Each run creates a fresh database on the server at ``--pg-url``, migrates it
 and drops it at the end.
 
-**Processes** (the web server as the Procfile runs it, ``python -m web`` on 127.0.0.1; celery
-workers and beat): each in its own session, its output in ``.data/bench-<tag>-<pid>.log``;
-``stop`` signals the process group it started, and nothing else.
+**Processes** (``python -m web`` as the Procfile runs it, on 127.0.0.1; celery workers and
+beat): each in its own session, its output in ``.data/bench-<tag>-<pid>.log``; ``stop``
+signals the process group it started, and nothing else.
 
-**Load: wrk** (Debian's package ``wrk``; ``apt-get install wrk``), an epoll loop in C with a
-little Lua per request, so most of the two cores are left to what is measured. A closed
-loop over keep-alive connections, one per sender; 1 KiB JSON bodies signed with the
-``hmac`` scheme (``X-Signature`` = HMAC-SHA256 over ``{timestamp}.{body}``). The scheme
-takes the event id from the Idempotency-Key header, so one body and one signature serve a
-whole level and only the key changes per request. wrk stops at its deadline with up to one
-request per connection in flight: those may be stored without their answer being counted.
+**Load: wrk** (``apt-get install wrk``), an epoll loop in C with a little Lua per request,
+so most of the two cores are left to what is measured: a closed loop over keep-alive
+connections, one per sender; 1 KiB JSON bodies signed with the ``hmac`` scheme, which takes
+the event id from the Idempotency-Key header, so one body and one signature serve a whole
+level. wrk stops at its deadline with up to one request per connection in flight: those
+may be stored without their answer being counted.
 
-**CPU accounting** from /proc (Linux), sampled at the start and the end of a window: the
-machine's busy jiffies; each process tree (the web server and its workers; this process
-with wrk); PostgreSQL (the postmaster, its auxiliary processes, the backends of the run's
-database, plus the postmaster's reaped children's time). Everything else is ``other``.
-``tree_cpu``/``pids_cpu``/``delta`` count live processes only, per pid.
+**CPU accounting** from /proc (Linux). ``Sampler``: the machine's busy jiffies, each process
+tree (reaped children included), PostgreSQL (the postmaster's tree without other databases'
+backends, plus its reaped children); everything else is ``other``. ``tree_cpu``,
+``pids_cpu`` and ``delta``: live processes only, per pid.
 
 **The speed probe**: a fixed CPU-bound loop (an HMAC and a SHA-256 of 1 KiB, a json.loads,
-a small dict), timed on each CPU before a run, in microseconds per iteration (lower is
-faster), so a slow run can be told from a slow machine.
+a small dict), timed on each CPU, in microseconds per iteration (lower is faster), so a
+slow run can be told from a slow machine.
 """
 
 from __future__ import annotations
@@ -101,7 +99,8 @@ def use_own_kek() -> None:
 class Proc:
     """A process we started, in its own session, its output in ``LOGS``."""
 
-    def __init__(self, args: list[str], env: dict[str, str], tag: str) -> None:
+    def __init__(self, args: list[str], env: dict[str, str | None], tag: str) -> None:
+        """``env`` adds to this process's environment; a None value removes the variable."""
         LOGS.mkdir(exist_ok=True)
         self.tag = tag
         self.node = ""  # a celery worker's node name
@@ -109,7 +108,7 @@ class Proc:
         self._log = open(self.log_path, "wb")
         self.popen = subprocess.Popen(
             args,
-            env={**os.environ, **env},
+            env={k: v for k, v in {**os.environ, **env}.items() if v is not None},
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -141,12 +140,15 @@ class Proc:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
 
 
-def celery_worker(app: str, queue: str, concurrency: int, env: dict[str, str], tag: str) -> Proc:
+def celery_worker(
+    app: str, queue: str, concurrency: int, env: dict[str, str], tag: str, *extra: str
+) -> Proc:
+    """``extra``: more of the worker's options (``--pool threads``, ``--loglevel INFO``)."""
     node = f"{tag}-{time.monotonic_ns()}@%h"
     level = os.environ.get("BENCH_CELERY_LOGLEVEL", "WARNING")
     args = [
         *(str(BIN / "celery"), "-A", app, "worker", "-Q", queue, "--concurrency", str(concurrency)),
-        *("-n", node, "--loglevel", level, "--without-gossip", "--without-mingle"),
+        *("-n", node, "--loglevel", level, "--without-gossip", "--without-mingle", *extra),
     ]
     proc = Proc(args, env, tag)
     proc.node = node.replace("%h", socket.gethostname())
@@ -160,14 +162,15 @@ def celery_beat(app: str, env: dict[str, str], tag: str) -> Proc:
 
 
 def web(
-    app: str, env: dict[str, str], workers: int, threads: int, tag: str = "web"
+    app: str, env: dict[str, str | None], workers: int, threads: int, tag: str = "web"
 ) -> tuple[Proc, int]:
     port = free_port()
     args = web_args(app, port, workers, threads)
     return Proc(args, {"WEB_GRACEFUL_TIMEOUT": "5", **env}, tag), port
 
 
-def wait_http(proc: Proc, port: int, timeout: float = 30) -> None:
+def wait_http(proc: Proc, port: int, timeout: float = 30, any_answer: bool = False) -> None:
+    """Until ``GET /healthz`` answers 200 (``any_answer``: answers at all)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not proc.alive():
@@ -175,7 +178,7 @@ def wait_http(proc: Proc, port: int, timeout: float = 30) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
         try:
             conn.request("GET", "/healthz")
-            if conn.getresponse().status == 200:
+            if conn.getresponse().status == 200 or any_answer:
                 return
         except OSError:
             time.sleep(0.1)

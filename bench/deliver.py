@@ -50,7 +50,6 @@ from inbox.domain import callbacks  # noqa: E402
 from inbox.store import endpoints as estore  # noqa: E402
 from inbox.store import sources as sstore  # noqa: E402
 from inbox.store.engine import sqlalchemy_url  # noqa: E402
-from tests.procs import CeleryProc  # noqa: E402
 
 SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS = "redis://127.0.0.1:6379/10"
@@ -215,7 +214,7 @@ def main() -> int:
     args = parser.parse_args()
     out: dict[str, Any] = {"started": datetime.now(UTC).isoformat(), "couriers": "2 x threads 8"}
     name = ""
-    procs: list[CeleryProc] = []
+    procs: list[c.Proc] = []
     sink: subprocess.Popen[bytes] | None = None
     rc = 0
     try:
@@ -229,11 +228,11 @@ def main() -> int:
         app = Celery("bench_deliver", broker=REDIS)
         bench = Bench(url, port, app)
         env = {"DATABASE_URL": url, "REDIS_URL": REDIS, "INBOX_ALLOW_PRIVATE_TARGETS": "1"}
-        procs = [CeleryProc(env, kind="courier", concurrency=8) for _ in range(2)]
+        courier = ("workers.app", "deliveries", 8, env)
+        threads = ("--pool", "threads", "--loglevel", "INFO")  # as the Procfile's courier
+        procs = [c.celery_worker(*courier, f"courier-{i}", *threads) for i in range(2)]
         for p in procs:
-            deadline = time.monotonic() + 30
-            while "ready" not in p.output() and time.monotonic() < deadline:
-                time.sleep(0.2)
+            c.wait_celery(app, p)
         phases(bench, args, out)
         out["sink_counts"] = bench.sink_stats()
         bench.engine.dispose()

@@ -20,15 +20,9 @@ Redis database 9 (flushed), all on 127.0.0.1:
     .venv/bin/python bench/drain.py --repeats 3   # best and median of 3 per configuration
 
 Before each measurement it waits (up to --quiet-wait s) for the machine to be under 25%
-busy, and it reports the CPU taken meanwhile by other processes ("other cpu"): runs where
-that exceeds 15% of the machine are marked contended.
-
-Prints a table and the targets, and writes bench/results/drain.json. The exit status is
-non-zero only when the benchmark itself fails, never for a missed target.
-
-The workers import this module by path: ``INBOX_PLAYBOOKS=bench.drain`` loads the playbook,
-``celery -A bench.drain:raw_app worker`` runs the raw app (PYTHONPATH: the repository root
-and bench/).
+busy; runs where other processes took over 15% of the machine are marked contended. Prints
+a table and the targets, writes bench/results/drain.json; exits non-zero only on a crash.
+Workers import this module: ``INBOX_PLAYBOOKS=bench.drain``, ``-A bench.drain:raw_app``.
 """
 
 from __future__ import annotations
@@ -46,7 +40,6 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -193,14 +186,7 @@ class Bench:
 # -- the database ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class BenchSource:
-    id: int
-    tenant_id: int
-    path: str
-
-
-def _create_sources(url: str, names: dict[str, str]) -> dict[str, BenchSource]:
+def _create_sources(url: str, names: dict[str, str]) -> dict[str, Any]:
     """One tenant and the named sources (name -> scheme), all running the no-op playbook."""
     from sqlalchemy import create_engine
 
@@ -208,21 +194,20 @@ def _create_sources(url: str, names: dict[str, str]) -> dict[str, BenchSource]:
     from inbox.store.engine import sqlalchemy_url
 
     engine = create_engine(sqlalchemy_url(url))
-    out: dict[str, BenchSource] = {}
+    out: dict[str, Any] = {}
     options = SourceOptions.from_dict({"playbook": noop.name})
     try:
         with engine.begin() as conn:
             store.create_tenant(conn, TENANT)
             for name, scheme in names.items():
                 secrets = [SECRET] if scheme != "none" else []
-                src = store.create_source(conn, TENANT, name, scheme, secrets, options)
-                out[name] = BenchSource(src.id, src.tenant_id, src.path)
+                out[name] = store.create_source(conn, TENANT, name, scheme, secrets, options)
     finally:
         engine.dispose()
     return out
 
 
-def _insert_pending(conn: psycopg.Connection, src: BenchSource, n: int, prefix: str) -> None:
+def _insert_pending(conn: psycopg.Connection, src: Any, n: int, prefix: str) -> None:
     """n accepted events, as the receiver stores them, in one statement; then ANALYZE."""
     conn.execute(
         "INSERT INTO events (public_id, tenant_id, source_id, event_type, content_type,"
@@ -300,12 +285,12 @@ def _cpu_end(b: Bench, conn: psycopg.Connection, start: dict[str, Any]) -> dict[
 
 
 def _per_event(start: dict[str, Any], usage: dict[str, float], events: int) -> dict[str, Any]:
-    n = max(events, 1)
+    """A worker's run: the wait for quiet, its CPU, the process's and PostgreSQL's per event."""
+    ms = {k: usage[f"{k}_cpu_s"] / max(events, 1) * 1000 for k in ("process", "postgres")}
     return {
         **start["quiet"],
         **usage,
-        "process_cpu_ms_per_event": round(usage["process_cpu_s"] / n * 1000, 3),
-        "postgres_cpu_ms_per_event": round(usage["postgres_cpu_s"] / n * 1000, 3),
+        **{f"{k}_cpu_ms_per_event": round(v, 3) for k, v in ms.items()},
     }
 
 
@@ -401,7 +386,8 @@ def run_raw(
     with psycopg.connect(b.url, autocommit=True) as conn:
         cpu = _cpu_begin(b, conn, {"process": worker.pid}, pg=False)
         t0 = time.time()
-        b.ctl.control.add_consumer(RAW_QUEUE, destination=[worker.node], reply=True, timeout=5)  # type: ignore[attr-defined]
+        control: Any = b.ctl.control
+        control.add_consumer(RAW_QUEUE, destination=[worker.node], reply=True, timeout=5)
         finished = _wait_raw(b, n)
         usage = _per_event(cpu, _cpu_end(b, conn, cpu), n)
     b.stop(worker)
