@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,7 @@ def use_own_kek() -> None:
 class Proc:
     """A process we started, in its own session, its output in ``LOGS``."""
 
-    def __init__(self, args: list[str], env: dict[str, str | None], tag: str) -> None:
+    def __init__(self, args: list[str], env: Mapping[str, str | None], tag: str) -> None:
         """``env`` adds to this process's environment; a None value removes the variable."""
         LOGS.mkdir(exist_ok=True)
         self.tag = tag
@@ -162,7 +163,7 @@ def celery_beat(app: str, env: dict[str, str], tag: str) -> Proc:
 
 
 def web(
-    app: str, env: dict[str, str | None], workers: int, threads: int, tag: str = "web"
+    app: str, env: Mapping[str, str | None], workers: int, threads: int, tag: str = "web"
 ) -> tuple[Proc, int]:
     port = free_port()
     args = web_args(app, port, workers, threads)

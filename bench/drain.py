@@ -96,7 +96,7 @@ raw_app.conf.update(
 _raw_client: redis.Redis | None = None
 
 
-@raw_app.task(name="bench.noop")
+@raw_app.task(name="bench.noop")  # type: ignore[untyped-decorator]
 def raw_noop(total: int) -> None:
     global _raw_client
     if _raw_client is None:  # made lazily, so each pool process has its own connection
@@ -311,7 +311,7 @@ def _wait_drained(
             last, last_change = completed + quarantined, time.monotonic()
         elif time.monotonic() - last_change > stall_s:
             sql = "SELECT state, count(*) FROM events GROUP BY state"
-            states = dict(conn.execute(sql).fetchall())
+            states: dict[str, int] = dict(conn.execute(sql).fetchall())
             if len(rerings) >= 3:
                 raise RuntimeError(f"drain stalled at {last}/{n} events: {states}")
             rerings.append({"at_finished": last, "states": states, "stalled_s": stall_s})
@@ -580,7 +580,7 @@ def _row(cells: list[str], widths: list[int]) -> str:
 
 def _contended(r: dict[str, Any]) -> bool:
     """Other processes on the machine took more than 15% of its CPU during the run."""
-    return r.get("other_cpu_s", 0) > 0.15 * max(r.get("machine_capacity_s", 0), 1e-9)
+    return bool(r.get("other_cpu_s", 0) > 0.15 * max(r.get("machine_capacity_s", 0), 1e-9))
 
 
 HEAD = ["system", "procs", "best ev/s", "median", "seconds", "proc cpu ms/ev", "pg cpu ms/ev"]
@@ -700,8 +700,10 @@ def run_phases(b: Bench, results: dict[str, Any], skip: set[str]) -> None:
         plan += [(f"{INBOX} c={n}", partial(run_inbox, b, n)) for n in levels]
     if "raw" not in skip:
         for label, acks_late, prefetch in RAW_VARIANTS:
-            run = partial(run_raw, b, label=label, acks_late=acks_late, prefetch=prefetch)
-            plan += [(f"raw celery ({label}) c={n}", partial(run, n)) for n in levels]
+            plan += [
+                (f"raw celery ({label}) c={n}", partial(run_raw, b, n, label, acks_late, prefetch))
+                for n in levels
+            ]
     every = results["throughput_all"]
     for repeat in range(b.args.repeats):
         for name, run in plan:
