@@ -1,40 +1,44 @@
-"""What the benchmarks share: databases, the web server, the load generator, CPU accounting.
+"""What the benchmarks share: databases, processes, the load generator, CPU accounting.
 
 **Databases.** Each run creates a fresh database on the server at ``--pg-url``, migrates it
 and drops it at the end.
 
-**The web server.** ``python -m web`` as the Procfile runs it, on 127.0.0.1.
+**Processes** (``python -m web`` as the Procfile runs it, on 127.0.0.1; celery workers and
+beat): each in its own session, its output in ``.data/bench-<tag>-<pid>.log``; ``stop``
+signals the process group it started, and nothing else.
 
-**Load: wrk** (Debian's package ``wrk``; ``apt-get install wrk``), an epoll loop in C with a
-little Lua per request, so most of the two cores are left to what is measured. A closed
-loop over keep-alive connections, one per sender; 1 KiB JSON bodies signed with the
-``hmac`` scheme (``X-Signature`` = HMAC-SHA256 over ``{timestamp}.{body}``). The scheme
-takes the event id from the Idempotency-Key header, so one body and one signature serve a
-whole level and only the key changes per request. wrk stops at its deadline with up to one
-request per connection in flight: those may be stored without their answer being counted.
+**Load: wrk** (``apt-get install wrk``), an epoll loop in C with a little Lua per request,
+so most of the two cores are left to what is measured: a closed loop over keep-alive
+connections, one per sender; 1 KiB JSON bodies signed with the ``hmac`` scheme, which takes
+the event id from the Idempotency-Key header, so one body and one signature serve a whole
+level. wrk stops at its deadline with up to one request per connection in flight: those
+may be stored without their answer being counted.
 
-**CPU accounting** from /proc (Linux), sampled at the start and the end of a window: the
-machine's busy jiffies; each process tree (the web server and its workers; this process
-with wrk); PostgreSQL (the postmaster, its auxiliary processes, the backends of the run's
-database, plus the postmaster's reaped children's time). Everything else is ``other``.
+**CPU accounting** from /proc (Linux). ``Sampler``: the machine's busy jiffies, each process
+tree (reaped children included), PostgreSQL (the postmaster's tree without other databases'
+backends, plus its reaped children); everything else is ``other``. ``tree_cpu``,
+``pids_cpu`` and ``delta``: live processes only, per pid.
 
 **The speed probe**: a fixed CPU-bound loop (an HMAC and a SHA-256 of 1 KiB, a json.loads,
-a small dict), timed on each CPU before a run, in microseconds per iteration (lower is
-faster), so a slow run can be told from a slow machine.
+a small dict), timed on each CPU, in microseconds per iteration (lower is faster), so a
+slow run can be told from a slow machine.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +48,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 RESULTS = BENCH / "results"
 BIN = Path(sys.executable).parent
+LOGS = ROOT / ".data"
 
 # -- databases and processes -------------------------------------------------------------
 
@@ -82,6 +87,129 @@ def web_args(app: str, port: int, workers: int, threads: int) -> list[str]:
         *(str(BIN / "python"), "-m", "web", "--app", app, "--host", "127.0.0.1"),
         *("--port", str(port), "--workers", str(workers), "--threads", str(threads)),
     ]
+
+
+def use_own_kek() -> None:
+    """Signing secrets are encrypted at rest (INBOX_KEK): the run's own key, for every
+    process it starts."""
+    from cryptography.fernet import Fernet
+
+    os.environ.setdefault("INBOX_KEK", Fernet.generate_key().decode())
+
+
+class Proc:
+    """A process we started, in its own session, its output in ``LOGS``."""
+
+    def __init__(self, args: list[str], env: Mapping[str, str | None], tag: str) -> None:
+        """``env`` adds to this process's environment; a None value removes the variable."""
+        LOGS.mkdir(exist_ok=True)
+        self.tag = tag
+        self.node = ""  # a celery worker's node name
+        self.log_path = LOGS / f"bench-{tag}-{os.getpid()}.log"
+        self._log = open(self.log_path, "wb")
+        self.popen = subprocess.Popen(
+            args,
+            env={k: v for k, v in {**os.environ, **env}.items() if v is not None},
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(5)
+        self._log.close()
+
+    def tail(self, n: int = 40) -> str:
+        self._log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+
+def celery_worker(
+    app: str, queue: str, concurrency: int, env: dict[str, str], tag: str, *extra: str
+) -> Proc:
+    """``extra``: more of the worker's options (``--pool threads``, ``--loglevel INFO``)."""
+    node = f"{tag}-{time.monotonic_ns()}@%h"
+    level = os.environ.get("BENCH_CELERY_LOGLEVEL", "WARNING")
+    args = [
+        *(str(BIN / "celery"), "-A", app, "worker", "-Q", queue, "--concurrency", str(concurrency)),
+        *("-n", node, "--loglevel", level, "--without-gossip", "--without-mingle", *extra),
+    ]
+    proc = Proc(args, env, tag)
+    proc.node = node.replace("%h", socket.gethostname())
+    return proc
+
+
+def celery_beat(app: str, env: dict[str, str], tag: str) -> Proc:
+    schedule = LOGS / f"bench-{tag}-{os.getpid()}.schedule"
+    args = [str(BIN / "celery"), "-A", app, "beat", "--loglevel", "WARNING"]
+    return Proc([*args, "--schedule", str(schedule)], env, tag)
+
+
+def web(
+    app: str, env: Mapping[str, str | None], workers: int, threads: int, tag: str = "web"
+) -> tuple[Proc, int]:
+    port = free_port()
+    args = web_args(app, port, workers, threads)
+    return Proc(args, {"WEB_GRACEFUL_TIMEOUT": "5", **env}, tag), port
+
+
+def wait_http(proc: Proc, port: int, timeout: float = 30, any_answer: bool = False) -> None:
+    """Until ``GET /healthz`` answers 200 (``any_answer``: answers at all)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(f"web server exited:\n{proc.tail()}")
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+        try:
+            conn.request("GET", "/healthz")
+            if conn.getresponse().status == 200 or any_answer:
+                return
+        except OSError:
+            time.sleep(0.1)
+        finally:
+            conn.close()
+    raise RuntimeError(f"web server not ready:\n{proc.tail()}")
+
+
+def wait_celery(control_app: Any, proc: Proc, timeout: float = 60) -> None:
+    """Until the worker answers a broadcast ping (its consumer and pool are up)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(f"celery worker exited:\n{proc.tail()}")
+        replies = control_app.control.ping(destination=[proc.node], timeout=0.5)
+        if any(proc.node in r for r in replies):
+            return
+    raise RuntimeError(f"celery worker not ready:\n{proc.tail()}")
+
+
+def signed(secret: str, body: bytes, key: str) -> dict[str, str]:
+    """Headers of a request signed with the ``hmac`` scheme."""
+    ts = str(int(time.time()))
+    sig = hmac.new(secret.encode(), ts.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return {
+        "Content-Type": "application/json",
+        "X-Timestamp": ts,
+        "X-Signature": sig,
+        "Idempotency-Key": key,
+    }
 
 
 # -- wrk ---------------------------------------------------------------------------------
@@ -278,11 +406,61 @@ def parent_of(pid: int) -> int | None:
     return int(fields[1]) if fields else None
 
 
-def machine_busy() -> float:
-    """Busy CPU seconds of all cores since boot (everything but idle and iowait)."""
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of all cores since boot; busy is all but idle and iowait."""
     with open(PROC / "stat") as f:
         values = [int(v) for v in f.readline().split()[1:9]]
-    return (sum(values) - values[3] - values[4]) / TICK
+    return (sum(values) - values[3] - values[4]) / TICK, sum(values) / TICK
+
+
+def machine_busy() -> float:
+    """Busy CPU seconds of all cores since boot."""
+    return machine_cpu()[0]
+
+
+def tree_cpu(root: int) -> dict[int, float]:
+    """pid -> cpu seconds for ``root`` and every live descendant."""
+    table = _table()
+    return {p: table[p][1] for p in _descendants(table, root) if p in table}
+
+
+def pids_cpu(pids: list[int]) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for pid in pids:
+        if (fields := _stat(pid)) is not None:
+            out[pid] = (int(fields[11]) + int(fields[12])) / TICK
+    return out
+
+
+def delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU spent between two samples; a pid first seen in ``after`` counts from zero."""
+    return sum(v - before.get(pid, 0.0) for pid, v in after.items())
+
+
+def harness_pids() -> list[int]:
+    """This process (the benchmark itself, with its sender threads) and redis-server."""
+    pids = [os.getpid()]
+    for entry in PROC.iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == "redis-server":
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def wait_quiet(max_wait: float, threshold: float = 0.25, sample: float = 2.0) -> dict[str, float]:
+    """Wait (up to ``max_wait`` s) until the machine's busy share over ``sample`` seconds
+    drops below ``threshold``; returns how long it waited and the last busy share."""
+    started = time.monotonic()
+    while True:
+        busy0, total0 = machine_cpu()
+        time.sleep(sample)
+        busy1, total1 = machine_cpu()
+        share = (busy1 - busy0) / max(total1 - total0, 1e-9)
+        waited = time.monotonic() - started
+        if share < threshold or waited >= max_wait:
+            return {"quiet_wait_s": round(waited, 1), "busy_before": round(share, 2)}
 
 
 class Sampler:
@@ -319,36 +497,6 @@ def window(before: dict[str, float], after: dict[str, float], seconds: float) ->
     attributed = sum(v for k, v in used.items() if k != "machine")
     used["other"] = max(0.0, used["machine"] - attributed)
     return used
-
-
-def _established_inodes(port: int) -> set[str]:
-    """Socket inodes of established IPv4 TCP connections whose local port is ``port``."""
-    inodes: set[str] = set()
-    try:
-        lines = (PROC / "net" / "tcp").read_text().splitlines()[1:]
-    except OSError:
-        return inodes
-    for line in lines:
-        fields = line.split()
-        # sl local_address rem_address st ... inode(9)
-        if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-            inodes.add(fields[9])
-    return inodes
-
-
-def connections_by_process(root: int, port: int) -> dict[int, int]:
-    """pid -> established connections on ``port`` held by each process of the tree."""
-    inodes = _established_inodes(port)
-    out: dict[int, int] = {}
-    for pid in _descendants(_table(), root):
-        try:
-            links = [os.readlink(f) for f in (PROC / str(pid) / "fd").iterdir()]
-        except OSError:
-            continue
-        held = sum(1 for link in links if link.startswith("socket:[") and link[8:-1] in inodes)
-        if held:
-            out[pid] = held
-    return out
 
 
 # -- the speed probe ---------------------------------------------------------------------
