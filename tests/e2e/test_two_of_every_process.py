@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
@@ -36,6 +37,7 @@ UNIQUE = 20  # sent once each
 EVENTS = KEYS + UNIQUE
 METRICS_TOKEN = "scrape-" + "x" * 24
 TENANT, SOURCE = "acme", "pay"
+SENT_SWEEP = "Sending due task inbox-sweep"  # celery beat's line for each sweep it sends
 
 
 def cli(*args: str) -> str:
@@ -104,8 +106,10 @@ def start_host(env: dict[str, str | None], procs: list) -> Web:
 def celery_ready(proc: CeleryProc) -> bool:
     if proc.popen.poll() is not None:
         raise AssertionError(f"{proc.name} exited:\n{proc.output()[-3000:]}")
-    # A beat is ready once it has sent its first sweep.
-    return ("inbox-sweep" if "beat" in proc.name else " ready.") in proc.output()
+    out = proc.output()
+    if "beat" in proc.name:  # once its first sweep was due: sent, or left to the other beat
+        return SENT_SWEEP in out or "beat: standing by" in out
+    return " ready." in out
 
 
 def console_session_crosses_processes(a: Web, b: Web, token: str) -> None:
@@ -246,8 +250,16 @@ def test_two_of_every_process_keep_every_effect_exactly_once(
     status, _, _ = a.request("GET", "/metrics")
     assert status == 401  # the token is needed
 
-    # Both beats were scheduling sweeps all along, and the sweeps re-ran nothing.
-    beats = [p for p in procs if isinstance(p, CeleryProc) and "beat" in p.name]
-    assert all("inbox-sweep" in p.output() for p in beats)
+    # No lease expired, so no step could have run twice; the sweeps re-ran nothing.
     requeued = sum(total(scrape(w), "inbox_sweep_requeued_total") for w in webs)
-    assert requeued == 0  # no lease expired: no step could have run twice
+    assert requeued == 0
+
+    # Two beats, one sweep schedule: one beat sent every sweep, the other stood by...
+    beats = [p for p in procs if isinstance(p, CeleryProc) and "beat" in p.name]
+    leading = [p for p in beats if SENT_SWEEP in p.output()]
+    assert len(leading) == 1, [p.output()[-2000:] for p in beats]
+    standby = next(p for p in beats if p is not leading[0])
+    assert "beat: standing by" in standby.output()
+    # ...and takes over once the leader is gone (killed: its lease lapses, unreleased).
+    leading[0].stop(signal.SIGKILL)
+    wait_for(lambda: SENT_SWEEP in standby.output(), 60, "the other beat to take over")
