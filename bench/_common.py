@@ -1,10 +1,5 @@
 """What the benchmarks share: databases, processes, the load generator, CPU accounting.
 
-**Databases**: each run creates a fresh one on the server at ``--pg-url``, migrated, and
-drops it at the end. **Processes** (``python -m web`` as the Procfile runs it, on 127.0.0.1;
-celery workers and beat): each in its own session, its output in
-``.data/bench-<tag>-<pid>.log``; ``stop`` signals the process group it started, nothing else.
-
 **Load: wrk** (``apt-get install wrk``), an epoll loop in C with a little Lua per request,
 so most of the two cores are left to what is measured: a closed loop over keep-alive
 connections, one per sender; 1 KiB JSON bodies signed with the ``hmac`` scheme, which takes
@@ -15,6 +10,7 @@ may be stored without their answer being counted.
 **CPU accounting** from /proc (Linux), one way for every benchmark: ``Sampler`` counts each
 process tree (its children that ended and were reaped included), PostgreSQL, and the
 machine's busy time; ``window`` subtracts two samples; everything unaccounted is ``other``.
+
 **The speed probe** (``probe_cpus``) tells a slow run from a slow machine.
 """
 
@@ -89,7 +85,8 @@ def use_own_kek() -> None:
 
 
 class Proc:
-    """A process we started, in its own session, its output in ``LOGS``."""
+    """A process we started, in its own session (``stop`` signals that process group and
+    nothing else), its output in ``.data/bench-<tag>-<pid>.log``."""
 
     def __init__(self, args: list[str], env: Mapping[str, str | None], tag: str) -> None:
         """``env`` adds to this process's environment; a None value removes the variable."""
@@ -111,10 +108,10 @@ class Proc:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
-    def stop(self, timeout: float = 15) -> None:
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
         if self.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, signal.SIGTERM)
+                os.killpg(self.pid, sig)
             try:
                 self.popen.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -254,10 +251,8 @@ function done(summary, latency, requests)
 end
 """
 
-BODY_BYTES = 1024
 
-
-def make_body(key: str, size: int = BODY_BYTES) -> bytes:
+def make_body(key: str, size: int = 1024) -> bytes:
     """A JSON object of exactly ``size`` bytes whose ``id`` is ``key``."""
     head = '{"id":"' + key + '","type":"bench.event","data":{"pad":"'
     tail = '"}}'
@@ -319,9 +314,8 @@ def _table() -> dict[int, tuple[int, float, float]]:
         if not entry.name.isdigit() or (fields := _stat(int(entry.name))) is None:
             continue
         # After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14)
-        own = (int(fields[11]) + int(fields[12])) / TICK
-        reaped = (int(fields[13]) + int(fields[14])) / TICK
-        out[int(entry.name)] = (int(fields[1]), own, reaped)
+        cpu = [int(f) / TICK for f in fields[11:15]]
+        out[int(entry.name)] = (int(fields[1]), cpu[0] + cpu[1], cpu[2] + cpu[3])
     return out
 
 
@@ -382,14 +376,11 @@ def wait_quiet(max_wait: float, threshold: float = 0.25, sample: float = 2.0) ->
 
 @dataclass
 class Sampler:
-    """Cumulative CPU seconds by component; ``sample()`` twice and subtract with ``window``.
-
-    ``trees``: name -> root pid; a tree is its root, the live descendants no earlier tree
-    claimed, and the children the root reaped (a wrk run). ``postmaster`` (None: no
-    PostgreSQL): with ``private`` (a cluster of the run's own) its whole tree except other
-    databases' backends, plus the children it reaped; on a shared server (``private=False``)
-    only the live backends of ``database``, as the rest is other people's work.
-    """
+    """Cumulative CPU seconds by component; ``sample()`` twice, then ``window``. ``trees``:
+    name -> root pid: the root, its live descendants no earlier tree claimed, and the
+    children it reaped (a wrk run). PostgreSQL (``postmaster`` None: none): ``private`` (a
+    cluster of the run's own), its tree but other databases' backends, and the children
+    it reaped; else (a shared server) only the live backends of ``database``."""
 
     trees: dict[str, int]
     postmaster: int | None
