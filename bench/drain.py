@@ -155,24 +155,6 @@ class Bench:
         while self.started:
             self.started.pop().stop()
 
-    def cpu(self, worker: c.Proc, pg: bool) -> Callable[[], dict[str, float]]:
-        """Wait for a quiet machine, then count; the function returned stops: how long it
-        waited, and CPU seconds of the worker's tree, this process, redis-server, PostgreSQL
-        (the run's database's backends, this process's included), the machine, ``other``."""
-        quiet = c.wait_quiet(self.args.quiet_wait)
-        trees = {"process": worker.pid, "bench": os.getpid(), "redis": self.redis_pid}
-        sampler = c.Sampler(trees, self.postmaster if pg else None, self.dbname, private=False)
-        before, started = sampler.sample(), time.monotonic()
-
-        def stop() -> dict[str, float]:
-            used = c.window(before, sampler.sample(), 1.0)
-            out = {f"{k}_cpu_s": round(v, 2) for k, v in used.items() if k != "machine"}
-            capacity = (time.monotonic() - started) * (os.cpu_count() or 1)
-            busy = {"machine_busy_s": round(used["machine"], 2)}
-            return quiet | out | busy | {"machine_capacity_s": round(capacity, 2)}
-
-        return stop
-
 
 def _progress(conn: psycopg.Connection, source_id: int | None = None) -> tuple[int, float]:
     """(events completed or quarantined, epoch of the latest finished_at)."""
@@ -217,21 +199,29 @@ _PENDING = """
 def _timed(
     b: Bench, worker: c.Proc, kick: Callable[[], None], wait: Callable[[], float], pg: bool
 ) -> dict[str, Any]:
-    """On an idle worker: count CPU, ``kick``, ``wait`` for the epoch of the last completion;
-    the rate, and CPU per event of the worker's tree and of PostgreSQL."""
+    """On an idle worker and a quiet machine: ``kick``, ``wait`` for the epoch of the last
+    completion. The rate; CPU seconds of the worker's tree, this process, redis-server,
+    PostgreSQL (``pg``: the run's database's backends, this process's included), the
+    machine and ``other``; the worker's and PostgreSQL's per event."""
     c.wait_celery(b.ctl, worker)
-    cpu = b.cpu(worker, pg)
-    t0 = time.time()
+    quiet = c.wait_quiet(b.args.quiet_wait)
+    trees = {"process": worker.pid, "bench": os.getpid(), "redis": b.redis_pid}
+    sampler = c.Sampler(trees, b.postmaster if pg else None, b.dbname, private=False)
+    before, started, t0 = sampler.sample(), time.monotonic(), time.time()
     kick()
     seconds = wait() - t0
-    usage = cpu()
+    used = c.window(before, sampler.sample(), 1.0)
+    capacity = (time.monotonic() - started) * (os.cpu_count() or 1)
     worker.stop()
     b.started.remove(worker)
+    usage = {f"{k}_cpu_s": round(v, 2) for k, v in used.items() if k != "machine"}
+    usage |= {"machine_busy_s": round(used["machine"], 2), "machine_capacity_s": round(capacity, 2)}
     n = b.args.events
     for k in ("process", "postgres"):
         if f"{k}_cpu_s" in usage:
             usage[f"{k}_cpu_ms_per_event"] = round(usage[f"{k}_cpu_s"] / n * 1000, 3)
-    return {"events": n, "seconds": round(seconds, 3), "per_s": round(n / seconds, 1)} | usage
+    rate = {"events": n, "seconds": round(seconds, 3), "per_s": round(n / seconds, 1)}
+    return rate | quiet | usage
 
 
 def run_inbox(b: Bench, concurrency: int) -> dict[str, Any]:
