@@ -156,12 +156,9 @@ def _statements(db_url: str, reset: bool = False) -> list[dict[str, Any]]:
 def drive(name: str, args: argparse.Namespace, db_url: str, tag: str) -> list[dict[str, Any]]:
     """Every workload against one receiver."""
     receiver, port = start_receiver(name, args, db_url)
-    with psycopg.connect(db_url) as conn:  # read while the backend lives: its parent
-        row = conn.execute("SELECT pg_backend_pid()").fetchone()
-        postmaster = c.parent_of(int(row[0])) if row else None
     sampler = c.Sampler(
         {"receiver": receiver.pid, "load": os.getpid()},
-        postmaster,
+        c.postmaster_of(db_url),
         db_url.rsplit("/", 1)[1].split("?")[0],
     )
     url = f"http://{HOST}:{port}/"
@@ -325,9 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     c.RESULTS.mkdir(parents=True, exist_ok=True)
     tag = uuid.uuid4().hex[:8]
-    busy = c.machine_busy()
+    busy = c.machine_cpu()[0]
     time.sleep(1.0)
-    background = c.machine_busy() - busy
+    background = c.machine_cpu()[0] - busy
     cluster = None
     if args.pg_url is None:
         cluster = PrivatePostgres(settings={"shared_preload_libraries": "pg_stat_statements"})
