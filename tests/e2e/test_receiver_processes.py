@@ -7,6 +7,7 @@ import json
 import re
 import socket
 import threading
+from collections.abc import Sequence
 
 import pytest
 from sqlalchemy import text
@@ -17,14 +18,21 @@ from tests.procs import Web
 pytestmark = pytest.mark.e2e
 
 
-def fire_together(server: Web, requests: list[tuple[bytes, dict[str, str]]], path: str):
-    """Send every request at once: each thread has its own connection, released by a barrier."""
+def fire_together(
+    server: Web | Sequence[Web], requests: list[tuple[bytes, dict[str, str]]], path: str
+):
+    """Send every request at once: each thread has its own connection, released by a barrier.
+
+    ``server`` is one server for every request, or one per request (copies spread over
+    several processes)."""
+    servers = [server] * len(requests) if isinstance(server, Web) else list(server)
+    assert len(servers) == len(requests)
     barrier = threading.Barrier(len(requests))
     results: list[tuple[int, dict[str, str], bytes] | None] = [None] * len(requests)
 
     def send(i: int) -> None:
         body, headers = requests[i]
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        conn = http.client.HTTPConnection("127.0.0.1", servers[i].port, timeout=30)
         conn.connect()
         barrier.wait()
         conn.request("POST", path, body=body, headers=headers)
