@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -49,6 +50,31 @@ def test_duplicate_replays_the_stored_response_byte_for_byte(client, make_source
     assert row.duplicate_count == 2
     assert row.first_duplicate_at is not None and row.last_duplicate_at >= row.first_duplicate_at
     assert bell.rings == 1  # duplicates ring nothing
+
+
+def test_a_duplicate_is_one_hot_update_of_its_key_and_reads_no_event(client, make_source, engine):
+    """The duplicate path touches event_keys alone, and without writing an index."""
+    from inbox.store.intake import _DUPLICATE, _duplicate_params
+    from tests.integration.test_claims import _event
+
+    src = make_source()
+    assert post(client, src, {"x": 1}, key="hot").status_code == 202
+    [key] = rows(engine, "SELECT key_digest, body_sha256 FROM event_keys")
+    ev = dataclasses.replace(_event("hot"), key_digest=bytes(key[0]), body_sha256=bytes(key[1]))
+    with engine.begin() as conn:
+        dup = conn.exec_driver_sql(_DUPLICATE, _duplicate_params(src, ev)).one()
+        stats = conn.execute(
+            text(
+                "SELECT relname, n_tup_upd, n_tup_hot_upd,"
+                " seq_scan + coalesce(idx_scan, 0) AS reads"
+                " FROM pg_stat_xact_user_tables WHERE relname = 'event_keys'"
+                " OR relname LIKE 'events%'"
+            )
+        ).all()
+    assert dup[-2:] == (False, None)  # not synchronous: no state read
+    touched = {r.relname: r for r in stats if r.n_tup_upd or r.reads}
+    assert set(touched) == {"event_keys"}, stats
+    assert touched["event_keys"].n_tup_hot_upd == touched["event_keys"].n_tup_upd == 1
 
 
 def test_same_key_different_body_is_422_and_recorded(client, make_source, engine):
