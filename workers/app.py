@@ -51,6 +51,9 @@ def make_celery(settings: Settings) -> Celery:
         beat_schedule={
             "inbox-sweep": {"task": broker.SWEEP, "schedule": float(settings.sweep_seconds)},
             "inbox-prune": {"task": broker.PRUNE, "schedule": 3600.0},
+            # Today's and the week's partitions exist long before they are needed; hourly,
+            # so a beat that was down catches up soon after it comes back.
+            "inbox-partitions": {"task": broker.PARTITIONS, "schedule": 3600.0},
         },
         worker_hijack_root_logger=False,
     )

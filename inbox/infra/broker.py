@@ -32,6 +32,7 @@ DRAIN = "inbox.drain"
 DELIVER = "inbox.deliver"
 SWEEP = "inbox.sweep"
 PRUNE = "inbox.prune"
+PARTITIONS = "inbox.partitions"
 BULK_REPLAY = "inbox.bulk_replay"
 FLAG = "inbox:doorbell"
 FLAG_TTL_MS = 10_000
