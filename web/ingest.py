@@ -115,10 +115,11 @@ def receive(tenant: str, source: str) -> Response:
 
 
 def _taken(ext: Services, route: Source, prepared: core.Prepared, until: float) -> IngestResult:
-    """A taken key: the copy's answer in one statement, else (another body, a pruned key)
-    the duplicate path's transaction. Each takes one row lock at most (the original's),
-    so neither can deadlock; a deadlock or serialization failure is retried all the same,
-    a few times within the deadline, as the claims are."""
+    """A taken key the claim did not answer: a synchronous source's copy in one statement,
+    else (another body, a pruned key) the duplicate path's transaction. Each takes one
+    row lock at most (the original's), so neither can deadlock; a deadlock or
+    serialization failure is retried all the same, a few times within the deadline, as
+    the claims are."""
     replayed = replay(ext.engine, route, prepared, until)
     if replayed is not None:
         return replayed

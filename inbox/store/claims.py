@@ -1,8 +1,9 @@
 """The claiming INSERT, and group commit: concurrent requests of one process share it.
 
-A claim is one statement in autocommit: the key into ``event_keys`` ON CONFLICT DO
-NOTHING, and the event only where the key went in (``statement``); a row back means the
-request owns its key and the row is committed, so 2xx may be sent. When several
+A claim is one statement in autocommit: the key into ``event_keys``, and the event only
+where the key went in (``statement``); an id back means the request owns its key and the
+row is committed, so 2xx may be sent. A copy of an earlier delivery (same key, same body)
+is counted and answered in the same statement: a ``Copy``, also committed. When several
 threads of one receiver process claim at the same time, ``Claims`` sends their rows as
 one multi-row INSERT: one round trip and one commit for all of them, instead of one each.
 Nobody waits for company: the first thread runs its row alone at once; whoever arrives
@@ -40,6 +41,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Any
 
@@ -103,6 +105,20 @@ class ClaimTimeout(psycopg.OperationalError):
     """The claim could not be decided by the request's deadline (the web answers 503)."""
 
 
+@dataclass(frozen=True)
+class Copy:
+    """A claim whose key an earlier delivery with the same body holds: that event, and
+    the answer its first delivery was given (this copy is counted on the key)."""
+
+    event_id: int
+    public_id: str
+    status: int
+    body: bytes
+
+
+Claimed = int | Copy  # the new event's row id, or the copy's answer
+
+
 def _values(first: int) -> str:
     """One row's VALUES item, with PostgreSQL's own numbered placeholders from ``first``."""
     p = [f"CAST(${first + i} AS {t})" for i, (_, t) in enumerate(_PARAMS)]
@@ -111,14 +127,23 @@ def _values(first: int) -> str:
 
 @lru_cache(maxsize=MAX_ROWS)
 def statement(rows: int) -> str:
-    """The claiming statement for this many rows; RETURNING says which events went in.
+    """The claiming statement for this many rows; it says which events went in and answers
+    each copy of an earlier delivery.
 
-    The keys go into ``event_keys`` first, ON CONFLICT DO NOTHING: its primary key decides
-    every race, as the unique index on events did. An event goes in only when its key did
-    (or it has none), in the same statement: one round trip, one commit. Each row's id is
-    made once (``r`` is materialized: nextval runs once per row) and carries the
-    statement's day. The keys are inserted in key order (``_lock_order``'s), so two
-    statements that wait on each other's keys cannot close a circle.
+    The keys go into ``event_keys`` first: its primary key decides every race, as the
+    unique index on events did. An event goes in only when its key did (or it has none),
+    in the same statement: one round trip, one commit. Each row's id is made once (``r``
+    is materialized: nextval runs once per row) and carries the statement's day. The keys
+    are inserted in key order (``_lock_order``'s), so two statements that wait on each
+    other's keys cannot close a circle.
+
+    A key that is taken, by a delivery with the same body of an asynchronous source, is a
+    copy: ON CONFLICT counts it on its key (one HOT update: no indexed column changes) and
+    the statement returns the first delivery's answer, so a retry storm costs one round
+    trip per copy, as a first delivery does. Any other taken key (another body: a
+    conflict; a synchronous source, whose answer is the decision) comes back with no row:
+    ``inbox.store.intake`` decides it in a transaction of its own. The conflicting key
+    row is locked either way (as ``UPDATE`` would), in the same key order.
 
     Numbered placeholders, for a ``psycopg.RawCursor``: the driver sends the text as it is.
     With ``%s`` placeholders it parses the statement on every call once it has more than
@@ -129,15 +154,25 @@ def statement(rows: int) -> str:
     return (
         f"WITH v ({names}) AS (VALUES {values}),"
         " r AS MATERIALIZED (SELECT inbox_ledger_id('events_id_seq') AS id, v.* FROM v),"
-        f" k AS (INSERT INTO event_keys ({_KEY_COLUMNS})"
+        f" k AS (INSERT INTO event_keys AS old ({_KEY_COLUMNS})"
         " SELECT tenant_id, source_id, key_digest, id, public_id,"
         " now() + make_interval(hours => key_hours),"  # the database's clock
         " body_sha256, response_status, response_body, sync"
         " FROM r WHERE key_digest IS NOT NULL ORDER BY tenant_id, source_id, key_digest"
-        " ON CONFLICT DO NOTHING RETURNING event_id)"
-        f" INSERT INTO events ({_EVENT_COLUMNS}) SELECT {_EVENT_COLUMNS} FROM r"
+        " ON CONFLICT (tenant_id, source_id, key_digest) DO UPDATE"
+        " SET duplicate_count = old.duplicate_count + 1,"
+        " first_duplicate_at = coalesce(old.first_duplicate_at, now()),"
+        " last_duplicate_at = now()"
+        " WHERE old.body_sha256 = EXCLUDED.body_sha256 AND NOT old.sync"
+        " RETURNING tenant_id, source_id, key_digest, event_id, public_id,"
+        " response_status, response_body),"
+        f" e AS (INSERT INTO events ({_EVENT_COLUMNS}) SELECT {_EVENT_COLUMNS} FROM r"
         " WHERE key_digest IS NULL OR id IN (SELECT event_id FROM k)"
-        " RETURNING id, public_id"
+        " RETURNING id, public_id)"
+        " SELECT public_id, id, NULL::text, NULL::integer, NULL::bytea FROM e"
+        " UNION ALL"
+        " SELECT r.public_id, k.event_id, k.public_id, k.response_status, k.response_body"
+        " FROM k JOIN r USING (tenant_id, source_id, key_digest) WHERE k.event_id <> r.id"
     )
 
 
@@ -180,10 +215,11 @@ def _lock_order(r: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def execute(
     pooled: PoolProxiedConnection, rows: list[tuple[Any, ...]], until: float | None = None
-) -> dict[str, int]:
+) -> dict[str, Claimed]:
     """The claiming INSERT for ``rows`` on ``pooled`` as it is (autocommit, or inside the
     caller's transaction), in lock order, cut at ``until`` (default: the current deadline);
-    the public ids that went in, with their row ids."""
+    by each row's public id, the row id it went in with, or the ``Copy`` it turned out to
+    be. A row missing from the answer found its key taken otherwise (see ``statement``)."""
     driver = pooled.driver_connection
     assert isinstance(driver, psycopg.Connection)
     ordered = sorted(rows, key=_lock_order) if len(rows) > 1 else rows
@@ -193,7 +229,10 @@ def execute(
         until = current_deadline(pooled.info.get(TIMEOUT_INFO, DEFAULT_TIMEOUT_S))
     with watchdog.guard(driver, until):
         found = cur.execute(statement(len(rows)), params).fetchall()
-    return {public_id: event_id for event_id, public_id in found}
+    return {
+        mine: event_id if first is None else Copy(event_id, first, status, bytes(body))
+        for mine, event_id, first, status, body in found
+    }
 
 
 @contextlib.contextmanager
@@ -217,7 +256,7 @@ def autocommit(engine: Engine, until: float) -> Iterator[PoolProxiedConnection]:
 
 def insert(
     engine: Engine, rows: list[tuple[Any, ...]], until: float | None = None
-) -> dict[str, int]:
+) -> dict[str, Claimed]:
     """Run the claiming INSERT for ``rows`` in autocommit; the public ids that went in.
 
     This goes to the driver directly, on a connection from the engine's pool: SQLAlchemy's
@@ -265,13 +304,13 @@ class _Ticket:
         self.wake.acquire()
         self.lead = False  # woken to run the next statement
         self.alone = False  # woken to retry in a statement of its own
-        self.event_id: int | None = None
+        self.event_id: Claimed | None = None
         self.error: BaseException | None = None
 
 
 # Runs one claiming INSERT for the rows, committed by the current deadline
 # (``inbox.store.engine.deadline``); the public ids that went in.
-Send = Callable[[list[tuple[Any, ...]]], dict[str, int]]
+Send = Callable[[list[tuple[Any, ...]]], dict[str, Claimed]]
 
 
 class Claims:
@@ -309,8 +348,10 @@ class Claims:
         with self._mutex:
             return len(self._queue)
 
-    def claim(self, source: Source, ev: Prepared) -> int | None:
-        """The new event's row id once it is committed, or None when the key is taken."""
+    def claim(self, source: Source, ev: Prepared) -> Claimed | None:
+        """The new event's row id once it is committed; the first delivery's answer when
+        this is a copy of it (counted and committed); None when the key is taken otherwise
+        (another body, a synchronous source)."""
         key = None if ev.key_digest is None else (source.tenant_id, source.id, ev.key_digest)
         ticket = _Ticket(row(source, ev), key, current_deadline(self._timeout_s))
         with self._mutex:

@@ -12,7 +12,7 @@ from sqlalchemy.dialects.postgresql import insert
 from inbox.domain.intake import Prepared
 from inbox.domain.records import Source
 from inbox.domain.states import FINISHED
-from inbox.store.claims import Claims, autocommit, execute, row
+from inbox.store.claims import Claimed, Claims, Copy, autocommit, execute, row
 from inbox.store.engine import watchdog
 from inbox.store.tables import event_keys, idempotency_conflicts
 
@@ -32,22 +32,29 @@ def _accepted(event_id: int, ev: Prepared) -> IngestResult:
     return IngestResult("accepted", event_id, ev.public_id, ev.response_status, ev.response_body)
 
 
+def _claimed(got: Claimed | None, ev: Prepared) -> IngestResult | None:
+    if got is None:
+        return None
+    if isinstance(got, Copy):
+        return IngestResult("duplicate", got.event_id, got.public_id, got.status, got.body)
+    return _accepted(got, ev)
+
+
 def claim(claims: Claims, source: Source, ev: Prepared) -> IngestResult | None:
-    """The accepted path: the claiming INSERT alone, in autocommit (see ``claims``).
+    """The claiming statement alone, in autocommit (see ``claims``): accepted, or a copy
+    of an earlier delivery answered as that one was (counted before the answer).
 
     When another transaction holds the same key uncommitted, PostgreSQL waits for it to
     finish before deciding, so exactly one of any number of racing copies inserts.
-    None means the key is taken: the caller answers as a duplicate or a conflict, in
-    ``ingest``'s transaction.
+    None means the key is taken otherwise (another body, a synchronous source): the
+    caller answers in ``ingest``'s transaction.
     """
-    event_id = claims.claim(source, ev)
-    return None if event_id is None else _accepted(event_id, ev)
+    return _claimed(claims.claim(source, ev), ev)
 
 
 def _claim_in(conn: Connection, source: Source, ev: Prepared) -> IngestResult | None:
     """The claim inside the caller's transaction (the duplicate path's retry)."""
-    event_id = execute(conn.connection, [row(source, ev)]).get(ev.public_id)
-    return None if event_id is None else _accepted(event_id, ev)
+    return _claimed(execute(conn.connection, [row(source, ev)]).get(ev.public_id), ev)
 
 
 # A duplicate: count it on its key (no row per copy) and read back what the first
@@ -96,9 +103,10 @@ def _as_duplicate(dup: Any) -> IngestResult:
 
 
 def replay(engine: Engine, source: Source, ev: Prepared, until: float) -> IngestResult | None:
-    """The common case of a taken key, a copy with the same body, in one round trip:
-    ``_DUPLICATE`` alone in autocommit, on the driver (counted and committed before the
-    answer). None: another body, or the key was pruned; ``ingest`` decides."""
+    """A taken key the claim left alone: a synchronous source's copy, in one round trip
+    (``_DUPLICATE`` alone in autocommit, on the driver, counted and committed before the
+    answer). None: another body, or the key was pruned; ``ingest`` decides. (A plain
+    copy never gets here: the claim statement answers it.)"""
     with autocommit(engine, until) as pooled:
         driver = pooled.driver_connection
         assert isinstance(driver, psycopg.Connection)

@@ -6,6 +6,7 @@ To make the batching deterministic, a first claim is held up by another transact
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
 import threading
@@ -20,7 +21,7 @@ from sqlalchemy import Connection, Engine, text
 
 from inbox.domain.intake import Prepared
 from inbox.domain.records import Source
-from inbox.store.claims import Claims, execute, row
+from inbox.store.claims import Claims, Copy, execute, row
 from inbox.store.intake import ingest
 
 
@@ -167,8 +168,13 @@ def test_copies_of_one_key_never_share_a_statement(engine, make_source, claims):
     racer.join()
     # the first copy goes with `other`; each later copy in a statement of its own
     assert claims.statements == 4
-    won = [ev for ev in copies if racer.outcomes[ev.public_id] is not None]
-    assert len(won) == 1  # the rest find the key taken: None, for the duplicate path
+    won = [ev for ev in copies if isinstance(racer.outcomes[ev.public_id], int)]
+    assert len(won) == 1
+    # the rest find the key taken by the same body: each is answered, in its own
+    # statement, with the winner's event and its first answer
+    answered = [racer.outcomes[ev.public_id] for ev in copies if ev is not won[0]]
+    winner = racer.outcomes[won[0].public_id]
+    assert answered == [Copy(winner, won[0].public_id, 202, b'{"status":"accepted"}')] * 2
     stored = {r.public_id for r in _rows(engine)}
     assert len(stored) == 3  # held (rolled back, then claimed by its own copy), one, other
     assert {won[0].public_id, other.public_id} <= stored
@@ -258,6 +264,10 @@ def test_a_statement_chosen_as_a_deadlock_victim_is_sent_again(engine, make_sour
     with engine.connect() as other:
         tx = other.begin()
         other.execute(text("SET LOCAL deadlock_timeout = '20s'"))
+        # it waits out every resend (each one a deadlock_timeout of the claim's session):
+        # under the engine's 2 s timeouts it could give up first, and the claim would win
+        other.execute(text("SET LOCAL statement_timeout = '30s'"))
+        other.execute(text("SET LOCAL lock_timeout = '30s'"))
         execute(other.connection, [row(src, _event(b))], later)
         with _holding_key(engine, src, "held"):  # the next statement carries a and b
             racer.start(_event("held"))
@@ -275,10 +285,66 @@ def test_a_statement_chosen_as_a_deadlock_victim_is_sent_again(engine, make_sour
         asks_for_a.join(15)
         tx.commit()
     racer.join()
-    assert racer.outcomes[ev_a.public_id] is None
-    assert racer.outcomes[ev_b.public_id] is None
+    # both keys are the other session's (same bodies): copies, answered as its events were
+    assert isinstance(racer.outcomes[ev_a.public_id], Copy)
+    assert isinstance(racer.outcomes[ev_b.public_id], Copy)
     # Once the victim rolls back, its resend and the other session race for key a; the
     # resend can win it and deadlock once more (still the victim), so it may take a second
     # resend. Either way every resend is counted, and no claim heard an error.
     assert 1 <= claims.retries <= 2
     assert claims.statements == 2 + claims.retries
+
+
+_TOUCHES = text(
+    "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables"
+    " WHERE relname = 'event_keys' OR relname LIKE 'events%'"
+)
+
+
+def _touched(conn: Connection, before: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """What this transaction did to event_keys and the events partitions since ``before``
+    (its counts not yet flushed are shown too, so the difference is the statement's)."""
+    after = {r[0]: r[1:] for r in conn.execute(_TOUCHES)}
+    delta = {
+        name: tuple(a - b for a, b in zip(got, before.get(name, (0, 0, 0)), strict=True))
+        for name, got in after.items()
+    }
+    return {name: d for name, d in delta.items() if any(d)}
+
+
+def test_a_copy_is_answered_by_the_claim_itself_with_one_hot_update(engine, make_source):
+    """A retry storm costs what a first delivery does: the copy's claim statement counts
+    it on its key (one HOT update, no event row) and returns the first answer, with no
+    second round trip."""
+    src = make_source()
+    first = _event("storm")
+    with engine.begin() as conn:
+        [event_id] = execute(conn.connection, [row(src, first)]).values()
+    copy = _event("storm")
+    with engine.begin() as conn:
+        before = {r[0]: r[1:] for r in conn.execute(_TOUCHES)}
+        got = execute(conn.connection, [row(src, copy)])
+        touched = _touched(conn, before)
+    assert got == {copy.public_id: Copy(event_id, first.public_id, 202, first.response_body)}
+    assert touched == {"event_keys": (0, 1, 1)}, touched  # no insert anywhere; HOT
+    with engine.connect() as conn:
+        counted = conn.execute(text("SELECT duplicate_count FROM event_keys")).scalar_one()
+    assert counted == 1
+    assert [r.public_id for r in _rows(engine)] == [first.public_id]
+
+
+def test_another_body_or_a_synchronous_copy_is_left_to_the_duplicate_path(engine, make_source):
+    """Not a plain copy: the claim returns no row and counts nothing; the duplicate path
+    records the conflict, or reads the synchronous event's state and decision."""
+    src = make_source()
+    with engine.begin() as conn:
+        execute(conn.connection, [row(src, _event("k"))])
+        execute(conn.connection, [row(src, dataclasses.replace(_event("s"), wait_seconds=5))])
+    other_body = dataclasses.replace(_event("k"), body_sha256=hashlib.sha256(b"[]").digest())
+    sync_copy = dataclasses.replace(_event("s"), wait_seconds=5)
+    with engine.begin() as conn:
+        assert execute(conn.connection, [row(src, other_body), row(src, sync_copy)]) == {}
+    with engine.connect() as conn:
+        counts = conn.execute(text("SELECT sum(duplicate_count) FROM event_keys")).scalar_one()
+    assert counts == 0
+    assert len(_rows(engine)) == 2
