@@ -20,12 +20,14 @@ import json
 import random
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from sqlalchemy import create_engine
 
+from inbox.domain.ledger import make_id
 from inbox.domain.sources import SourceOptions
 from inbox.store import endpoints as endpoints_store
 from inbox.store import sources as sources_store
@@ -105,16 +107,18 @@ _ERROR = ("RuntimeError", "the downstream answered 503")
 
 
 class Ids:
-    """Row ids as main's schema makes them: one counter per table from 1 (identity
-    columns; ``finish`` moves the sequences past them)."""
+    """Row ids that carry their day (``inbox.domain.ledger.make_id``), one counter per
+    table and day: a day's rows can be made by any process, and ``fill`` moves the
+    sequences past them afterwards."""
 
-    def __init__(self) -> None:
+    def __init__(self, day: dt.date) -> None:
+        self.day = day
         self.next: dict[str, int] = {}
 
-    def take(self, table: str, day: dt.date) -> int:
+    def take(self, table: str) -> int:
         n = self.next.get(table, 1)
         self.next[table] = n + 1
-        return n
+        return make_id(self.day, n)
 
 
 @dataclass
@@ -141,7 +145,7 @@ def _events(
     for seq in range(n):
         tenant = layout.tenants[seq % len(layout.tenants)]
         source = tenant.sources[(seq // len(layout.tenants)) % len(tenant.sources)]
-        event_id = ids.take("events", day)
+        event_id = ids.take("events")
         public_id = f"evt_{rng.getrandbits(96):024x}"
         received = start + dt.timedelta(seconds=seq * spacing)
         body = (
@@ -190,7 +194,7 @@ def _steps(out: DayRows) -> Iterator[tuple[Any, ...]]:
 def _failures(day: dt.date, ids: Ids, out: DayRows) -> Iterator[tuple[Any, ...]]:
     for event_id, at, attempt, last in out.failures:
         yield (
-            ids.take("event_attempts", day), event_id, at, attempt, "noop", *_ERROR,
+            ids.take("event_attempts"), event_id, at, attempt, "noop", *_ERROR,
             None, "quarantined" if last else "retry",
         )  # fmt: skip
     out.counts["event_attempts"] = len(out.failures)
@@ -200,7 +204,7 @@ def _deliveries(
     day: dt.date, ids: Ids, rng: random.Random, out: DayRows, attempts: list[tuple[Any, ...]]
 ) -> Iterator[tuple[Any, ...]]:
     for event_id, tenant_id, endpoint_id, at in out.deliveries:
-        delivery_id = ids.take("deliveries", day)
+        delivery_id = ids.take("deliveries")
         draw = rng.random()
         failed = draw < DELIVERY_FAILED
         tries = 4 if failed else (2 if draw < DELIVERY_FAILED + DELIVERY_RETRIED else 1)
@@ -222,7 +226,7 @@ def _delivery_attempts(
 ) -> Iterator[tuple[Any, ...]]:
     for delivery_id, at, ok in attempts:
         yield (
-            ids.take("delivery_attempts", day), delivery_id, at, 200 if ok else 503,
+            ids.take("delivery_attempts"), delivery_id, at, 200 if ok else 503,
             None, 40, "ok" if ok else "Service Unavailable",
         )  # fmt: skip
     out.counts["delivery_attempts"] = len(attempts)
@@ -239,12 +243,12 @@ def fill_day(
     day: dt.date,
     n: int,
     layout: Layout,
-    ids: Ids,
     seed: int,
     keys_until: dt.datetime,
 ) -> dict[str, int]:
     """One day's rows, in one transaction."""
     rng = random.Random(seed)
+    ids = Ids(day)
     out = DayRows()
     attempts: list[tuple[Any, ...]] = []
     with conn.transaction(), conn.cursor() as cur:
@@ -280,41 +284,49 @@ def fill_day(
     return out.counts  # fmt: skip
 
 
+def _fill_one(url: str, day: dt.date, n: int, layout: Layout, keys_until: dt.datetime) -> dict:
+    """A fill job's day (in a process of its own)."""
+    with psycopg.connect(url) as conn:
+        return fill_day(conn, day, n, layout, day.toordinal(), keys_until)
+
+
 def fill(
-    url: str, layout: Layout, events: int, days: int, say: Callable[[str], None]
+    url: str, layout: Layout, events: int, days: int, jobs: int, say: Callable[[str], None]
 ) -> dict[str, Any]:
-    """``events`` events over ``days`` days ending yesterday; then the sequences are
-    moved past the ids used, and every table is vacuumed and analyzed (a year-old
-    ledger has long been seen by autovacuum)."""
+    """``events`` events over ``days`` days ending yesterday, ``jobs`` days at a time
+    (one process and one connection each); then the sequences are moved past the ids
+    used, and every table is vacuumed and analyzed (a year-old ledger has long been seen
+    by autovacuum)."""
     today = dt.datetime.now(dt.UTC).date()
     first = today - dt.timedelta(days=days)
     keys_until = dt.datetime.now(dt.UTC)
-    ids = Ids()
     totals: dict[str, int] = {}
     started = time.monotonic()
-    with psycopg.connect(url) as conn:
-        for i in range(days):
-            day = first + dt.timedelta(days=i)
-            n = events // days + (1 if i < events % days else 0)
-            counts = fill_day(conn, day, n, layout, ids, seed=i, keys_until=keys_until)
-            for k, v in counts.items():
+    plan = [
+        (first + dt.timedelta(days=i), events // days + (1 if i < events % days else 0))
+        for i in range(days)
+    ]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(_fill_one, url, d, n, layout, keys_until) for d, n in plan]
+        for i, future in enumerate(as_completed(futures)):
+            for k, v in future.result().items():
                 totals[k] = totals.get(k, 0) + v
             if i % 10 == 9 or i == days - 1:
                 rate = totals["events"] / (time.monotonic() - started)
                 say(f"  filled {i + 1}/{days} days, {totals['events']:,} events ({rate:,.0f}/s)")
-        copy_s = time.monotonic() - started
-        with conn.cursor() as cur:
-            for table in ("events", "event_attempts", "deliveries", "delivery_attempts"):
-                cur.execute(
-                    f"SELECT setval(pg_get_serial_sequence('{table}', 'id'),"
-                    f" (SELECT coalesce(max(id), 1) FROM {table}))"
-                )
-        conn.commit()
+    copy_s = time.monotonic() - started
+    with psycopg.connect(url) as conn, conn.cursor() as cur:
+        for table in ("events", "event_attempts", "deliveries", "delivery_attempts"):
+            cur.execute(
+                f"SELECT setval(pg_get_serial_sequence('{table}', 'id'),"
+                f" (SELECT coalesce(max(id), 1) FROM {table}))"
+            )
     vacuum_s = vacuum(url)
     return {
         "rows": totals,
         "first_day": first.isoformat(),
         "days": days,
+        "jobs": jobs,
         "copy_seconds": round(copy_s, 1),
         "vacuum_analyze_seconds": round(vacuum_s, 1),
         "events_per_s": round(totals["events"] / copy_s),

@@ -67,6 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--senders", type=int, default=32, help="ingest: concurrent senders")
     p.add_argument("--reads", type=int, default=200, help="requests per kind of read")
     p.add_argument("--read-warmup", type=int, default=20, help="unrecorded reads per kind")
+    p.add_argument("--fill-jobs", type=int, default=2, help="processes filling days at once")
     p.add_argument("--drain-events", type=int, default=20_000, help="pending events drained")
     deployed = serve.server_settings(os.environ)
     p.add_argument("--workers", type=int, default=deployed.workers)
@@ -252,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         empty, filled = dbs
         _say(f"filling {filled['name']} with {args.events:,} events over {args.days} days")
         _fill_settings(args.pg_url, True)
-        report["fill"] = ledger.fill(filled["url"], filled["layout"], args.events, args.days, _say)
+        report["fill"] = ledger.fill(
+            filled["url"], filled["layout"], args.events, args.days, args.fill_jobs, _say
+        )
         _fill_settings(args.pg_url, False)
         ledger.vacuum(empty["url"])
         with psycopg.connect(filled["url"]) as conn:
