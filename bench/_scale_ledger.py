@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import create_engine
 
-from inbox.domain.ledger import make_id
+from inbox.domain.ledger import bounds, make_id, partition_name
 from inbox.domain.sources import SourceOptions
 from inbox.store import endpoints as endpoints_store
 from inbox.store import sources as sources_store
@@ -402,6 +402,85 @@ def sizes(conn: psycopg.Connection) -> dict[str, int]:
     return out
 
 
+# The ledger's partitioned tables and the column that carries each one's day, children
+# before their parents (the order a day's rows are deleted and its partitions dropped).
+DAY_COLUMN = {
+    "delivery_attempts": "delivery_id",
+    "deliveries": "id",
+    "event_attempts": "event_id",
+    "steps": "event_id",
+    "events": "id",
+}
+
+
+def _partitioned(conn: psycopg.Connection) -> bool:
+    row = conn.execute("SELECT relkind FROM pg_class WHERE relname = 'events'").fetchone()
+    return row is not None and row[0] == "p"
+
+
+def _day_rows(conn: psycopg.Connection, day: dt.date) -> dict[str, int]:
+    lower, upper = bounds(day)
+    out = {}
+    for table, column in DAY_COLUMN.items():
+        row = conn.execute(
+            f"SELECT count(*) FROM {table} WHERE {column} >= %s AND {column} < %s",
+            (lower, upper),
+        ).fetchone()
+        out[table] = int(row[0]) if row else 0
+    return out
+
+
+def _delete_day(conn: psycopg.Connection, day: dt.date) -> float:
+    """Seconds to DELETE a day's rows from every ledger table, children first, in one
+    transaction; rolled back, so the same rows are there for the drop."""
+    lower, upper = bounds(day)
+    started = time.monotonic()
+    with conn.transaction(force_rollback=True):
+        for table, column in DAY_COLUMN.items():
+            conn.execute(
+                f"DELETE FROM {table} WHERE {column} >= %s AND {column} < %s", (lower, upper)
+            )
+        took = time.monotonic() - started
+    return took
+
+
+def _drop_day(conn: psycopg.Connection, day: dt.date) -> float:
+    """Seconds to detach and drop a day's partitions of every ledger table, children
+    first, in one transaction (what retention does to a day past its window)."""
+    started = time.monotonic()
+    with conn.transaction():
+        for table in DAY_COLUMN:
+            name = partition_name(table, day)
+            conn.execute(f"ALTER TABLE {table} DETACH PARTITION {name}")
+            conn.execute(f"DROP TABLE {name}")
+    return time.monotonic() - started
+
+
 def drop_versus_delete(url: str, empty_url: str, fill: dict[str, Any]) -> dict[str, Any] | None:
-    """Not on main's schema: its ledger is one table per kind, nothing to drop."""
-    return None
+    """The oldest day of the filled ledger: DELETE its rows (rolled back), then drop its
+    partitions; beside it the same day's partitions dropped from the empty ledger."""
+    day = dt.date.fromisoformat(fill["first_day"])
+    with psycopg.connect(url, autocommit=True) as conn:
+        if not _partitioned(conn):
+            return None  # main's schema: one table per kind, nothing to drop
+        rows = _day_rows(conn, day)
+        delete_s = _delete_day(conn, day)
+        conn.execute("CHECKPOINT")  # the drop does not pay for the DELETE's dirty pages
+        drop_s = _drop_day(conn, day)
+    with psycopg.connect(empty_url, autocommit=True) as conn:
+        create_partitions(conn, [day])
+        empty_drop_s = _drop_day(conn, day)
+    return {
+        "day": day.isoformat(),
+        "rows": rows,
+        "delete_s": delete_s,
+        "drop_s": drop_s,
+        "empty_drop_s": empty_drop_s,
+    }
+
+
+def create_partitions(conn: psycopg.Connection, days: list[dt.date]) -> None:
+    """Every ledger table's partition for each day (the migration's own function)."""
+    for day in days:
+        for table in DAY_COLUMN:
+            conn.execute("SELECT inbox_create_partition(%s, %s)", (table, day))

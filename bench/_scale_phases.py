@@ -1,8 +1,9 @@
 """The scale benchmark's measurements, each run the same way against either database.
 
-- **ingest**: the receiver (``bench/ingest.py``'s ``Receiver``: ``python -m web`` with its
-  defaults, no broker) driven by wrk (``bench/_common.py``), 32 senders, unique keys,
-  signed 1 KiB events; 2xx/s, p50/p99, CPU ms per accepted event;
+- **ingest**: the receiver (``python -m web`` with the web server's defaults, no broker:
+  the doorbell is a no-op, as in ``bench/ingest.py``) driven by ``bench/_common.py``'s wrk
+  script, 32 senders, unique keys, signed 1 KiB events; 2xx/s, p50/p99, CPU ms per
+  accepted event;
 - **reads**: on the same server, the API's and the console's event list and one event
   (``bench/_scale_reads.py``);
 - **drain**: ``bench/drain.py``'s approach: N pending events of the no-op playbook, one
@@ -23,9 +24,10 @@ import _common as c
 import _drain_procs as procs
 import _scale_ledger as ledger
 import _scale_reads as reads
-import ingest as ingest_bench
 import psycopg
 from celery import Celery
+
+from web.keepalive import keepalive_requests
 
 HOST = "127.0.0.1"
 
@@ -53,16 +55,32 @@ def checkpoint(db_url: str) -> None:
         conn.execute("CHECKPOINT")
 
 
+def _receiver(args: argparse.Namespace, db_url: str) -> tuple[procs.Proc, int]:
+    """The receiver as ``bench/ingest.py`` runs it: the project's web server, its pool
+    size, no broker (the doorbell is a no-op: ingest alone is measured)."""
+    env = {
+        "DATABASE_URL": db_url,
+        "REDIS_URL": "",
+        "BROKER_URL": "",
+        "INBOX_DB_POOL_SIZE": str(args.pool_size),
+        "PYTHONUNBUFFERED": "1",
+        "WEB_KEEPALIVE_REQUESTS": str(keepalive_requests(os.environ)),
+    }
+    proc, port = procs.web("web.wsgi:app", env, args.workers, args.threads)
+    procs.wait_http(proc, port)
+    return proc, port
+
+
 def ingest_and_reads(
     args: argparse.Namespace, db_url: str, dbname: str, tag: str, bearer: str
 ) -> dict[str, Any]:
     """Ingest under wrk, then the operator's reads, against one receiver."""
-    receiver = ingest_bench.Receiver("inbox", args, db_url)
+    receiver, port = _receiver(args, db_url)
     try:
         sampler = c.Sampler(
-            {"receiver": receiver.proc.pid, "load": os.getpid()}, _postmaster(db_url), dbname
+            {"receiver": receiver.pid, "load": os.getpid()}, _postmaster(db_url), dbname
         )
-        url = f"http://{HOST}:{receiver.port}/"
+        url = f"http://{HOST}:{port}/"
         script = c.RESULTS / f"wrk-scale-{tag}.lua"
         path = f"/hooks/{ledger.TENANT}/{ledger.SOURCE}"
         script.write_text(c.wrk_script(path, ledger.SECRET.encode(), False))
@@ -91,7 +109,7 @@ def ingest_and_reads(
         with psycopg.connect(db_url) as conn:
             ids = ledger.sample_public_ids(conn, args.reads + args.read_warmup)
         result["reads"] = reads.measure(
-            receiver.port, bearer, ids, ledger.DEAD_LETTER_TENANT, args.reads, args.read_warmup
+            port, bearer, ids, ledger.DEAD_LETTER_TENANT, args.reads, args.read_warmup
         )
         return result
     finally:
