@@ -361,6 +361,26 @@ def insert_pending(url: str, source_id: int, n: int) -> int:
     return int(row[0])
 
 
+def settle(url: str, source_id: int) -> int:
+    """Take the ingest phase's accepted events through processing to completed, as a
+    worker would have (no broker rang for them): the drain then finds only its own
+    events, and the reads see terminal rows. Returns how many."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE events SET state = 'processing', lease_owner = 'bench-scale',"
+            " lease_expires_at = now() + interval '1 minute', fence = fence + 1,"
+            " attempts = attempts + 1 WHERE source_id = %s AND state = 'received'",
+            (source_id,),
+        )
+        cur = conn.execute(
+            "UPDATE events SET state = 'completed', finished_at = now(), outcome = 'done',"
+            " lease_owner = NULL, lease_expires_at = NULL"
+            " WHERE source_id = %s AND state = 'processing'",
+            (source_id,),
+        )
+        return cur.rowcount
+
+
 def drain_progress(conn: psycopg.Connection, source_id: int, since_id: int) -> tuple[int, float]:
     """(finished events of the drain, epoch of the latest finish)."""
     row = conn.execute(

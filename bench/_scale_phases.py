@@ -72,7 +72,7 @@ def _receiver(args: argparse.Namespace, db_url: str) -> tuple[procs.Proc, int]:
 
 
 def ingest_and_reads(
-    args: argparse.Namespace, db_url: str, dbname: str, tag: str, bearer: str
+    args: argparse.Namespace, db_url: str, dbname: str, tag: str, bearer: str, source_id: int
 ) -> dict[str, Any]:
     """Ingest under wrk, then the operator's reads, against one receiver."""
     receiver, port = _receiver(args, db_url)
@@ -106,6 +106,7 @@ def ingest_and_reads(
                 "cpu_ms_per_2xx": {k: v * seconds * 1000 / ok for k, v in cores.items() if ok},
             }
         }
+        result["ingest"]["settled"] = ledger.settle(db_url, source_id)
         with psycopg.connect(db_url) as conn:
             ids = ledger.sample_public_ids(conn, args.reads + args.read_warmup)
         result["reads"] = reads.measure(

@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reads", type=int, default=200, help="requests per kind of read")
     p.add_argument("--read-warmup", type=int, default=20, help="unrecorded reads per kind")
     p.add_argument("--fill-jobs", type=int, default=2, help="processes filling days at once")
-    p.add_argument("--drain-events", type=int, default=20_000, help="pending events drained")
+    p.add_argument("--drain-events", type=int, default=50_000, help="pending events drained")
     deployed = serve.server_settings(os.environ)
     p.add_argument("--workers", type=int, default=deployed.workers)
     p.add_argument("--threads", type=int, default=deployed.threads)
@@ -119,8 +119,13 @@ def _database(pg_url: str, kind: str) -> dict[str, Any]:
 def _round(args: argparse.Namespace, broker: phases.Broker, db: dict[str, Any], n: int) -> dict:
     tag = f"{db['kind']}-{n}-{uuid.uuid4().hex[:6]}"
     out: dict[str, Any] = {"db": db["kind"], "round": n}
+    layout = db["layout"]
     if "ingest" not in args.skip_set:
-        out.update(phases.ingest_and_reads(args, db["url"], db["name"], tag, db["token"]))
+        out.update(
+            phases.ingest_and_reads(
+                args, db["url"], db["name"], tag, db["token"], layout.source_ids[ledger.SOURCE]
+            )
+        )
         ing = out["ingest"]
         _say(
             f"  {db['kind']:6} ingest {ing['ok_per_s']:,.0f}/s p99 {ing['p99_ms']:.1f} ms; reads"
