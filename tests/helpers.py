@@ -8,6 +8,11 @@ import json
 import time
 from typing import Any
 
+from inbox.store.ledger_reads import EVENT_ROW, KEYS_JOIN
+
+# Every event as it reads: its row with its live key's duplicate counters added.
+EVENTS = f"SELECT {EVENT_ROW} FROM events e {KEYS_JOIN}"
+
 
 def hmac_headers(
     secret: str, body: bytes, key: str | None = None, ts: int | None = None, **extra: str

@@ -7,6 +7,7 @@ builds everything the one INSERT needs. Nothing here touches the database.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 import logging
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from inbox.domain import jsonpath, ordering
+from inbox.domain import jsonpath, ledger, ordering
 from inbox.domain.errors import BadRequest, Unauthorized, UnsupportedMediaType
 from inbox.domain.idempotency import business_key_digest, key_digest, validate_key
 from inbox.domain.records import Source
@@ -263,7 +264,9 @@ def prepare(
         # Checked here so a bad value is a 400 with nothing stored; the worker reads it again.
         ordering.position(parsed, opts.occurred_at_path, opts.version_path)
 
-    public_id = "evt_" + secrets.token_hex(12)
+    # The day of receipt in the id: a lookup by public id prunes to its partitions.
+    day = dt.datetime.fromtimestamp(now, dt.UTC).date()
+    public_id = ledger.public_id("evt_", day, secrets.token_hex(8))
     status = scheme.accept_status
     response = f'{{"id":"{public_id}","status":"accepted"}}'  # the id is hex: nothing to escape
     return Prepared(

@@ -64,3 +64,41 @@ def day_of_partition(table: str, name: str) -> dt.date | None:
         return dt.datetime.strptime(name[len(prefix) :], "%Y%m%d").date()
     except ValueError:
         return None
+
+
+# Public ids of events carry their UTC day too: ``evt_20261201`` + 16 hex digits (64
+# random bits), so a lookup by public id names its partitions. The day is the web
+# host's, the id's is the database's: around midnight they may differ by one, so a
+# lookup covers the day before and after as well. Ids made before the ledger was
+# partitioned (``evt_`` + 24 hex digits) carry no day: they are looked up everywhere.
+PUBLIC_DAY_FORMAT = "%Y%m%d"
+
+
+def public_id(prefix: str, day: dt.date, random_hex: str) -> str:
+    """``evt_`` + the day + ``random_hex``."""
+    return f"{prefix}{day:{PUBLIC_DAY_FORMAT}}{random_hex}"
+
+
+def day_of_public_id(prefix: str, value: str) -> dt.date | None:
+    """The day a public id made by ``public_id`` carries, or None (an older id)."""
+    digits = value[len(prefix) : len(prefix) + 8]
+    if not value.startswith(prefix) or len(digits) != 8 or not digits.isdigit():
+        return None
+    try:
+        return dt.datetime.strptime(digits, PUBLIC_DAY_FORMAT).date()
+    except ValueError:
+        return None
+
+
+# Every id: the window of a public id that carries no day.
+ALL_IDS = (0, (1 << 63) - 1)
+
+
+def lookup_bounds(prefix: str, value: str) -> tuple[int, int]:
+    """The ids a row with public id ``value`` may have: its day and the days either side,
+    or every id for an id without a day."""
+    day = day_of_public_id(prefix, value)
+    if day is None or day <= EPOCH:
+        return ALL_IDS
+    one = dt.timedelta(days=1)
+    return bounds(day - one)[0], bounds(day + one)[1]

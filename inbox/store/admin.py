@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.store import deliveries as dstore
-from inbox.store import operator
+from inbox.store import ledger_reads, operator
 
 
 @dataclass(frozen=True)
@@ -70,9 +70,8 @@ _PAGE = """
 _EVENTS = (
     """
 SELECT e.id, e.public_id, t.name AS tenant, s.name AS source, e.event_type, e.state,
-       e.attempts, e.replay, e.received_at, e.finished_at, e.outcome, e.last_error_class,
-       e.duplicate_count
-"""
+       e.attempts, e.replay, e.received_at, e.finished_at, e.outcome, e.last_error_class,"""
+    + ledger_reads.DUPLICATE_COUNT
     + EVENTS_WHERE
     + _PAGE.format(alias="e")
 )
@@ -107,9 +106,11 @@ def list_deliveries(
 def visible(conn: Connection, kind: str, public_id: str, scope: int | None) -> int | None:
     """The row id of an event or delivery the scope may see, else None."""
     table = {"events": "events", "deliveries": "deliveries"}[kind]
-    row = conn.execute(
-        text(f"SELECT id, tenant_id FROM {table} WHERE public_id = :p"), {"p": public_id}
-    ).first()
+    if kind == "events":  # the id's day names its partitions
+        where, bound = ledger_reads.by_public_id(table), ledger_reads.bounds_params(public_id)
+    else:  # a delivery's webhook-id carries no day: one probe per day's index
+        where, bound = f"{table}.public_id = :p", {"p": public_id}
+    row = conn.execute(text(f"SELECT id, tenant_id FROM {table} WHERE {where}"), bound).first()
     if row is None or (scope is not None and row.tenant_id != scope):
         return None
     return int(row.id)

@@ -1,7 +1,8 @@
 """The claiming INSERT, and group commit: concurrent requests of one process share it.
 
-A claim is ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` in autocommit: a row back means
-the request owns its key and the row is committed, so 2xx may be sent. When several
+A claim is one statement in autocommit: the key into ``event_keys`` ON CONFLICT DO
+NOTHING, and the event only where the key went in (``statement``); a row back means the
+request owns its key and the row is committed, so 2xx may be sent. When several
 threads of one receiver process claim at the same time, ``Claims`` sends their rows as
 one multi-row INSERT: one round trip and one commit for all of them, instead of one each.
 Nobody waits for company: the first thread runs its row alone at once; whoever arrives
@@ -59,9 +60,31 @@ from inbox.store.engine import (
 
 log = logging.getLogger(__name__)
 
-_COLUMNS = """public_id, tenant_id, source_id, key_digest, key_expires_at, event_type,
-    business_key_digest, ordering_key, content_type, body, body_sha256, headers,
-    response_status, response_body, sync, max_attempts"""
+# One row's parameters, in order, with the type each is cast to: the rows travel in a
+# VALUES list (a CTE), whose columns take no type from the tables they go into.
+_PARAMS = (
+    ("public_id", "text"),
+    ("tenant_id", "bigint"),
+    ("source_id", "bigint"),
+    ("key_digest", "bytea"),
+    ("key_hours", "integer"),
+    ("event_type", "text"),
+    ("business_key_digest", "bytea"),
+    ("ordering_key", "bytea"),
+    ("content_type", "text"),
+    ("body", "bytea"),
+    ("body_sha256", "bytea"),
+    ("headers", "jsonb"),
+    ("response_status", "integer"),
+    ("response_body", "bytea"),
+    ("sync", "boolean"),
+    ("max_attempts", "integer"),
+)
+_EVENT_COLUMNS = ", ".join(
+    ["id", "key_digest"] + [n for n, _ in _PARAMS if n not in ("key_hours", "key_digest")]
+)
+_KEY_COLUMNS = """tenant_id, source_id, key_digest, event_id, public_id, expires_at,
+    body_sha256, response_status, response_body, sync"""
 
 _FIELDS = 16  # parameters per row, in ``row``'s order
 MAX_ROWS = 64  # per statement; a process rarely has more threads than this
@@ -82,25 +105,39 @@ class ClaimTimeout(psycopg.OperationalError):
 
 def _values(first: int) -> str:
     """One row's VALUES item, with PostgreSQL's own numbered placeholders from ``first``."""
-    p = [f"${first + i}" for i in range(_FIELDS)]
-    p[4] = f"now() + make_interval(hours => CAST({p[4]} AS integer))"  # the database's clock
-    p[11] = f"CAST({p[11]} AS jsonb)"
+    p = [f"CAST(${first + i} AS {t})" for i, (_, t) in enumerate(_PARAMS)]
     return "(" + ", ".join(p) + ")"
 
 
 @lru_cache(maxsize=MAX_ROWS)
 def statement(rows: int) -> str:
-    """The claiming INSERT for this many rows; RETURNING says which rows went in.
+    """The claiming statement for this many rows; RETURNING says which events went in.
+
+    The keys go into ``event_keys`` first, ON CONFLICT DO NOTHING: its primary key decides
+    every race, as the unique index on events did. An event goes in only when its key did
+    (or it has none), in the same statement: one round trip, one commit. Each row's id is
+    made once (``r`` is materialized: nextval runs once per row) and carries the
+    statement's day. The keys are inserted in key order (``_lock_order``'s), so two
+    statements that wait on each other's keys cannot close a circle.
 
     Numbered placeholders, for a ``psycopg.RawCursor``: the driver sends the text as it is.
     With ``%s`` placeholders it parses the statement on every call once it has more than
     50 parameters (its cache stops there), a cost per row that shows in a profile.
     """
     values = ", ".join(_values(1 + r * _FIELDS) for r in range(rows))
+    names = ", ".join(n for n, _ in _PARAMS)
     return (
-        f"INSERT INTO events ({_COLUMNS}) VALUES {values}"
-        " ON CONFLICT (tenant_id, source_id, key_digest) WHERE key_digest IS NOT NULL"
-        " DO NOTHING RETURNING id, public_id"
+        f"WITH v ({names}) AS (VALUES {values}),"
+        " r AS MATERIALIZED (SELECT inbox_ledger_id('events_id_seq') AS id, v.* FROM v),"
+        f" k AS (INSERT INTO event_keys ({_KEY_COLUMNS})"
+        " SELECT tenant_id, source_id, key_digest, id, public_id,"
+        " now() + make_interval(hours => key_hours),"  # the database's clock
+        " body_sha256, response_status, response_body, sync"
+        " FROM r WHERE key_digest IS NOT NULL ORDER BY tenant_id, source_id, key_digest"
+        " ON CONFLICT DO NOTHING RETURNING event_id)"
+        f" INSERT INTO events ({_EVENT_COLUMNS}) SELECT {_EVENT_COLUMNS} FROM r"
+        " WHERE key_digest IS NULL OR id IN (SELECT event_id FROM k)"
+        " RETURNING id, public_id"
     )
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from inbox.store.ledger_reads import COUNTERS, KEYS_JOIN
+
 # Events received longer than this before the window are only looked at when they are
 # still pending or were replayed lately (the default dedup key lives 24 hours, so
 # duplicates of older events cannot arrive unless a source keeps keys longer).
@@ -60,10 +62,8 @@ class Series:
 # (ix_events_received_at) and not over before the window began, pending now (the
 # partial indexes on state), or replayed lately (the audit log). ``pending_from``
 # starts the event's current pending stretch: its latest replay, else its receipt.
-_COLUMNS = """
-    e.id, e.state, e.received_at, e.finished_at, e.duplicate_count,
-    e.first_duplicate_at, e.last_duplicate_at
-"""
+# The duplicate counters: the event's own plus its live key's (inbox.store.ledger_reads).
+_COLUMNS = "e.id, e.state, e.received_at, e.finished_at," + COUNTERS
 _SCOPE = "(CAST(:scope AS bigint) IS NULL OR e.tenant_id = :scope)"
 _EVENTS = f"""
 WITH replays AS (
@@ -71,18 +71,18 @@ WITH replays AS (
      WHERE subject_kind = 'event' AND action = 'replay' AND at >= :horizon
      GROUP BY subject_id
 ), candidates AS (
-    SELECT {_COLUMNS} FROM events e
+    SELECT {_COLUMNS} FROM events e {KEYS_JOIN}
      WHERE e.received_at >= :horizon AND {_SCOPE}
        AND (e.received_at >= :start OR e.finished_at IS NULL OR e.finished_at >= :start
-            OR e.last_duplicate_at >= :start)
+            OR e.last_duplicate_at >= :start OR k.last_duplicate_at >= :start)
     UNION ALL
-    SELECT {_COLUMNS} FROM events e
+    SELECT {_COLUMNS} FROM events e {KEYS_JOIN}
      WHERE e.state = 'received' AND e.received_at < :horizon AND {_SCOPE}
     UNION ALL
-    SELECT {_COLUMNS} FROM events e
+    SELECT {_COLUMNS} FROM events e {KEYS_JOIN}
      WHERE e.state = 'processing' AND e.received_at < :horizon AND {_SCOPE}
     UNION ALL
-    SELECT {_COLUMNS} FROM replays r JOIN events e ON e.id = r.id
+    SELECT {_COLUMNS} FROM replays r JOIN events e ON e.id = r.id {KEYS_JOIN}
      WHERE e.received_at < :horizon AND e.state NOT IN ('received', 'processing') AND {_SCOPE}
 ), ev AS (
     SELECT c.*, greatest(c.received_at, r.at) AS pending_from,

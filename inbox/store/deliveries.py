@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection, text
 
-from inbox.domain import callbacks
+from inbox.domain import callbacks, ledger
 from inbox.domain.callbacks import Outgoing
 
 
@@ -34,6 +34,12 @@ def enqueue(
         text("SELECT id, event_types FROM endpoints WHERE tenant_id = :t AND enabled ORDER BY id"),
         {"t": tenant_id},
     ).fetchall()
+    # A delivery's public id is not unique across days (a partitioned table's unique index
+    # would have to include the id), so a second write of the same delivery is refused
+    # here: it can only be on the event's day or later, which prunes the look to those
+    # days. The step's own row (written in this transaction, fenced) already keeps a step
+    # from running twice; this is the backstop the unique index was.
+    since = ledger.bounds(ledger.day_of(event_id))[0] if event_id is not None else 0
     rows = []
     for index, msg in enumerate(messages):
         for ep in eps:
@@ -50,14 +56,16 @@ def enqueue(
                     "type": msg.event_type,
                     "body": body,
                     "replay": replay,
+                    "lo": since,
                 }
             )
     if rows:
         conn.execute(
             text(
                 "INSERT INTO deliveries (public_id, tenant_id, endpoint_id, event_id, event_type,"
-                " body, replay) VALUES (:p, :t, :e, :ev, :type, :body, :replay)"
-                " ON CONFLICT (public_id) DO NOTHING"
+                " body, replay) SELECT CAST(:p AS text), :t, :e, CAST(:ev AS bigint),"
+                " CAST(:type AS text), :body, :replay WHERE NOT EXISTS"
+                " (SELECT FROM deliveries d WHERE d.public_id = :p AND d.id >= :lo)"
             ),
             rows,
         )

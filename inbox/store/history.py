@@ -13,6 +13,7 @@ from datetime import datetime
 from sqlalchemy import Connection, text
 
 from inbox.domain.idempotency import key_digest
+from inbox.store.ledger_reads import bounds_params, by_public_id
 
 _SCOPED = "(CAST(:scope AS bigint) IS NULL OR {col} = :scope)"
 
@@ -56,7 +57,7 @@ _BY_ID = f"""
 SELECT 'event' AS kind, e.public_id, t.name AS tenant, s.name AS "where", e.state,
        e.event_type, e.received_at AS at, 'event id' AS matched
   FROM events e JOIN tenants t ON t.id = e.tenant_id JOIN sources s ON s.id = e.source_id
- WHERE e.public_id = :q AND {_SCOPED.format(col="e.tenant_id")}
+ WHERE {by_public_id("e", "q")} AND {_SCOPED.format(col="e.tenant_id")}
 UNION ALL
 SELECT 'delivery', d.public_id, t.name, ep.url, d.state, d.event_type, d.created_at,
        'delivery id'
@@ -67,8 +68,9 @@ SELECT 'delivery', d.public_id, t.name, ep.url, d.state, d.event_type, d.created
 _BY_KEY = f"""
 SELECT 'event' AS kind, e.public_id, t.name AS tenant, s.name AS "where", e.state,
        e.event_type, e.received_at AS at, 'idempotency key or provider event id' AS matched
-  FROM events e JOIN tenants t ON t.id = e.tenant_id JOIN sources s ON s.id = e.source_id
- WHERE (e.tenant_id, e.source_id, e.key_digest) IN (
+  FROM event_keys k JOIN events e ON e.id = k.event_id
+  JOIN tenants t ON t.id = e.tenant_id JOIN sources s ON s.id = e.source_id
+ WHERE (k.tenant_id, k.source_id, k.key_digest) IN (
         SELECT * FROM unnest(CAST(:tenants AS bigint[]), CAST(:sources AS bigint[]),
                              CAST(:digests AS bytea[])))
    AND {_SCOPED.format(col="e.tenant_id")}
@@ -86,7 +88,7 @@ def search(conn: Connection, q: str, scope: int | None) -> list[Hit]:
     q = q.strip()
     if not q:
         return []
-    params = {"q": q, "scope": scope}
+    params = {**bounds_params(q, "q"), "scope": scope}
     hits = [Hit(**r._mapping) for r in conn.execute(text(_BY_ID), params)]
     srcs = conn.execute(
         text(f"SELECT id, tenant_id FROM sources s WHERE {_SCOPED.format(col='s.tenant_id')}"),

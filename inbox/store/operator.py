@@ -9,6 +9,9 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from inbox.store import ledger_reads
+from inbox.store.ledger_reads import EVENT_ROW, KEYS_JOIN
+
 
 @dataclass(frozen=True)
 class EventRow:
@@ -66,16 +69,16 @@ def event_detail(conn: Connection, public_id: str) -> dict[str, Any] | None:
     """Everything that happened to one event (keys and secrets are not stored at all)."""
     ev = conn.execute(
         text(
-            """
-            SELECT e.*, t.name AS tenant, s.name AS source,
+            f"""
+            SELECT {EVENT_ROW}, t.name AS tenant, s.name AS source,
                    (SELECT n.public_id FROM events n WHERE n.id = e.newer_event_id)
                        AS newer_event
               FROM events e JOIN tenants t ON t.id = e.tenant_id
-              JOIN sources s ON s.id = e.source_id
-             WHERE e.public_id = :p
+              JOIN sources s ON s.id = e.source_id {KEYS_JOIN}
+             WHERE {ledger_reads.by_public_id("e")}
             """
         ),
-        {"p": public_id},
+        ledger_reads.bounds_params(public_id),
     ).first()
     if ev is None:
         return None
@@ -102,7 +105,13 @@ def event_detail(conn: Connection, public_id: str) -> dict[str, Any] | None:
         {"id": ev.id},
     )
     body = m.pop("body")
-    hidden_columns = ("key_digest", "business_key_digest", "ordering_key", "response_body")
+    hidden_columns = (
+        "key_digest",
+        "key_expires_at",
+        "business_key_digest",
+        "ordering_key",
+        "response_body",
+    )
     for hidden in (*hidden_columns, "newer_event_id"):
         m.pop(hidden, None)
     m["body_sha256"] = bytes(m["body_sha256"]).hex()
@@ -125,7 +134,8 @@ _REPLAY = text(
            SET state = 'received', attempts = 0, available_at = now(), finished_at = NULL,
                last_error_class = NULL, last_error_message = NULL, replay = e.replay + 1
           FROM (SELECT id, attempts, last_error_class FROM events
-                 WHERE public_id = ANY(CAST(:ids AS text[]))) AS before
+                 WHERE public_id = ANY(CAST(:ids AS text[]))
+                   AND id >= :lo AND id < :hi) AS before
          WHERE e.id = before.id AND e.state = 'quarantined'
            AND e.body IS NOT NULL  -- past retention, nothing is left to run
         RETURNING e.id, e.public_id, e.replay, before.attempts, before.last_error_class
@@ -149,6 +159,13 @@ def replay(
 
     ``detail`` is added to each audit row (a bulk replay names its job and approver).
     """
-    params = {"ids": public_ids, "actor": actor, "extra": json.dumps(detail or {})}
+    lo, hi = ledger_reads.span(public_ids)  # the days the ids name
+    params = {
+        "ids": public_ids,
+        "lo": lo,
+        "hi": hi,
+        "actor": actor,
+        "extra": json.dumps(detail or {}),
+    }
     rows = conn.execute(_REPLAY, params)
     return [r.public_id for r in rows]

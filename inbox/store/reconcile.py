@@ -30,12 +30,12 @@ def window_start(conn: Connection, hours: int) -> datetime:
 def known_digests(
     conn: Connection, tenant_id: int, source_id: int, digests: Sequence[bytes]
 ) -> set[bytes]:
-    """The subset of ``digests`` the source holds as an event's key, whatever the event's age."""
+    """The subset of ``digests`` the source holds as a live key, whatever the event's age."""
     found: set[bytes] = set()
     for i in range(0, len(digests), CHUNK):
         rows = conn.execute(
             text(
-                "SELECT key_digest FROM events"
+                "SELECT key_digest FROM event_keys"  # the live keys, by their primary key
                 " WHERE tenant_id = :t AND source_id = :s"
                 " AND key_digest = ANY(CAST(:d AS bytea[]))"
             ),

@@ -3,8 +3,9 @@
 One round, per source:
 
 1. **Keys.** A finished event (completed or quarantined) whose key window has passed
-   loses its dedup key: ``key_digest`` and ``key_expires_at`` become NULL. The unique
-   index only covers rows with a key, so the same key arriving later is a new event.
+   loses its dedup key: its ``event_keys`` row is deleted, the key's duplicate counters
+   are added to the event row and its ``key_digest`` becomes NULL, so the same key
+   arriving later is a new event.
    Unfinished events (received, processing) keep their keys whatever their age, and a
    source whose key window is shorter than its provider's retry horizon keeps all its
    keys: it is reported as refused instead. And no key is ever removed before the
@@ -15,8 +16,8 @@ One round, per source:
    row stays: body hash, headers, decision, outcome, steps, audit entries.
 3. **Folding receipts.** Receipts are the per-copy records of something that happened
    more than once. *Folding* means keeping only their count on the parent row:
-   - duplicate deliveries of an event are folded at ingest already (one counter,
-     ``events.duplicate_count``, with the first and last time), no row per copy;
+   - duplicate deliveries of an event are folded at ingest already (one counter on its
+     key, with the first and last time; onto the event when the key goes), no row per copy;
    - conflicting bodies under one key are folded at ingest too: one
      ``idempotency_conflicts`` row per (event, other body hash) with a count and the
      first and last time. Those rows are small and stay with their event;
@@ -62,13 +63,13 @@ STATEMENT_TIMEOUT_MS = 300_000
 _NOW = "coalesce(CAST(:now AS timestamptz), now())"
 _FINISHED = "state IN ('completed', 'quarantined')"
 
+# A key, with its event: the event must be finished and past the retry horizon.
 _EXPIRED_KEYS = f"""
-    FROM events
-   WHERE tenant_id = :tenant_id AND source_id = :source_id
-     AND key_digest IS NOT NULL
-     AND key_expires_at <= {_NOW}
-     AND received_at <= {_NOW} - make_interval(secs => :horizon_s)
-     AND {_FINISHED}
+    FROM event_keys k JOIN events e ON e.id = k.event_id
+   WHERE k.tenant_id = :tenant_id AND k.source_id = :source_id
+     AND k.expires_at <= {_NOW}
+     AND e.received_at <= {_NOW} - make_interval(secs => :horizon_s)
+     AND e.{_FINISHED}
 """
 
 _OLD_BODIES = f"""
@@ -109,7 +110,26 @@ def _batched_update(rows: str, assignments: str) -> str:
     """
 
 
-_REMOVE_KEYS = _batched_update(_EXPIRED_KEYS, "key_digest = NULL, key_expires_at = NULL")
+# Expired keys go (a batched DELETE of event_keys); each one's final duplicate counters
+# are added to its event, which also forgets the key's digest: the same key arriving later
+# is a new event. Off the hot path: the receiver only ever touches the key.
+_REMOVE_KEYS = f"""
+    WITH batch AS (
+        SELECT k.tenant_id, k.source_id, k.key_digest {_EXPIRED_KEYS}
+         LIMIT :limit FOR UPDATE OF k, e SKIP LOCKED
+    ), gone AS (
+        DELETE FROM event_keys d USING batch b
+         WHERE d.tenant_id = b.tenant_id AND d.source_id = b.source_id
+           AND d.key_digest = b.key_digest
+        RETURNING d.event_id, d.duplicate_count, d.first_duplicate_at, d.last_duplicate_at
+    )
+    UPDATE events e
+       SET key_digest = NULL,
+           duplicate_count = e.duplicate_count + g.duplicate_count,
+           first_duplicate_at = coalesce(e.first_duplicate_at, g.first_duplicate_at),
+           last_duplicate_at = greatest(e.last_duplicate_at, g.last_duplicate_at)
+      FROM gone g WHERE e.id = g.event_id
+"""
 _REMOVE_BODIES = _batched_update(_OLD_BODIES, "body = NULL")
 
 
@@ -117,8 +137,9 @@ def _batched_delete(rows: str) -> str:
     # Attempt rows of a delivered delivery are never written again, so no lock is needed
     # to pick them; the DELETE itself locks only the batch.
     return f"""
-        WITH batch AS (SELECT a.id {rows} LIMIT :limit)
-        DELETE FROM delivery_attempts t USING batch WHERE t.id = batch.id
+        WITH batch AS (SELECT a.delivery_id, a.id {rows} LIMIT :limit)
+        DELETE FROM delivery_attempts t USING batch
+         WHERE t.delivery_id = batch.delivery_id AND t.id = batch.id
     """
 
 

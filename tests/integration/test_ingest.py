@@ -7,12 +7,12 @@ import json
 import pytest
 from sqlalchemy import Engine, text
 
-from tests.helpers import body_of, hmac_headers
+from tests.helpers import EVENTS, body_of, hmac_headers
 
 SECRET = "s3cret"
 
 
-def rows(engine: Engine, sql: str = "SELECT * FROM events ORDER BY id") -> list:
+def rows(engine: Engine, sql: str = EVENTS + " ORDER BY e.id") -> list:
     with engine.connect() as conn:
         return list(conn.execute(text(sql)))
 
@@ -260,15 +260,16 @@ def test_key_window_pruned_key_is_a_new_event(client, make_source, engine):
     src = make_source()
     assert post(client, src, {"a": 1}).status_code == 202
     with engine.begin() as conn:
-        conn.execute(text("UPDATE events SET key_digest = NULL, key_expires_at = NULL"))
+        conn.execute(text("DELETE FROM event_keys"))  # as pruning does
+        conn.execute(text("UPDATE events SET key_digest = NULL"))
     again = post(client, src, {"a": 1})
     assert again.status_code == 202 and "Idempotent-Replayed" not in again.headers
     assert len(rows(engine)) == 2
     with engine.connect() as conn:
         hours = conn.execute(
             text(
-                "SELECT extract(epoch FROM key_expires_at - received_at) / 3600 FROM events"
-                " WHERE key_digest IS NOT NULL"
+                "SELECT extract(epoch FROM k.expires_at - e.received_at) / 3600"
+                " FROM event_keys k JOIN events e ON e.id = k.event_id"
             )
         ).scalar_one()
     assert round(float(hours)) == 24

@@ -8,11 +8,12 @@ import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import ForeignKeyConstraint, create_engine, inspect, text
 
+from inbox.domain import ledger
 from inbox.store import migrate
 from inbox.store.engine import sqlalchemy_url
-from inbox.store.tables import metadata
+from inbox.store.tables import PARTITIONED, metadata
 
 
 @pytest.fixture
@@ -27,11 +28,34 @@ def empty_db(pg_server_url: str):
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def _not_a_partition(name: str | None, type_: str, parent_names: object) -> bool:
+    """A day's partition (or the DEFAULT one) is made by inbox.store.partitions, not in
+    tables.py: the comparison covers the partitioned parents."""
+    if type_ != "table" or name is None:
+        return True
+    return not any(
+        name == f"{t}_default" or ledger.day_of_partition(t, name) is not None for t in PARTITIONED
+    )
+
+
+def _not_a_clone(obj: object, name: str | None, type_: str, reflected: bool, _: object) -> bool:
+    """PostgreSQL clones a foreign key into a partitioned table once per partition of the
+    table it references (``steps_event_id_fkey3`` -> ``events_p20261203``): not ours."""
+    if type_ == "foreign_key_constraint" and reflected:
+        assert isinstance(obj, ForeignKeyConstraint)
+        return _not_a_partition(obj.referred_table.name, "table", None)
+    return True
+
+
 def test_upgrade_matches_tables_then_downgrade_empties(empty_db: str) -> None:
     migrate.upgrade(empty_db)
     engine = create_engine(sqlalchemy_url(empty_db))
     with engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn), metadata)
+        context = MigrationContext.configure(
+            conn,
+            opts={"include_name": _not_a_partition, "include_object": _not_a_clone},
+        )
+        diff = compare_metadata(context, metadata)
         assert diff == [], f"migrations and inbox/store/tables.py disagree: {diff}"
     migrate.downgrade(empty_db, "base")
     with engine.connect() as conn:

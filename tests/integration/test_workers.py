@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 
 import tests.sink_playbooks  # noqa: F401  (registers the test playbooks)
 from inbox.domain.errors import LeaseLost
@@ -16,6 +16,12 @@ from inbox.store import queue
 from tests.helpers import body_of, events_by_state, hmac_headers, sink_rows
 
 pytestmark = pytest.mark.usefixtures("sink_table")
+
+
+def ids(engine: Engine) -> list[int]:
+    """The events' ids in the order they were received (ids carry their day: not 1, 2, 3)."""
+    with engine.connect() as conn:
+        return [r.id for r in conn.execute(text("SELECT id FROM events ORDER BY id"))]
 
 
 @pytest.fixture
@@ -122,7 +128,9 @@ def test_same_business_fact_under_two_event_ids_has_one_effect(
     send(client, src, {"type": "sim.swap", "account": "acct-2"}, "k3")
     drain_all(engine, wsettings)
     assert [r.step for r in sink_rows(engine)] == ["deny", "deny"]
-    first, second, third = (one(engine, f"SELECT * FROM events WHERE id = {i}") for i in (1, 2, 3))
+    first, second, third = (
+        one(engine, f"SELECT * FROM events WHERE id = {i}") for i in ids(engine)
+    )
     assert first.outcome == "completed" and third.outcome == "completed"
     assert second.state == "completed" and second.outcome == "duplicate_fact"
     assert second.duplicate_of == first.id
@@ -202,7 +210,8 @@ def test_one_business_key_at_a_time_in_received_order(client, make_source, engin
     send(client, src, {"account": "acct-2"}, "other")
     with engine.begin() as conn:
         first = queue.claim(conn, "w", 10, 30)
-    assert [c.id for c in first] == [1, 4]  # acct-1's first event, and acct-2's in parallel
+    e1, e2, e3, e4 = ids(engine)
+    assert [c.id for c in first] == [e1, e4]  # acct-1's first event, and acct-2's in parallel
     with engine.begin() as conn:
         assert queue.claim(conn, "w2", 10, 30) == []  # acct-1's next waits for the first
         for c in first:
@@ -214,7 +223,7 @@ def test_one_business_key_at_a_time_in_received_order(client, make_source, engin
             order += [c.id for c in claims]
             for c in claims:
                 queue.complete(conn, c, "completed", {}, None, None)
-    assert order == [2, 3]
+    assert order == [e2, e3]
 
 
 def test_prefer_wait_returns_the_decision_and_in_flight_retry_gets_409(
@@ -259,21 +268,24 @@ def test_batched_completion_is_fenced_too(client, make_source, engine):
     with engine.begin() as conn:
         old = queue.claim(conn, "old", 10, 0.2)
         loaded = batch.load_many(conn, old)
-    assert sorted(loaded) == [1, 2]
+    e1, e2 = ids(engine)
+    assert sorted(loaded) == [e1, e2]
     time.sleep(0.3)
     sweep_once(engine)
     with engine.begin() as conn:
         conn.execute(
-            text("UPDATE events SET available_at = now() + interval '1 hour' WHERE id = 2")
+            text("UPDATE events SET available_at = now() + interval '1 hour' WHERE id = :id"),
+            {"id": e2},
         )
         [new] = queue.claim(conn, "new", 10, 30)  # only event 1 is taken over
-    assert new.id == 1
+    assert new.id == e1
     with engine.begin() as conn:
         conn.execute(
             text(
                 "UPDATE events SET state = 'processing', fence = fence + 1,"
-                " lease_expires_at = now() + interval '30 seconds' WHERE id = 2"
-            )
+                " lease_expires_at = now() + interval '30 seconds' WHERE id = :id"
+            ),
+            {"id": e2},
         )
     completions = [
         batch.Completion(c, {"record": {"by": "old"}}, "completed", {"by": "old"}, None)
@@ -283,10 +295,10 @@ def test_batched_completion_is_fenced_too(client, make_source, engine):
         assert batch.complete_many(conn, completions) == set()  # both leases are gone
     fresh = batch.Completion(new, {"record": {"by": "new"}}, "completed", {"by": "new"}, None)
     with engine.begin() as conn:
-        assert batch.complete_many(conn, [fresh]) == {1}
+        assert batch.complete_many(conn, [fresh]) == {e1}
     with engine.connect() as conn:
         steps = conn.execute(text("SELECT event_id, result FROM steps")).fetchall()
-    assert [(s.event_id, s.result) for s in steps] == [(1, {"by": "new"})]
+    assert [(s.event_id, s.result) for s in steps] == [(e1, {"by": "new"})]
 
 
 def test_effect_free_playbooks_complete_as_a_batch(client, make_source, engine, wsettings):
