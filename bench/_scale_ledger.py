@@ -27,21 +27,24 @@ from typing import Any
 import psycopg
 from sqlalchemy import create_engine
 
-from inbox.domain.ledger import bounds, make_id, partition_name
+from inbox.domain import ledger
+from inbox.domain.ledger import SEQUENCE_MASK, bounds, make_id, partition_name
 from inbox.domain.sources import SourceOptions
 from inbox.store import endpoints as endpoints_store
 from inbox.store import sources as sources_store
 from inbox.store.engine import sqlalchemy_url
+from inbox.store.ledger_tables import DROP_ORDER, PARTITIONED
 
 TENANT, SOURCE, DRAIN_SOURCE = "bench", "own", "noop"
 PLAYBOOK = "bench-noop"
 EVENT_TYPE = "bench.noop"  # the no-op playbook's type: a replayed event drains cleanly
 TENANTS = 20
+KEY_HOURS = 24  # the default key window (INBOX_KEY_TTL_HOURS) of an hmac source
 DEAD_LETTER_TENANT = "tenant00"  # whose dead letters the filtered lists read
 SECRET = "bench-scale-secret"
 
-# The ledger's tables, children first (the order a DELETE of a day must take).
-LEDGER = ("delivery_attempts", "deliveries", "event_attempts", "steps", "events")
+# What the sizing counts: the keys and every partitioned ledger table.
+LEDGER = ("event_keys", *DROP_ORDER)
 
 # Shares of the generated events.
 QUARANTINED = 0.02  # dead letters, after 5 failed attempts
@@ -97,7 +100,7 @@ def setup(url: str) -> Layout:
 # -- the fill ----------------------------------------------------------------------------
 
 _EVENT_COLS = (
-    "id, public_id, tenant_id, source_id, key_digest, key_expires_at, event_type,"
+    "id, public_id, tenant_id, source_id, key_digest, event_type,"
     " content_type, body, body_sha256, headers, response_status, response_body, state,"
     " attempts, replay, available_at, fence, received_at, finished_at, last_error_class,"
     " last_error_message, duplicate_count, first_duplicate_at, last_duplicate_at, outcome"
@@ -125,6 +128,7 @@ class Ids:
 class DayRows:
     """What one day's generators produced, for the children's COPYs."""
 
+    keys: list[tuple[Any, ...]] = field(default_factory=list)
     steps: list[tuple[int, dt.datetime]] = field(default_factory=list)
     failures: list[tuple[int, dt.datetime, int, bool]] = field(default_factory=list)
     deliveries: list[tuple[int, int, int, dt.datetime]] = field(default_factory=list)
@@ -146,7 +150,7 @@ def _events(
         tenant = layout.tenants[seq % len(layout.tenants)]
         source = tenant.sources[(seq // len(layout.tenants)) % len(tenant.sources)]
         event_id = ids.take("events")
-        public_id = f"evt_{rng.getrandbits(96):024x}"
+        public_id = ledger.public_id("evt_", day, f"{rng.getrandbits(64):016x}")
         received = start + dt.timedelta(seconds=seq * spacing)
         body = (
             f'{{"id":"{public_id}","type":"invoice.paid","created":{int(received.timestamp())},'
@@ -157,23 +161,29 @@ def _events(
         quarantined = draw < QUARANTINED
         retried = not quarantined and draw < QUARANTINED + RETRIED
         finished = received + dt.timedelta(milliseconds=rng.randrange(5, 400))
-        key_alive = received + dt.timedelta(hours=24) > keys_until
+        expires = received + dt.timedelta(hours=KEY_HOURS)
+        key = hashlib.sha256(body + b"key").digest() if expires > keys_until else None
         dup = rng.random() < DUPLICATED
+        dup_at = received + dt.timedelta(seconds=30) if dup else None
         response = f'{{"id":"{public_id}","status":"accepted"}}'.encode()
+        body_sha256 = hashlib.sha256(body).digest()
+        # While a key lives its copies are counted on it; on the event once it is pruned.
+        on_event = key is None
         yield (
-            event_id, public_id, tenant.id, source,
-            hashlib.sha256(body + b"k").digest() if key_alive else None,
-            received + dt.timedelta(hours=24) if key_alive else None,
-            EVENT_TYPE, "application/json", body, hashlib.sha256(body).digest(), _HEADERS,
-            202, response,
+            event_id, public_id, tenant.id, source, key,
+            EVENT_TYPE, "application/json", body, body_sha256, _HEADERS, 202, response,
             "quarantined" if quarantined else "completed",
             5 if quarantined else (2 if retried else 1), 0, received, 5 if quarantined else 1,
             received, finished,
             _ERROR[0] if quarantined else None, _ERROR[1] if quarantined else None,
-            1 if dup else 0, received + dt.timedelta(seconds=30) if dup else None,
-            received + dt.timedelta(seconds=30) if dup else None,
+            int(dup and on_event), dup_at if on_event else None, dup_at if on_event else None,
             None if quarantined else "done",
         )  # fmt: skip
+        if key is not None:
+            out.keys.append((
+                tenant.id, source, key, event_id, public_id, expires, body_sha256, 202,
+                response, False, int(dup), dup_at, dup_at,
+            ))  # fmt: skip
         if quarantined:
             out.failures += [(event_id, finished, a, a == 5) for a in range(1, 6)]
         else:
@@ -183,6 +193,11 @@ def _events(
             if rng.random() < DELIVERED:
                 out.deliveries.append((event_id, tenant.id, tenant.endpoints[0], finished))
     out.counts["events"] = n
+
+
+def _keys(out: DayRows) -> Iterator[tuple[Any, ...]]:
+    yield from out.keys
+    out.counts["event_keys"] = len(out.keys)
 
 
 def _steps(out: DayRows) -> Iterator[tuple[Any, ...]]:
@@ -259,6 +274,13 @@ def fill_day(
         )
         _copy(
             cur,
+            "COPY event_keys (tenant_id, source_id, key_digest, event_id, public_id,"
+            " expires_at, body_sha256, response_status, response_body, sync, duplicate_count,"
+            " first_duplicate_at, last_duplicate_at) FROM STDIN",
+            _keys(out),
+        )
+        _copy(
+            cur,
             "COPY steps (event_id, name, result, attempt, replay, completed_at) FROM STDIN",
             _steps(out),
         )
@@ -306,6 +328,8 @@ def fill(
         (first + dt.timedelta(days=i), events // days + (1 if i < events % days else 0))
         for i in range(days)
     ]
+    with psycopg.connect(url, autocommit=True) as conn:
+        create_partitions(conn, [d for d, _ in plan])
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(_fill_one, url, d, n, layout, keys_until) for d, n in plan]
         for i, future in enumerate(as_completed(futures)):
@@ -316,10 +340,11 @@ def fill(
                 say(f"  filled {i + 1}/{days} days, {totals['events']:,} events ({rate:,.0f}/s)")
     copy_s = time.monotonic() - started
     with psycopg.connect(url) as conn, conn.cursor() as cur:
+        # The sequences fill an id's low 40 bits (inbox_ledger_id): past the highest used.
         for table in ("events", "event_attempts", "deliveries", "delivery_attempts"):
             cur.execute(
-                f"SELECT setval(pg_get_serial_sequence('{table}', 'id'),"
-                f" (SELECT coalesce(max(id), 1) FROM {table}))"
+                f"SELECT setval('{table}_id_seq',"
+                f" (SELECT coalesce(max(id & {SEQUENCE_MASK}), 1) FROM {table}))"
             )
     vacuum_s = vacuum(url)
     return {
@@ -343,40 +368,56 @@ def vacuum(url: str) -> float:
 # -- what the phases ask of the ledger ---------------------------------------------------
 
 
+def _today() -> dt.date:
+    return dt.datetime.now(dt.UTC).date()
+
+
 def insert_pending(url: str, source_id: int, n: int) -> int:
-    """``n`` accepted events of the drain's source, as the receiver stores them; returns
-    the first id (the drain's events are those of its source from there)."""
+    """``n`` accepted events of the drain's source, as the receiver stores them (today's
+    ids and public ids, from the column defaults); then today's partition is analyzed.
+    Returns the first id: the drain's events are those of its source from there."""
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(
             "WITH ins AS (INSERT INTO events (public_id, tenant_id, source_id, event_type,"
             " content_type, body, body_sha256, response_status, response_body)"
-            " SELECT 'evt_drain_' || md5(random()::text || g), s.tenant_id, s.id, %(type)s,"
+            " SELECT 'evt_' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')"
+            " || substr(md5(random()::text || g), 1, 16), s.tenant_id, s.id, %(type)s,"
             " 'application/json', convert_to('{\"type\":\"bench.noop\"}', 'UTF8'), '\\x00',"
             " 202, '' FROM generate_series(1, %(n)s) g, sources s WHERE s.id = %(s)s"
             " RETURNING id) SELECT min(id) FROM ins",
             {"type": EVENT_TYPE, "s": source_id, "n": n},
         ).fetchone()
-        conn.execute("ANALYZE events")
+        conn.execute(f"ANALYZE {partition_name('events', _today())}")
     assert row is not None
     return int(row[0])
+
+
+# The events of one source since yesterday (the ingest and drain phases' own), through
+# the listing index and only the newest partitions.
+_RECENT = (
+    " tenant_id = (SELECT tenant_id FROM sources WHERE id = %(s)s) AND source_id = %(s)s"
+    " AND id >= %(since)s"
+)
 
 
 def settle(url: str, source_id: int) -> int:
     """Take the ingest phase's accepted events through processing to completed, as a
     worker would have (no broker rang for them): the drain then finds only its own
     events, and the reads see terminal rows. Returns how many."""
+    since = bounds(_today() - dt.timedelta(days=1))[0]
+    params = {"s": source_id, "since": since}
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             "UPDATE events SET state = 'processing', lease_owner = 'bench-scale',"
             " lease_expires_at = now() + interval '1 minute', fence = fence + 1,"
-            " attempts = attempts + 1 WHERE source_id = %s AND state = 'received'",
-            (source_id,),
+            f" attempts = attempts + 1 WHERE {_RECENT} AND state = 'received'",
+            params,
         )
         cur = conn.execute(
             "UPDATE events SET state = 'completed', finished_at = now(), outcome = 'done',"
-            " lease_owner = NULL, lease_expires_at = NULL"
-            " WHERE source_id = %s AND state = 'processing'",
-            (source_id,),
+            f" lease_owner = NULL, lease_expires_at = NULL WHERE {_RECENT}"
+            " AND state = 'processing'",
+            params,
         )
         return cur.rowcount
 
@@ -385,8 +426,8 @@ def drain_progress(conn: psycopg.Connection, source_id: int, since_id: int) -> t
     """(finished events of the drain, epoch of the latest finish)."""
     row = conn.execute(
         "SELECT count(*), coalesce(extract(epoch FROM max(finished_at)), 0) FROM events"
-        " WHERE source_id = %s AND id >= %s AND state IN ('completed', 'quarantined')",
-        (source_id, since_id),
+        f" WHERE {_RECENT} AND state IN ('completed', 'quarantined')",
+        {"s": source_id, "since": since_id},
     ).fetchone()
     assert row is not None
     return int(row[0]), float(row[1])
@@ -394,7 +435,10 @@ def drain_progress(conn: psycopg.Connection, source_id: int, since_id: int) -> t
 
 def sample_public_ids(conn: psycopg.Connection, n: int) -> list[str]:
     """``n`` events' public ids from random pages of the whole ledger."""
-    total = conn.execute("SELECT reltuples FROM pg_class WHERE relname = 'events'").fetchone()
+    total = conn.execute(
+        "SELECT sum(greatest(c.reltuples, 0)) FROM pg_partition_tree('events') p"
+        " JOIN pg_class c ON c.oid = p.relid WHERE p.isleaf"
+    ).fetchone()
     share = min(100.0, 100.0 * 4 * n / max(float(total[0]) if total else 1.0, 1.0))
     rows = conn.execute(
         f"SELECT public_id FROM events TABLESAMPLE SYSTEM ({share:.6f}) LIMIT %s", (n,)
@@ -422,17 +466,6 @@ def sizes(conn: psycopg.Connection) -> dict[str, int]:
     return out
 
 
-# The ledger's partitioned tables and the column that carries each one's day, children
-# before their parents (the order a day's rows are deleted and its partitions dropped).
-DAY_COLUMN = {
-    "delivery_attempts": "delivery_id",
-    "deliveries": "id",
-    "event_attempts": "event_id",
-    "steps": "event_id",
-    "events": "id",
-}
-
-
 def _partitioned(conn: psycopg.Connection) -> bool:
     row = conn.execute("SELECT relkind FROM pg_class WHERE relname = 'events'").fetchone()
     return row is not None and row[0] == "p"
@@ -441,7 +474,8 @@ def _partitioned(conn: psycopg.Connection) -> bool:
 def _day_rows(conn: psycopg.Connection, day: dt.date) -> dict[str, int]:
     lower, upper = bounds(day)
     out = {}
-    for table, column in DAY_COLUMN.items():
+    for table in DROP_ORDER:
+        column = PARTITIONED[table]
         row = conn.execute(
             f"SELECT count(*) FROM {table} WHERE {column} >= %s AND {column} < %s",
             (lower, upper),
@@ -456,7 +490,8 @@ def _delete_day(conn: psycopg.Connection, day: dt.date) -> float:
     lower, upper = bounds(day)
     started = time.monotonic()
     with conn.transaction(force_rollback=True):
-        for table, column in DAY_COLUMN.items():
+        for table in DROP_ORDER:
+            column = PARTITIONED[table]
             conn.execute(
                 f"DELETE FROM {table} WHERE {column} >= %s AND {column} < %s", (lower, upper)
             )
@@ -469,7 +504,7 @@ def _drop_day(conn: psycopg.Connection, day: dt.date) -> float:
     first, in one transaction (what retention does to a day past its window)."""
     started = time.monotonic()
     with conn.transaction():
-        for table in DAY_COLUMN:
+        for table in DROP_ORDER:
             name = partition_name(table, day)
             conn.execute(f"ALTER TABLE {table} DETACH PARTITION {name}")
             conn.execute(f"DROP TABLE {name}")
@@ -502,5 +537,5 @@ def drop_versus_delete(url: str, empty_url: str, fill: dict[str, Any]) -> dict[s
 def create_partitions(conn: psycopg.Connection, days: list[dt.date]) -> None:
     """Every ledger table's partition for each day (the migration's own function)."""
     for day in days:
-        for table in DAY_COLUMN:
+        for table in PARTITIONED:
             conn.execute("SELECT inbox_create_partition(%s, %s)", (table, day))
