@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from typing import Any
 
 import _common as c
@@ -35,7 +36,8 @@ HOST = "127.0.0.1"
 def token(db_url: str) -> str:
     """A viewer token for every tenant, made with the operator's CLI."""
     done = subprocess.run(
-        [sys.executable, "-m", "inbox.cli", "tokens", "create", "--name", "bench-scale",
+        [sys.executable, "-m", "inbox.cli", "tokens", "create", "--name",
+         f"bench-scale-{uuid.uuid4().hex[:8]}",
          "--role", "viewer"],
         env={**os.environ, "DATABASE_URL": db_url}, cwd=c.ROOT, check=True,
         capture_output=True, text=True,

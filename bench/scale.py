@@ -66,7 +66,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=float, default=2.0, help="ingest: unrecorded warm-up")
     p.add_argument("--senders", type=int, default=32, help="ingest: concurrent senders")
     p.add_argument("--reads", type=int, default=200, help="requests per kind of read")
-    p.add_argument("--read-warmup", type=int, default=20, help="unrecorded reads per kind")
+    p.add_argument(
+        "--read-warmup",
+        type=int,
+        default=40,
+        help="unrecorded reads per kind (every pooled connection of the server sees some)",
+    )
     p.add_argument("--fill-jobs", type=int, default=2, help="processes filling days at once")
     p.add_argument("--drain-events", type=int, default=50_000, help="pending events drained")
     deployed = serve.server_settings(os.environ)
@@ -84,6 +89,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         " PostgreSQL's default settings)",
     )
     p.add_argument("--skip", default="", help="comma-separated: ingest,drain,drop")
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the databases (and the private cluster) running, to look into them",
+    )
     p.add_argument("--out", type=Path, default=c.RESULTS / "scale.json")
     args = p.parse_args(argv)
     args.skip_set = {s for s in args.skip.split(",") if s}
@@ -275,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                 probes.append(c.shown(c.probe_cpus()))
                 rounds.append(_round(args, broker, db, n))
         drop = None
-        if "drop" not in args.skip_set:
+        if "drop" not in args.skip_set and not args.keep:
             drop = ledger.drop_versus_delete(filled["url"], empty["url"], report["fill"])
         report.update({
             "settings": {k: v for k, v in vars(args).items() if k not in ("skip_set", "out")},
@@ -295,10 +305,17 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if broker is not None:
             broker.stop()
-        for db in dbs:
-            c.drop_database(args.pg_url, db["name"])
-        if cluster is not None:
-            cluster.stop()
+        if args.keep:
+            _say(
+                "kept: "
+                + ", ".join(db["url"] for db in dbs)
+                + (f" (stop: pg_ctl -D {cluster.data} stop)" if cluster else "")
+            )
+        else:
+            for db in dbs:
+                c.drop_database(args.pg_url, db["name"])
+            if cluster is not None:
+                cluster.stop()
     args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
     _say(f"\nrun took {round(time.monotonic() - started)} s; wrote {args.out}")
     return status
