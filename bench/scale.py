@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                 probes.append(c.shown(c.probe_cpus()))
                 rounds.append(_round(args, broker, db, n))
         drop = None
-        if "drop" not in args.skip_set and not args.keep:
+        if "drop" not in args.skip_set:
             drop = ledger.drop_versus_delete(filled["url"], empty["url"], report["fill"])
         report.update({
             "settings": {k: v for k, v in vars(args).items() if k not in ("skip_set", "out")},
