@@ -19,8 +19,8 @@ then measures both, alternating (empty, filled, filled, empty, ... over ``--repe
 Then the sizing: bytes on disk per event (``pg_total_relation_size`` over every ledger
 table's partitions, indexes and TOAST), and per day at 100k and 10M events a day.
 
-    .venv/bin/python bench/scale.py --events 200000 --days 10    # a quick look, ~3 min
-    .venv/bin/python bench/scale.py                              # 10M events, 90 days
+    .venv/bin/python bench/scale.py --events 1000000   # a quicker look, still 90 days
+    .venv/bin/python bench/scale.py                    # 10M events, 90 days
 
 Prints a table and writes bench/results/scale.json. The exit status is non-zero only
 when the benchmark itself fails, never for a missed target.
@@ -92,7 +92,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--keep",
         action="store_true",
-        help="leave the databases (and the private cluster) running, to look into them",
+        help="leave the databases (and the private cluster) running, to look into them; their"
+        " signing secrets are under the run's INBOX_KEK: set it before the run to reuse them",
     )
     p.add_argument("--out", type=Path, default=c.RESULTS / "scale.json")
     args = p.parse_args(argv)
