@@ -21,7 +21,7 @@ run: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy inbox web workers dev
+	$(BIN)/mypy inbox web workers dev bench
 	$(BIN)/lint-imports
 
 ## make test: lint, type-check, import contracts, then the whole suite

@@ -68,15 +68,15 @@ def ensure_table(dsn: str = DSN) -> None:
         conn.execute(_CREATE)
 
 
-def _autocommit(conn: psycopg.Connection) -> None:  # type: ignore[type-arg]
+def _autocommit(conn: psycopg.Connection) -> None:
     conn.autocommit = True
 
 
-_pool: ConnectionPool | None = None  # type: ignore[type-arg]
+_pool: ConnectionPool | None = None
 _pool_lock = threading.Lock()
 
 
-def pool() -> ConnectionPool:  # type: ignore[type-arg]
+def pool() -> ConnectionPool:
     """The process's pool, opened by its first request (after the server forked)."""
     global _pool
     with _pool_lock:

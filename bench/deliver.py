@@ -3,9 +3,9 @@
 A fresh PostgreSQL database (created, migrated, dropped) and Redis database 10 (flushed) as
 the broker, all on 127.0.0.1. Two courier processes (``celery -A workers.app worker -Q
 deliveries --pool threads --concurrency 8``) deliver to a local sink run in its own process
-(``bench/_deliver_sink.py``). Pending deliveries are inserted with SQL, then the endpoint is
-rung with max_in_flight ``inbox.deliver`` messages; the rate is deliveries / (last
-``finished_at`` - the ring), read from the database.
+(``python bench/deliver.py sink``, below). Pending deliveries are inserted with SQL, then
+the endpoint is rung with max_in_flight ``inbox.deliver`` messages; the rate is deliveries
+/ (last ``finished_at`` - the ring), read from the database.
 
 1. instant sink (200 at once), endpoint max_in_flight 8;
 2. the sink answering after 50 ms;
@@ -13,7 +13,7 @@ rung with max_in_flight ``inbox.deliver`` messages; the rate is deliveries / (la
    timeout 1 s) accepts connections and never answers; B is rung again every second;
    A's rate against phase 1.
 
-    .venv/bin/python bench/deliver.py          # about a minute
+    .venv/bin/python bench/deliver.py
 
 Prints a table, writes bench/results/deliver.json. Targets: >= 1,000 deliveries/s to the
 instant sink; the dead endpoint costs A <= 10 %. Exits non-zero only on a crash.
@@ -22,6 +22,7 @@ instant sink; the dead endpoint costs A <= 10 %. Exits non-zero only on a crash.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import subprocess
@@ -30,6 +31,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path[:0] = [str(ROOT), str(BENCH)]
 
+import _common as c  # noqa: E402
 import psycopg  # noqa: E402
 import redis  # noqa: E402
 from celery import Celery  # noqa: E402
@@ -45,12 +48,9 @@ from sqlalchemy import Engine, create_engine  # noqa: E402
 
 from inbox.domain import callbacks  # noqa: E402
 from inbox.store import endpoints as estore  # noqa: E402
-from inbox.store import migrate  # noqa: E402
 from inbox.store import sources as sstore  # noqa: E402
 from inbox.store.engine import sqlalchemy_url  # noqa: E402
-from tests.procs import CeleryProc  # noqa: E402
 
-RESULTS = BENCH / "results"
 SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS = "redis://127.0.0.1:6379/10"
 TENANT = "bench"
@@ -206,40 +206,33 @@ def table(out: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    # Signing secrets are encrypted at rest (INBOX_KEK): the run's own key, for every
-    # process it starts.
-    from cryptography.fernet import Fernet
-
-    os.environ.setdefault("INBOX_KEK", Fernet.generate_key().decode())
+    c.use_own_kek()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=10000, help="deliveries to the instant sink")
     parser.add_argument("--n-slow", type=int, default=1500, help="deliveries to the 50 ms sink")
     parser.add_argument("--cap", type=float, default=12.0, help="seconds per phase, at most")
     args = parser.parse_args()
     out: dict[str, Any] = {"started": datetime.now(UTC).isoformat(), "couriers": "2 x threads 8"}
-    name = f"inbox_bench_deliver_{uuid.uuid4().hex[:10]}"
-    url = SERVER.rsplit("/", 1)[0] + "/" + name
-    procs: list[CeleryProc] = []
+    name = ""
+    procs: list[c.Proc] = []
     sink: subprocess.Popen[bytes] | None = None
     rc = 0
     try:
-        with psycopg.connect(SERVER, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        migrate.upgrade(url)
+        name, url = c.create_database(SERVER, "inbox_bench_deliver")
         redis.Redis.from_url(REDIS).flushdb()
         sink = subprocess.Popen(
-            [sys.executable, str(BENCH / "_deliver_sink.py")], stdout=subprocess.PIPE
+            [sys.executable, str(BENCH / "deliver.py"), "sink"], stdout=subprocess.PIPE
         )
         assert sink.stdout is not None
         port = int(sink.stdout.readline())
         app = Celery("bench_deliver", broker=REDIS)
         bench = Bench(url, port, app)
         env = {"DATABASE_URL": url, "REDIS_URL": REDIS, "INBOX_ALLOW_PRIVATE_TARGETS": "1"}
-        procs = [CeleryProc(env, kind="courier", concurrency=8) for _ in range(2)]
+        courier = ("workers.app", "deliveries", 8, env)
+        threads = ("--pool", "threads", "--loglevel", "INFO")  # as the Procfile's courier
+        procs = [c.celery_worker(*courier, f"courier-{i}", *threads) for i in range(2)]
         for p in procs:
-            deadline = time.monotonic() + 30
-            while "ready" not in p.output() and time.monotonic() < deadline:
-                time.sleep(0.2)
+            c.wait_celery(app, p)
         phases(bench, args, out)
         out["sink_counts"] = bench.sink_stats()
         bench.engine.dispose()
@@ -255,15 +248,78 @@ def main() -> int:
             sink.wait(5)
             if sink.stdout is not None:
                 sink.stdout.close()
-        with psycopg.connect(SERVER, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "deliver.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
+        if name:
+            c.drop_database(SERVER, name)
+    c.RESULTS.mkdir(exist_ok=True)
+    (c.RESULTS / "deliver.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
     print(table(out))
-    print(f"wrote {RESULTS / 'deliver.json'}")
+    print(f"wrote {c.RESULTS / 'deliver.json'}")
     return rc
 
 
+# -- the sink, its own process (its CPU is not the courier's) -----------------------------
+#
+# An asyncio HTTP/1.1 server with keep-alive on 127.0.0.1. The path picks the behaviour:
+# /fast/... answers 200 at once, /slow/... after SLOW_SECONDS, /dead/... accepts the request
+# and never answers. GET /stats returns the POST count per first path segment. It prints
+# its port on the first line of stdout.
+
+OK = b'{"ok":true}'
+SLOW_SECONDS = 0.05
+COUNTS: Counter[str] = Counter()
+
+
+def _response(status: str, body: bytes) -> bytes:
+    head = f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    return head.encode() + b"\r\n" + body
+
+
+async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            method, path, _ = lines[0].split(" ", 2)
+            length = 0
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value.strip())
+            if length:
+                await reader.readexactly(length)
+            if method == "GET" and path == "/stats":
+                writer.write(_response("200 OK", json.dumps(dict(COUNTS)).encode()))
+                await writer.drain()
+                continue
+            kind = path.strip("/").split("/", 1)[0]
+            COUNTS[kind] += 1
+            if kind == "dead":
+                await reader.read()  # hold the connection until the client gives up
+                return
+            if kind == "slow":
+                await asyncio.sleep(SLOW_SECONDS)
+            writer.write(_response("200 OK", OK))
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+        pass
+    finally:
+        writer.close()
+
+
+async def sink() -> None:
+    server = await asyncio.start_server(_serve, "127.0.0.1", 0, backlog=1024)
+    sys.stdout.write(f"{server.sockets[0].getsockname()[1]}\n")
+    sys.stdout.flush()
+    async with server:
+        await server.serve_forever()
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["sink"]:
+        try:
+            asyncio.run(sink())
+        except KeyboardInterrupt:
+            pass
+        sys.exit(0)
     os.chdir(ROOT)
     sys.exit(main())

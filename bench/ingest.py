@@ -32,11 +32,9 @@ fails, never for a missed target.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import math
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -111,49 +109,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-class Receiver:
-    """One ``python -m web`` we started and stop."""
-
-    def __init__(self, name: str, args: argparse.Namespace, db_url: str) -> None:
-        self.name = name
-        self.port = c.free_port()
-        scrub = {"REDIS_URL", "BROKER_URL", "PROMETHEUS_MULTIPROC_DIR"}
-        env = {
-            **{k: v for k, v in os.environ.items() if k not in scrub},
-            "DATABASE_URL": db_url,
-            "INBOX_DB_POOL_SIZE": str(args.pool_size),
-            "BASELINE_SECRET": SECRET,
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": str(c.BENCH),
-            "WEB_KEEPALIVE_REQUESTS": str(keepalive_requests(os.environ)),
-        }
-        cmd = c.web_args(APPS[name], self.port, args.workers, args.threads)
-        self.log_path = c.RESULTS / f"web-{name}.log"
-        self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(cmd, env=env, cwd=c.ROOT, stdout=self._log, stderr=self._log)
-        deadline = time.monotonic() + 30
-        while True:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{name} receiver did not start; see {self.log_path}")
-            conn = http.client.HTTPConnection(HOST, self.port, timeout=2)
-            try:
-                conn.request("GET", "/healthz")
-                conn.getresponse().read()
-                break
-            except OSError:
-                time.sleep(0.2)
-            finally:
-                conn.close()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
+def start_receiver(name: str, args: argparse.Namespace, db_url: str) -> tuple[c.Proc, int]:
+    """One ``python -m web`` serving ``name``, without a broker, up and answering."""
+    env: dict[str, str | None] = {
+        **dict.fromkeys(("REDIS_URL", "BROKER_URL", "PROMETHEUS_MULTIPROC_DIR")),
+        "DATABASE_URL": db_url,
+        "INBOX_DB_POOL_SIZE": str(args.pool_size),
+        "BASELINE_SECRET": SECRET,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": str(c.BENCH),
+        "WEB_KEEPALIVE_REQUESTS": str(keepalive_requests(os.environ)),
+    }
+    proc, port = c.web(APPS[name], env, args.workers, args.threads, f"web-{name}")
+    c.wait_http(proc, port, any_answer=True)  # the baselines have no /healthz
+    return proc, port
 
 
 def _sql(db_url: str, sql: str, autocommit: bool = False) -> Any:
@@ -186,16 +155,13 @@ def _statements(db_url: str, reset: bool = False) -> list[dict[str, Any]]:
 
 def drive(name: str, args: argparse.Namespace, db_url: str, tag: str) -> list[dict[str, Any]]:
     """Every workload against one receiver."""
-    receiver = Receiver(name, args, db_url)
-    with psycopg.connect(db_url) as conn:  # read while the backend lives: its parent
-        row = conn.execute("SELECT pg_backend_pid()").fetchone()
-        postmaster = c.parent_of(int(row[0])) if row else None
+    receiver, port = start_receiver(name, args, db_url)
     sampler = c.Sampler(
-        {"receiver": receiver.proc.pid, "load": os.getpid()},
-        postmaster,
+        {"receiver": receiver.pid, "load": os.getpid()},
+        c.postmaster_of(db_url),
         db_url.rsplit("/", 1)[1].split("?")[0],
     )
-    url = f"http://{HOST}:{receiver.port}/"
+    url = f"http://{HOST}:{port}/"
     levels = []
     try:
         for workload in args.workload_list:
@@ -352,17 +318,13 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Signing secrets are encrypted at rest (INBOX_KEK): the run's own key, for every
-    # process it starts.
-    from cryptography.fernet import Fernet
-
-    os.environ.setdefault("INBOX_KEK", Fernet.generate_key().decode())
+    c.use_own_kek()
     args = parse_args(argv)
     c.RESULTS.mkdir(parents=True, exist_ok=True)
     tag = uuid.uuid4().hex[:8]
-    busy = c.machine_busy()
+    busy = c.machine_cpu()[0]
     time.sleep(1.0)
-    background = c.machine_busy() - busy
+    background = c.machine_cpu()[0] - busy
     cluster = None
     if args.pg_url is None:
         cluster = PrivatePostgres(settings={"shared_preload_libraries": "pg_stat_statements"})

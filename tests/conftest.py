@@ -68,6 +68,17 @@ def database_url(pg_server_url: str) -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture
+def empty_db(pg_server_url: str) -> Iterator[str]:
+    """A database of its own, not migrated (a migration test takes it where it needs)."""
+    name = f"inbox_mig_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield _with_db(pg_server_url, name)
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     if url := os.environ.get("INBOX_TEST_REDIS_URL"):

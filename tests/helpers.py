@@ -43,3 +43,20 @@ def events_by_state(engine: Any) -> dict[str, int]:
     with engine.connect() as conn:
         rows = conn.execute(text("SELECT state, count(*) FROM events GROUP BY state"))
         return {r[0]: int(r[1]) for r in rows}
+
+
+def keyed_insert(insert_events: str, returning: str = "id") -> str:
+    """``insert_events`` (an INSERT INTO events without RETURNING) and, when the row has a
+    key, its ``event_keys`` row expiring at ``:ke``, as the claim writes them; the new
+    row's ``returning`` column comes back."""
+    return f"""
+    WITH e AS ({insert_events} RETURNING *),
+    k AS (
+        INSERT INTO event_keys (tenant_id, source_id, key_digest, event_id, public_id,
+                                expires_at, body_sha256, response_status, response_body, sync)
+        SELECT tenant_id, source_id, key_digest, id, public_id, CAST(:ke AS timestamptz),
+               body_sha256, response_status, response_body, sync
+          FROM e WHERE key_digest IS NOT NULL
+    )
+    SELECT {returning} FROM e
+    """

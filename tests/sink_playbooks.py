@@ -124,3 +124,21 @@ def attempt(ctx: StepContext) -> dict[str, Any]:
     if ctx.event.attempt <= ctx.payload.get("fail_times", 0):
         raise RuntimeError(f"attempt {ctx.event.attempt} fails")
     return {"attempts": ctx.event.attempt}
+
+
+# One event, two outside effects: a charge at the sink table and a callback to the tenant's
+# endpoints (its webhook-id stable across retries). tests/e2e/test_two_of_every_process.py
+charge_tell = register(Playbook("charge-and-tell"), event_type="charge.tell")
+
+
+@charge_tell.step("charge")
+def charge_once(ctx: StepContext) -> dict[str, Any]:
+    sink(ctx)
+    return {"charged": ctx.payload["id"]}
+
+
+@charge_tell.step("tell")
+def tell(ctx: StepContext) -> dict[str, Any]:
+    sink(ctx)
+    ctx.send("charge.told", {"id": ctx.payload["id"], "charged": ctx.results["charge"]["charged"]})
+    return {"told": True}

@@ -46,9 +46,14 @@ def make_celery(settings: Settings) -> Celery:
         # broker.ALARM_MAX_AHEAD (600 s) ahead: far below this, and below RabbitMQ's
         # consumer_timeout (30 minutes by default).
         broker_transport_options={"visibility_timeout": 3600},
+        # One beat sends, however many run (workers/beat.py).
+        beat_scheduler="workers.beat:LeaderScheduler",
         beat_schedule={
             "inbox-sweep": {"task": broker.SWEEP, "schedule": float(settings.sweep_seconds)},
             "inbox-prune": {"task": broker.PRUNE, "schedule": 3600.0},
+            # Today's and the week's partitions exist long before they are needed; hourly,
+            # so a beat that was down catches up soon after it comes back.
+            "inbox-partitions": {"task": broker.PARTITIONS, "schedule": 3600.0},
         },
         worker_hijack_root_logger=False,
     )

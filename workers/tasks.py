@@ -12,7 +12,7 @@ from inbox.services.bulk import run_bulk_once
 from inbox.services.courier import BATCH, deliver_once
 from inbox.services.drain import drain_once, sweep_once
 from inbox.services.runner import DEFERRED
-from inbox.store import bulk, deliveries, queue
+from inbox.store import bulk, deliveries, partitions, queue
 from inbox.store.engine import make_engine
 from inbox.store.retention import prune_once
 from workers.app import app, settings
@@ -128,14 +128,23 @@ def sweep() -> dict[str, int]:
 
 @app.task(name=broker.PRUNE)  # type: ignore[untyped-decorator]
 def prune() -> dict[str, object]:
-    """Retention: expired keys, old raw bodies, old delivery attempts."""
+    """Retention: expired keys, old raw bodies, old delivery attempts, old ledger days."""
     r = prune_once(engine(), settings)
     return {
         "keys": r.keys_removed,
         "bodies": r.bodies_removed,
         "attempts_folded": r.attempts_folded,
         "refused": r.refused_sources,
+        "days_dropped": r.days_dropped,
+        "days_kept": r.days_kept,
     }
+
+
+@app.task(name=broker.PARTITIONS)  # type: ignore[untyped-decorator]
+def make_partitions() -> dict[str, object]:
+    """The ledger's partitions for today and the week ahead (rows in DEFAULT moved out)."""
+    made = partitions.ensure_ahead(engine())
+    return {"created": made.created, "moved": made.moved}
 
 
 @app.task(name=broker.BULK_REPLAY)  # type: ignore[untyped-decorator]

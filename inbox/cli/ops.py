@@ -13,16 +13,18 @@ from inbox.domain.retention import key_window_hours
 from inbox.infra import metrics
 from inbox.infra.config import Settings
 from inbox.services import reconcile as rec
+from inbox.store import partitions
 from inbox.store import reconcile as rstore
 from inbox.store.engine import make_engine
-from inbox.store.retention import prune_once
-from inbox.store.sources import get_source
+from inbox.store.retention import ledger_window, prune_once
+from inbox.store.sources import get_source, list_sources
 
 
 @main.command()
 @click.option("--dry-run", is_flag=True, help="Count what would be removed; change nothing.")
 def prune(dry_run: bool) -> None:
-    """Remove expired dedup keys, old raw bodies and old delivery attempts.
+    """Remove expired dedup keys, old raw bodies and old delivery attempts, and drop the
+    ledger's days past INBOX_LEDGER_RETENTION_DAYS (each day kept is listed with why).
 
     Only finished events (completed or quarantined) are touched. A source whose key
     window is shorter than its provider's retry horizon keeps its keys; it is listed
@@ -38,10 +40,43 @@ def prune(dry_run: bool) -> None:
     click.echo(f"keys              {verb} {result.keys_removed}")
     click.echo(f"bodies            {verb} {result.bodies_removed}")
     click.echo(f"delivery attempts {verb} {result.attempts_folded} (counts kept on deliveries)")
+    days = ", ".join(result.days_dropped) or "none"
+    click.echo(f"ledger days       {'would drop' if dry_run else 'dropped'} {days}")
+    for kept in result.days_kept:  # past the window, and why each stays
+        click.echo(f"day kept          {kept}")
+    if result.ledger_window_note:
+        click.echo(f"note              {result.ledger_window_note}", err=True)
     for refusal in result.refused_sources:
         click.echo(f"refused           {refusal}", err=True)
     if result.refused_sources:
         raise click.exceptions.Exit(1)
+
+
+@main.command("partitions")
+@click.option("--ensure", is_flag=True, help="First make today's and the week's partitions.")
+def partitions_cmd(ensure: bool) -> None:
+    """The ledger's days: estimated rows, and for each day past the ledger window
+    whether the next prune drops it or why it stays."""
+    settings = Settings.from_env()
+    engine = make_engine(settings, pool_size=1)
+    try:
+        if ensure:
+            made = partitions.ensure_ahead(engine)
+            click.echo(f"created {len(made.created)} partitions, moved {made.moved} rows")
+        with engine.connect() as conn:
+            days = partitions.overview(conn)
+            window, note = ledger_window(settings, list_sources(conn))
+        verdicts = partitions.retire(engine, window, dry_run=True)
+    finally:
+        engine.dispose()
+    kept = dict(verdicts.kept)
+    click.echo(f"ledger window {window} d" + (f" ({note})" if note else ""))
+    for d in days:
+        if d.day in verdicts.dropped:
+            status = "dropped by the next prune"
+        else:
+            status = f"kept: {kept[d.day]}" if d.day in kept else "inside the window"
+        click.echo(f"{d.day}  events ~{d.events:<10} deliveries ~{d.deliveries:<10} {status}")
 
 
 def _parse_since(

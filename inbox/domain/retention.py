@@ -18,6 +18,7 @@ Nothing here touches the database; ``inbox.store.retention`` applies the policy.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from dataclasses import dataclass, field
 
@@ -104,3 +105,63 @@ class PruneResult:
     # window is shorter than its provider's retry horizon.
     refused_sources: list[str] = field(default_factory=list)
     dry_run: bool = False
+    # Whole days of the ledger dropped (or that would be), and the days past the window
+    # that stay, with why ("2026-01-05: 3 unfinished event(s)").
+    days_dropped: list[str] = field(default_factory=list)
+    days_kept: list[str] = field(default_factory=list)
+    # Set when the ledger window was stretched to cover the longest key window.
+    ledger_window_note: str | None = None
+
+
+# The ledger window: whole days of the ledger (events, deliveries and their children,
+# partitioned by day) are dropped once they are older than this. A day is dropped only
+# when nothing in it can still matter to the hot path:
+# - it is older than the window (the setting, stretched to the key window: below);
+# - it holds no unfinished event (received, processing) and no unfinished delivery
+#   (pending, sending): those are still being worked on, whatever their age;
+# - no dedup key points into it: a live key answers its duplicates from its event.
+DEFAULT_LEDGER_RETENTION_DAYS = 365
+
+
+def min_ledger_days(longest_key_window_hours: float) -> int:
+    """The shortest ledger window that outlives every key: a day's last event is received
+    at its end, and its key lives the key window from then (plus the day itself)."""
+    return math.ceil(longest_key_window_hours / 24) + 1
+
+
+def ledger_days(setting: int, longest_key_window_hours: float) -> tuple[int, str | None]:
+    """The ledger window in use, and why it differs from ``setting`` (None: it does not)."""
+    minimum = min_ledger_days(longest_key_window_hours)
+    if setting >= minimum:
+        return setting, None
+    return minimum, (
+        f"ledger window {setting} d is shorter than the longest key window in use "
+        f"({longest_key_window_hours:g} h): {minimum} d kept"
+    )
+
+
+@dataclass(frozen=True)
+class DayContents:
+    """What one day of the ledger still holds that would keep it."""
+
+    unfinished_events: int = 0
+    unfinished_deliveries: int = 0
+    live_keys: int = 0
+
+
+def day_kept_because(
+    day: dt.date, today: dt.date, window_days: int, contents: DayContents | None
+) -> str | None:
+    """Why ``day``'s partitions stay, or None when they may be dropped. ``contents`` is
+    read only for a day past the window (None: not read yet)."""
+    if day > today - dt.timedelta(days=window_days):
+        return f"inside the ledger window ({window_days} d)"
+    if contents is None:
+        return "not looked at"
+    if contents.unfinished_events:
+        return f"{contents.unfinished_events} unfinished event(s)"
+    if contents.unfinished_deliveries:
+        return f"{contents.unfinished_deliveries} unfinished deliveries"
+    if contents.live_keys:
+        return f"{contents.live_keys} live dedup key(s) point into it"
+    return None

@@ -32,6 +32,7 @@ DRAIN = "inbox.drain"
 DELIVER = "inbox.deliver"
 SWEEP = "inbox.sweep"
 PRUNE = "inbox.prune"
+PARTITIONS = "inbox.partitions"
 BULK_REPLAY = "inbox.bulk_replay"
 FLAG = "inbox:doorbell"
 FLAG_TTL_MS = 10_000
@@ -121,6 +122,65 @@ class Alarms:
             log.warning("could not coalesce an alarm; sending it anyway")
         self._send(task, args, max(0.0, slot - now))
         return True
+
+
+BEAT_LEASE = "inbox:beat:leader"
+# Take the lease if it is free, or renew it if it is ours; atomic, so two beats never both
+# hold it (a GET then PEXPIRE could renew a lease another beat had just taken).
+_TAKE_OR_RENEW = """
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    return 1
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+
+def beat_lease_seconds(sweep_seconds: float) -> float:
+    """The leading beat renews at every sweep it sends; its lease outlives one missed sweep,
+    so a stalled leader is not replaced at once, and a dead one within about two sweeps."""
+    return 2.0 * sweep_seconds + 5.0
+
+
+class BeatLease:
+    """One beat sends the periodic tasks, however many run (for redundancy): the holder of
+    a Redis lease. The others stand by and take over once it lapses. Without Redis every
+    beat sends: a sweep sent twice is waste, a sweep not sent cuts the lifeline."""
+
+    def __init__(self, redis_url: str, ttl_seconds: float, owner: str, key: str = BEAT_LEASE):
+        self.redis_url, self.owner, self.key = redis_url, owner, key
+        self.ttl_ms = max(1, int(ttl_seconds * 1000))
+        self._client: redis.Redis | None = None
+
+    def _redis(self) -> redis.Redis:
+        if self._client is None:
+            self._client = redis.Redis.from_url(self.redis_url, socket_timeout=1)
+        return self._client
+
+    def held(self) -> bool:
+        """Take or renew the lease; True when this beat should send."""
+        if not self.redis_url:
+            return True
+        try:
+            taken = self._redis().eval(_TAKE_OR_RENEW, 1, self.key, self.owner, self.ttl_ms)
+            return bool(taken)
+        except redis.RedisError:
+            log.warning("could not reach Redis for the beat lease; sending anyway")
+            return True
+
+    def release(self) -> None:
+        """At a clean shutdown: a standing-by beat takes over at its next due task."""
+        if not self.redis_url:
+            return
+        try:
+            self._redis().eval(_RELEASE, 1, self.key, self.owner)
+        except redis.RedisError:
+            pass  # it lapses on its own
 
 
 def default_doorbell(settings: Settings) -> Callable[[], None]:

@@ -55,6 +55,9 @@ class Settings:
     auth_window_seconds: int = 300
     max_backlog: int = 0  # 0: no limit
     trusted_proxies: int = 0  # proxies in front that append to X-Forwarded-For
+    # Days of the ledger kept before a whole day is dropped (inbox.domain.retention: never
+    # shorter than the longest key window in use; stretched, and said so, if it is).
+    ledger_retention_days: int = 365
 
     @property
     def secure_cookie(self) -> bool:
@@ -94,4 +97,5 @@ class Settings:
             auth_window_seconds=_int("INBOX_AUTH_WINDOW_SECONDS", 300),
             max_backlog=_int("INBOX_MAX_BACKLOG", 0),
             trusted_proxies=_int("INBOX_TRUSTED_PROXIES", 0),
+            ledger_retention_days=_int("INBOX_LEDGER_RETENTION_DAYS", 365),
         )

@@ -70,7 +70,11 @@ _DUPLICATE = """
     )
     SELECT k.event_id, k.public_id, coalesce(e.response_status, k.response_status),
            coalesce(e.response_body, k.response_body), k.sync, e.state
-      FROM k LEFT JOIN events e ON k.sync AND e.id = k.event_id
+      FROM k LEFT JOIN LATERAL (
+            -- OFFSET 0 keeps this a subquery of its own: k.sync gates it (a one-time
+            -- filter), so a copy for an asynchronous source never reads events at all.
+            SELECT state, response_status, response_body FROM events e
+             WHERE k.sync AND e.id = k.event_id OFFSET 0) e ON true
     """
 
 

@@ -48,9 +48,11 @@ from inbox.domain.retention import (
     PruneResult,
     key_window_hours,
     key_window_problem,
+    ledger_days,
     retry_horizon_hours,
 )
 from inbox.infra.config import Settings
+from inbox.store import partitions
 from inbox.store.sources import list_sources
 
 log = logging.getLogger(__name__)
@@ -181,7 +183,8 @@ def prune_once(
     dry_run: bool = False,
     batch_size: int = BATCH_SIZE,
 ) -> PruneResult:
-    """One pruning round over every source; returns what was removed (or would be)."""
+    """One pruning round over every source, then over the ledger's days; returns what was
+    removed (or would be)."""
     with engine.begin() as conn:
         all_sources = list_sources(conn)
     result = PruneResult(dry_run=dry_run)
@@ -221,6 +224,7 @@ def prune_once(
         dry_run,
         batch_size,
     )
+    _retire_days(engine, settings, all_sources, result, now)
     log.info(
         "prune%s: %d keys, %d bodies, %d delivery attempts folded, %d sources refused",
         " (dry run)" if dry_run else "",
@@ -230,3 +234,32 @@ def prune_once(
         len(result.refused_sources),
     )
     return result
+
+
+def ledger_window(settings: Settings, all_sources: list[Any]) -> tuple[int, str | None]:
+    """The ledger window in days (the setting, stretched to the longest key window or
+    retry horizon in use), and why it was stretched (None: it was not)."""
+    longest = float(settings.key_ttl_hours)
+    for src in all_sources:
+        window = key_window_hours(src.scheme, src.options.key_ttl_hours, settings.key_ttl_hours)
+        longest = max(longest, float(window), retry_horizon_hours(src.scheme))
+    return ledger_days(settings.ledger_retention_days, longest)
+
+
+def _retire_days(
+    engine: Engine,
+    settings: Settings,
+    all_sources: list[Any],
+    result: PruneResult,
+    now: datetime | None,
+) -> None:
+    """4. **Days.** Whole days of the ledger past the ledger window go, partition by
+    partition (``inbox.store.partitions.retire``), unless something keeps them; the
+    window is never shorter than the longest key window (or retry horizon) in use."""
+    days, note = ledger_window(settings, all_sources)
+    if note is not None:
+        log.warning("prune: %s", note)
+    result.ledger_window_note = note
+    retired = partitions.retire(engine, days, now=now, dry_run=result.dry_run)
+    result.days_dropped = [str(d) for d in retired.dropped]
+    result.days_kept = [f"{d}: {why}" for d, why in retired.kept]

@@ -7,24 +7,32 @@ import json
 import re
 import socket
 import threading
+from collections.abc import Sequence
 
 import pytest
 from sqlalchemy import text
 
-from tests.helpers import body_of, hmac_headers
+from tests.helpers import EVENTS, body_of, hmac_headers
 from tests.procs import Web
 
 pytestmark = pytest.mark.e2e
 
 
-def fire_together(server: Web, requests: list[tuple[bytes, dict[str, str]]], path: str):
-    """Send every request at once: each thread has its own connection, released by a barrier."""
+def fire_together(
+    server: Web | Sequence[Web], requests: list[tuple[bytes, dict[str, str]]], path: str
+):
+    """Send every request at once: each thread has its own connection, released by a barrier.
+
+    ``server`` is one server for every request, or one per request (copies spread over
+    several processes)."""
+    servers = [server] * len(requests) if isinstance(server, Web) else list(server)
+    assert len(servers) == len(requests)
     barrier = threading.Barrier(len(requests))
     results: list[tuple[int, dict[str, str], bytes] | None] = [None] * len(requests)
 
     def send(i: int) -> None:
         body, headers = requests[i]
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        conn = http.client.HTTPConnection("127.0.0.1", servers[i].port, timeout=30)
         conn.connect()
         barrier.wait()
         conn.request("POST", path, body=body, headers=headers)
@@ -56,7 +64,7 @@ def test_ten_copies_at_once_make_one_row_and_ten_2xx(web_server, make_source, en
     assert sum(1 for r in results if "idempotent-replayed" not in r[1]) == 1
     assert len({r[2] for r in results}) == 1  # every copy got the same answer
     assert count(engine) == 1
-    assert count(engine, "SELECT duplicate_count FROM events") == 9
+    assert count(engine, f"SELECT duplicate_count FROM ({EVENTS}) AS e") == 9
 
 
 def test_same_key_two_bodies_at_once_one_accepted_one_422(web_server, make_source, engine):

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-
-import psycopg
-import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import ForeignKeyConstraint, create_engine, inspect, text
@@ -14,18 +10,6 @@ from inbox.domain import ledger
 from inbox.store import migrate
 from inbox.store.engine import sqlalchemy_url
 from inbox.store.tables import PARTITIONED, metadata
-
-
-@pytest.fixture
-def empty_db(pg_server_url: str):
-    name = f"inbox_mig_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base, _, query = pg_server_url.partition("?")
-    url = base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
-    yield url
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _not_a_partition(name: str | None, type_: str, parent_names: object) -> bool:

@@ -16,7 +16,7 @@ from inbox.domain.errors import BadRequest
 from inbox.domain.idempotency import key_digest
 from inbox.services import reconcile as rec
 from inbox.store import reconcile as rstore
-from tests.helpers import body_of, hmac_headers
+from tests.helpers import body_of, hmac_headers, keyed_insert
 
 
 def send(client, src, key, n):
@@ -30,10 +30,13 @@ def add_old(engine, src, key, age):
     with engine.begin() as conn:
         return conn.execute(
             text(
-                "INSERT INTO events (public_id, tenant_id, source_id, key_digest, key_expires_at,"
-                " content_type, body, body_sha256, response_status, response_body, received_at)"
-                " VALUES (:p, :t, :s, :kd, now() + interval '1 day', 'application/json', '{}',"
-                " '\\x00', 202, '', now() - CAST(:age AS interval)) RETURNING public_id"
+                keyed_insert(
+                    "INSERT INTO events (public_id, tenant_id, source_id, key_digest,"
+                    " content_type, body, body_sha256, response_status, response_body,"
+                    " received_at) VALUES (:p, :t, :s, :kd, 'application/json', '{}',"
+                    " '\\x00', 202, '', now() - CAST(:age AS interval))",
+                    "public_id",
+                )
             ),
             {
                 "p": f"evt_old_{key}",
@@ -41,6 +44,7 @@ def add_old(engine, src, key, age):
                 "s": src.id,
                 "kd": key_digest(src.tenant_id, src.id, key),
                 "age": f"{int(age.total_seconds())} seconds",
+                "ke": datetime.now(UTC) + timedelta(days=1),
             },
         ).scalar_one()
 

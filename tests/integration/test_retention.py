@@ -15,21 +15,22 @@ from inbox.domain.idempotency import key_digest
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
 from inbox.store.retention import prune_once
-from tests.helpers import body_of, hmac_headers
+from tests.helpers import EVENTS, body_of, hmac_headers, keyed_insert
 
 NOW = datetime(2031, 6, 1, 12, 0, tzinfo=UTC)
 H = timedelta(hours=1)
 D = timedelta(days=1)
 
 _INSERT = text(
-    """
-    INSERT INTO events (public_id, tenant_id, source_id, key_digest, key_expires_at,
+    keyed_insert(
+        """
+    INSERT INTO events (public_id, tenant_id, source_id, key_digest,
                         content_type, body, body_sha256, headers, response_status,
                         response_body, state, received_at, finished_at, decision)
-    VALUES (:p, :t, :s, :kd, :ke, 'application/json', :body, :sha, '{"x-a": "1"}', 202,
+    VALUES (:p, :t, :s, :kd, 'application/json', :body, :sha, '{"x-a": "1"}', 202,
             '', :state, :received, :finished, CAST(:decision AS jsonb))
-    RETURNING id
     """
+    )
 )
 
 
@@ -110,7 +111,10 @@ def test_exactly_the_expired_keys_and_old_bodies_of_finished_events_go(
         }
         assert conn.execute(text("SELECT count(*) FROM steps")).scalar_one() == 1
         expiry = conn.execute(
-            text("SELECT count(*) FROM events WHERE key_digest IS NULL AND key_expires_at IS NULL")
+            text(
+                "SELECT count(*) FROM events e WHERE key_digest IS NULL"
+                " AND NOT EXISTS (SELECT FROM event_keys k WHERE k.event_id = e.id)"
+            )
         ).scalar_one()
     assert after == before  # the ledger stays: hash, headers, decision
     assert expiry == 6
@@ -201,12 +205,8 @@ def test_after_pruning_a_reused_key_is_a_new_event_through_the_app(
     assert drain_once(engine, settings).claimed == 1  # order-1 completes
     assert send(client, src, {"n": 2}, "order-2").status_code == 202  # stays received
     with engine.begin() as conn:  # both keys' windows have passed
-        conn.execute(
-            text(
-                "UPDATE events SET key_expires_at = now() - interval '1 second',"
-                " received_at = now() - interval '25 hours'"
-            )
-        )
+        conn.execute(text("UPDATE event_keys SET expires_at = now() - interval '1 second'"))
+        conn.execute(text("UPDATE events SET received_at = now() - interval '25 hours'"))
 
     result = prune_once(engine, settings)  # the database clock
     assert result.keys_removed == 1
@@ -217,11 +217,7 @@ def test_after_pruning_a_reused_key_is_a_new_event_through_the_app(
     pending = send(client, src, {"n": 2}, "order-2")
     assert pending.headers.get("Idempotent-Replayed") == "true"  # an unfinished event's key
     with engine.connect() as conn:
-        rows = list(
-            conn.execute(
-                text("SELECT public_id, key_digest, duplicate_count FROM events ORDER BY id")
-            )
-        )
+        rows = list(conn.execute(text(EVENTS + " ORDER BY e.id")))
     digest = key_digest(src.tenant_id, src.id, "order-1")
     assert [(r.public_id, r.key_digest is not None) for r in rows] == [
         (first.get_json()["id"], False),

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import uuid
 
-import psycopg
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import create_engine, text
@@ -132,21 +130,9 @@ def test_the_route_cache_decrypts_once_not_per_request(
     assert len(calls) == 1  # one source, one secret, one load of the route cache
 
 
-@pytest.fixture
-def fresh_db(pg_server_url: str):
-    name = f"inbox_kek_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base, _, query = pg_server_url.partition("?")
-    url = base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
-    yield url
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def test_the_migration_encrypts_secrets_stored_in_clear(fresh_db, monkeypatch):
-    migrate.upgrade(fresh_db, "0009_event_attempts")
-    engine = create_engine(sqlalchemy_url(fresh_db))
+def test_the_migration_encrypts_secrets_stored_in_clear(empty_db, monkeypatch):
+    migrate.upgrade(empty_db, "0009_event_attempts")
+    engine = create_engine(sqlalchemy_url(empty_db))
     try:
         with engine.begin() as conn:
             conn.execute(text("INSERT INTO tenants (name) VALUES ('t')"))
@@ -162,16 +148,16 @@ def test_the_migration_encrypts_secrets_stored_in_clear(fresh_db, monkeypatch):
             )
         monkeypatch.delenv("INBOX_KEK")
         with pytest.raises(RuntimeError, match="INBOX_KEK is not set"):
-            migrate.upgrade(fresh_db)
+            migrate.upgrade(empty_db)
         with engine.connect() as conn:  # nothing half-done: still in clear, still at 0008
             assert conn.execute(text("SELECT secret FROM source_secrets")).scalar_one() == CLEAR
         monkeypatch.setenv("INBOX_KEK", keyring.new_key())
-        migrate.upgrade(fresh_db)
+        migrate.upgrade(empty_db)
         with engine.connect() as conn:
             [stored] = conn.execute(text("SELECT secret FROM source_secrets")).scalars()
             assert stored.startswith("fernet:") and CLEAR not in stored
             assert sstore.get_source(conn, "t", "s").secrets == (CLEAR,)
-        migrate.downgrade(fresh_db, "0009_event_attempts")
+        migrate.downgrade(empty_db, "0009_event_attempts")
         with engine.connect() as conn:
             assert conn.execute(text("SELECT secret FROM source_secrets")).scalar_one() == CLEAR
     finally:
