@@ -6,7 +6,8 @@
   accepted event;
 - **reads**: on the same server, the API's and the console's event list and one event
   (``bench/_scale_reads.py``);
-- **drain**: ``bench/drain.py``'s approach: N pending events of the no-op playbook, one
+- **drain**: ``bench/drain.py``'s approach and playbook: N pending events of the no-op
+  playbook (``INBOX_PLAYBOOKS=bench.drain``), one
   ``celery -A workers.app worker -Q inbox --concurrency 2``, one doorbell, timed from it
   to the last ``finished_at``; rung again (as beat's sweep would) if progress stalls.
 """
@@ -22,7 +23,6 @@ import uuid
 from typing import Any
 
 import _common as c
-import _drain_procs as procs
 import _scale_ledger as ledger
 import _scale_reads as reads
 import psycopg
@@ -45,31 +45,26 @@ def token(db_url: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def _postmaster(db_url: str) -> int | None:
-    with psycopg.connect(db_url) as conn:  # read while the backend lives: its parent
-        row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    return c.parent_of(int(row[0])) if row else None
-
-
 def checkpoint(db_url: str) -> None:
     """No measurement pays for the last one's dirty pages."""
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("CHECKPOINT")
 
 
-def _receiver(args: argparse.Namespace, db_url: str) -> tuple[procs.Proc, int]:
+def _receiver(args: argparse.Namespace, db_url: str) -> tuple[c.Proc, int]:
     """The receiver as ``bench/ingest.py`` runs it: the project's web server, its pool
     size, no broker (the doorbell is a no-op: ingest alone is measured)."""
     env = {
         "DATABASE_URL": db_url,
-        "REDIS_URL": "",
-        "BROKER_URL": "",
+        "REDIS_URL": None,
+        "BROKER_URL": None,
+        "PROMETHEUS_MULTIPROC_DIR": None,
         "INBOX_DB_POOL_SIZE": str(args.pool_size),
         "PYTHONUNBUFFERED": "1",
         "WEB_KEEPALIVE_REQUESTS": str(keepalive_requests(os.environ)),
     }
-    proc, port = procs.web("web.wsgi:app", env, args.workers, args.threads)
-    procs.wait_http(proc, port)
+    proc, port = c.web("web.wsgi:app", env, args.workers, args.threads)
+    c.wait_http(proc, port)
     return proc, port
 
 
@@ -80,7 +75,7 @@ def ingest_and_reads(
     receiver, port = _receiver(args, db_url)
     try:
         sampler = c.Sampler(
-            {"receiver": receiver.pid, "load": os.getpid()}, _postmaster(db_url), dbname
+            {"receiver": receiver.pid, "load": os.getpid()}, c.postmaster_of(db_url), dbname
         )
         url = f"http://{HOST}:{port}/"
         script = c.RESULTS / f"wrk-scale-{tag}.lua"
@@ -161,13 +156,15 @@ def drain(
         "DATABASE_URL": db_url,
         "REDIS_URL": broker.url,
         "BROKER_URL": "",
-        "INBOX_PLAYBOOKS": "bench._drain_playbooks",
-        "PYTHONPATH": str(c.ROOT),
+        "INBOX_PLAYBOOKS": "bench.drain",  # its no-op playbook (bench/drain.py)
+        # bench.drain, which holds the playbook, imports _common: bench/ is on the path
+        "PYTHONPATH": os.pathsep.join((str(c.ROOT), str(c.BENCH))),
+        "BENCH_BROKER_URL": broker.url,
     }
-    worker = procs.celery_worker("workers.app", "inbox", 2, env, f"scale-{tag}")
+    worker = c.celery_worker("workers.app", "inbox", 2, env, f"scale-{tag}")
     rerings = 0
     try:
-        procs.wait_celery(broker.ctl, worker)
+        c.wait_celery(broker.ctl, worker)
         t0 = time.time()
         broker.ctl.send_task("inbox.drain", queue="inbox")
         last, last_change = -1, time.monotonic()

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import _common as c
+import _scale_fill as fill
 import _scale_ledger as ledger
 import _scale_phases as phases
 import psycopg
@@ -61,7 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--events", type=int, default=10_000_000, help="events in the filled ledger")
     p.add_argument("--days", type=int, default=90, help="daily partitions they span")
-    p.add_argument("--repeats", type=int, default=2, help="rounds, the databases alternating")
+    p.add_argument("--repeats", type=int, default=4, help="rounds, the databases alternating")
     p.add_argument("--seconds", type=float, default=10.0, help="ingest: measured window")
     p.add_argument("--warmup", type=float, default=2.0, help="ingest: unrecorded warm-up")
     p.add_argument("--senders", type=int, default=32, help="ingest: concurrent senders")
@@ -127,7 +128,9 @@ def _database(pg_url: str, kind: str) -> dict[str, Any]:
     return {"kind": kind, "name": name, "url": url, "layout": layout}
 
 
-def _round(args: argparse.Namespace, broker: phases.Broker, db: dict[str, Any], n: int) -> dict:
+def _round(
+    args: argparse.Namespace, broker: phases.Broker, db: dict[str, Any], n: int
+) -> dict[str, Any]:
     tag = f"{db['kind']}-{n}-{uuid.uuid4().hex[:6]}"
     out: dict[str, Any] = {"db": db["kind"], "round": n}
     layout = db["layout"]
@@ -172,7 +175,9 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, dict[str, float | None]
     return out
 
 
-def judge(summary: dict[str, dict[str, float | None]], drop: dict[str, Any] | None) -> list:
+def judge(
+    summary: dict[str, dict[str, float | None]], drop: dict[str, Any] | None
+) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     empty, filled = summary["empty"], summary["filled"]
     for name, e in empty.items():
@@ -202,13 +207,14 @@ def sizing(conn: psycopg.Connection, events: int) -> dict[str, Any]:
     tables = ledger.sizes(conn)
     total = sum(tables.values())
     per_event = total / max(events, 1)
+    database = conn.execute("SELECT pg_database_size(current_database())").fetchone()
     return {
         "events": events,
         "bytes_by_table": tables,
         "bytes_total": total,
         "bytes_per_event": round(per_event),
         "per_day": {str(n): round(per_event * n) for n in SIZING_PER_DAY},
-        "database_bytes": conn.execute("SELECT pg_database_size(current_database())").fetchone()[0],
+        "database_bytes": database[0] if database else None,
     }
 
 
@@ -250,9 +256,7 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cryptography.fernet import Fernet
-
-    os.environ.setdefault("INBOX_KEK", Fernet.generate_key().decode())
+    c.use_own_kek()
     args = parse_args(argv)
     c.RESULTS.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -269,11 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         empty, filled = dbs
         _say(f"filling {filled['name']} with {args.events:,} events over {args.days} days")
         _fill_settings(args.pg_url, True)
-        report["fill"] = ledger.fill(
+        report["fill"] = fill.fill(
             filled["url"], filled["layout"], args.events, args.days, args.fill_jobs, _say
         )
         _fill_settings(args.pg_url, False)
-        ledger.vacuum(empty["url"])
+        fill.vacuum(empty["url"])
         with psycopg.connect(filled["url"]) as conn:
             report["sizing"] = sizing(conn, report["fill"]["rows"]["events"])
         for db in dbs:
