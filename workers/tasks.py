@@ -113,6 +113,8 @@ def sweep() -> dict[str, int]:
     result = sweep_once(engine())
     if result.due or result.requeued:
         drain.delay()
+    with engine().begin() as conn:  # the claim's floor follows the oldest unfinished day
+        queue.raise_floor(conn)
     with engine().begin() as conn:
         ring_couriers(set(deliveries.sweep(conn)))
         jobs = bulk.due_jobs(conn)

@@ -176,7 +176,27 @@ events = Table(
     ),
     Index("ix_events_listing", "tenant_id", "source_id", "state", "id"),
     Index("ix_events_received_at", "received_at"),
+    # A tenant's dead letters, newest first: partial, so it costs nothing until an event
+    # is quarantined, and a finished day's entries are only its dead letters.
+    Index(
+        "ix_events_dead_letters",
+        "tenant_id",
+        "id",
+        postgresql_where=text("state = 'quarantined'"),
+    ),
     postgresql_partition_by="RANGE (id)",
+)
+
+# The workers' claim names events with ``id >= floor``, so PostgreSQL plans it over the
+# days that can hold unfinished events, not over a year of partitions. One row: at most
+# the lowest id of an unfinished event. A replay (the only way a finished event becomes
+# unfinished) lowers it in its own statement; the sweep raises it (inbox.store.queue).
+ledger_floor = Table(
+    "ledger_floor",
+    metadata,
+    Column("singleton", Boolean, primary_key=True, server_default=text("true")),
+    Column("floor", BigInteger, nullable=False),
+    CheckConstraint("singleton", name="singleton"),
 )
 
 idempotency_conflicts = Table(

@@ -146,6 +146,9 @@ _REPLAY = text(
                                   'attempts_before', attempts, 'error_before', last_error_class)
                || CAST(:extra AS jsonb)
           FROM moved
+    ), lowered AS (  -- the workers' claim looks no lower than the floor (inbox.store.queue)
+        UPDATE ledger_floor SET floor = least(floor, (SELECT min(id) FROM moved))
+         WHERE EXISTS (SELECT 1 FROM moved)
     )
     SELECT public_id FROM moved
     """

@@ -29,8 +29,11 @@ _DUE = """
     AND (ev.ordering_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM events p
            WHERE p.tenant_id = ev.tenant_id AND p.ordering_key = ev.ordering_key
-             AND p.id < ev.id AND p.state IN ('received', 'processing')))
+             AND p.id >= :floor AND p.id < ev.id AND p.state IN ('received', 'processing')))
 """
+# ``ev.id >= :floor`` everywhere events is named: the floor is a value when the statement
+# is planned, so PostgreSQL prunes the days below it before planning (planning the claim
+# over a year of daily partitions costs far more than running it).
 _CLAIM = text(
     f"""
     WITH fair AS (
@@ -38,7 +41,7 @@ _CLAIM = text(
           FROM (SELECT id FROM tenants WHERE NOT disabled ORDER BY random()) t
          CROSS JOIN LATERAL (
                SELECT ev.id FROM events ev
-                WHERE ev.tenant_id = t.id AND {_DUE}
+                WHERE ev.tenant_id = t.id AND ev.id >= :floor AND {_DUE}
                 ORDER BY ev.available_at, ev.id
                 LIMIT :per_tenant
                 FOR UPDATE SKIP LOCKED
@@ -46,7 +49,7 @@ _CLAIM = text(
          LIMIT :limit
     ), fill AS (
         SELECT ev.id FROM events ev
-         WHERE {_DUE} AND ev.id NOT IN (SELECT id FROM fair)
+         WHERE ev.id >= :floor AND {_DUE} AND ev.id NOT IN (SELECT id FROM fair)
          ORDER BY ev.available_at, ev.id
          LIMIT :limit - (SELECT count(*) FROM fair)
            FOR UPDATE SKIP LOCKED
@@ -59,19 +62,47 @@ _CLAIM = text(
            lease_expires_at = now() + make_interval(secs => :lease),
            fence = ev.fence + 1,
            attempts = ev.attempts + 1
-     WHERE ev.id = ANY(ARRAY(SELECT id FROM picked))
+     WHERE ev.id >= :floor AND ev.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING ev.id, ev.fence
     """
 )
 
 
+def floor(conn: Connection) -> int:
+    """At most the lowest id of an unfinished event (0 when the row is missing)."""
+    return int(conn.execute(text("SELECT coalesce(max(floor), 0) FROM ledger_floor")).scalar_one())
+
+
 def claim(conn: Connection, owner: str, limit: int, lease_seconds: float) -> list[Claim]:
     tenants = conn.execute(text("SELECT count(*) FROM tenants WHERE NOT disabled")).scalar_one()
     per_tenant = max(1, -(-limit // max(1, tenants)))
-    rows = conn.execute(
-        _CLAIM, {"owner": owner, "limit": limit, "per_tenant": per_tenant, "lease": lease_seconds}
-    )
+    params = {"owner": owner, "limit": limit, "per_tenant": per_tenant, "lease": lease_seconds}
+    rows = conn.execute(_CLAIM, {**params, "floor": floor(conn)})
     return sorted((Claim(r.id, r.fence) for r in rows), key=lambda c: c.id)
+
+
+# Raising the floor: the row is locked first, so a replay in flight (which lowers it in
+# its own statement, holding that lock until it commits) is seen by the next statement's
+# snapshot. No higher than the start of the day an hour ago: an event whose id was made
+# just before midnight may commit just after, unseen by this snapshot, and ids are made
+# from the database's clock; no transaction is open for an hour (statement_timeout).
+_RAISE_FLOOR = text(
+    """
+    UPDATE ledger_floor SET floor = least(
+        coalesce((SELECT min(id) FROM events WHERE state IN ('received', 'processing')),
+                 9223372036854775807),
+        floor(extract(epoch FROM now() - interval '1 hour') / 86400)::bigint << 40)
+    """
+)
+
+
+def raise_floor(conn: Connection) -> int:
+    """Set the floor to the lowest unfinished id (the sweep runs it); the new floor. Run it
+    in a transaction of its own: the row stays locked until that commits."""
+    conn.execute(text("INSERT INTO ledger_floor (floor) VALUES (0) ON CONFLICT DO NOTHING"))
+    conn.execute(text("SELECT floor FROM ledger_floor FOR UPDATE"))
+    conn.execute(_RAISE_FLOOR)
+    return floor(conn)
 
 
 LOAD_COLUMNS = """

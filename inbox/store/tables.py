@@ -34,6 +34,7 @@ from inbox.store.ledger_tables import (
     event_keys,
     events,
     idempotency_conflicts,
+    ledger_floor,
     steps,
 )
 from inbox.store.metadata import metadata
@@ -60,6 +61,7 @@ __all__ = [
     "event_keys",
     "events",
     "idempotency_conflicts",
+    "ledger_floor",
     "metadata",
     "source_secrets",
     "sources",

@@ -1,0 +1,74 @@
+"""The workers' claim plans over the days that can hold unfinished events (the floor), and
+never misses one: a replay of an old dead letter lowers the floor in its own statement."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+from sqlalchemy import Engine, text
+
+from inbox.domain import ledger
+from inbox.store import operator, queue
+from tests.integration.test_partitions import add_day, made_days, today  # noqa: F401
+
+_SCANNED = re.compile(r"\bevents_(?:p\d{8}|default)\b")
+
+
+def _floor(engine: Engine) -> int:
+    with engine.begin() as conn:
+        return queue.raise_floor(conn)
+
+
+def _claimed(engine: Engine) -> list[int]:
+    with engine.begin() as conn:
+        return [c.id for c in queue.claim(conn, "w", 10, 30)]
+
+
+def test_the_claim_is_planned_over_the_days_from_the_floor_only(engine, make_source, made_days):  # noqa: F811
+    src = make_source()
+    old = today(engine) - dt.timedelta(days=20)
+    add_day(engine, made_days, old, src)  # a finished old day
+    floor = _floor(engine)
+    assert floor >= ledger.bounds(old + dt.timedelta(days=1))[0]
+    params = {"owner": "w", "limit": 10, "per_tenant": 10, "lease": 30, "floor": floor}
+    with engine.connect() as conn:
+        plan = "\n".join(
+            r[0] for r in conn.execute(text("EXPLAIN (COSTS OFF) " + queue._CLAIM.text), params)
+        )
+    scanned = set(_SCANNED.findall(plan))
+    assert scanned and ledger.partition_name("events", old) not in scanned, plan
+    assert all(
+        n == "events_default" or ledger.day_of_partition("events", n) >= old for n in scanned
+    )
+
+
+def test_the_floor_stays_at_the_oldest_unfinished_event(engine, make_source, made_days):  # noqa: F811
+    src = make_source()
+    old = today(engine) - dt.timedelta(days=10)
+    waiting = add_day(engine, made_days, old, src, event_state="received")
+    assert _floor(engine) == waiting
+    assert _claimed(engine) == [waiting]  # below no floor: it is claimed
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE events SET state = 'completed' WHERE id = :i"), {"i": waiting})
+    # nothing unfinished: the start of the day an hour ago, never above it
+    with engine.connect() as conn:
+        hour_ago = conn.execute(text("SELECT (now() - interval '1 hour')::date")).scalar_one()
+    assert _floor(engine) == ledger.bounds(hour_ago)[0]
+
+
+def test_a_replayed_old_dead_letter_lowers_the_floor_and_is_claimed(engine, make_source, made_days):  # noqa: F811
+    src = make_source()
+    old = today(engine) - dt.timedelta(days=30)
+    dead = add_day(engine, made_days, old, src, event_state="quarantined")
+    floor = _floor(engine)
+    assert floor > dead  # a dead letter is finished: the claim looks above it
+    assert _claimed(engine) == []
+    with engine.begin() as conn:
+        [public_id] = conn.execute(
+            text("SELECT public_id FROM events WHERE id = :i"), {"i": dead}
+        ).scalars()
+        assert operator.replay(conn, [public_id], "op") == [public_id]
+    with engine.connect() as conn:
+        assert queue.floor(conn) == dead
+    assert _claimed(engine) == [dead]
