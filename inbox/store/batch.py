@@ -13,13 +13,14 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.domain.records import Claim, LoadedEvent
-from inbox.store.queue import LOAD_COLUMNS, to_loaded
+from inbox.store.queue import LOAD_COLUMNS, span, to_loaded
 
 _LOAD_MANY = text(
     LOAD_COLUMNS
     + """
       FROM unnest(CAST(:ids AS bigint[]), CAST(:fences AS bigint[])) AS c(id, fence)
       JOIN events e ON e.id = c.id AND e.fence = c.fence AND e.state = 'processing'
+           AND e.id BETWEEN :lo AND :hi
       JOIN tenants t ON t.id = e.tenant_id
       JOIN sources s ON s.id = e.source_id
     """
@@ -31,7 +32,8 @@ def load_many(conn: Connection, claims: list[Claim]) -> dict[int, LoadedEvent]:
     if not claims:
         return {}
     rows = conn.execute(
-        _LOAD_MANY, {"ids": [c.id for c in claims], "fences": [c.fence for c in claims]}
+        _LOAD_MANY,
+        {"ids": [c.id for c in claims], "fences": [c.fence for c in claims], **span(claims)},
     )
     return {row.id: to_loaded(row) for row in rows}
 
@@ -61,7 +63,7 @@ _COMPLETE_MANY = text(
                response_body = coalesce(convert_to(i.resp, 'UTF8'), e.response_body)
           FROM input i
          WHERE e.id = i.id AND e.fence = i.fence AND e.state = 'processing'
-           AND e.lease_expires_at > now()
+           AND e.id BETWEEN :lo AND :hi AND e.lease_expires_at > now()
         RETURNING e.id, e.attempts, e.replay
     ), recorded AS (
         INSERT INTO steps (event_id, name, result, attempt, replay)
@@ -89,5 +91,6 @@ def complete_many(conn: Connection, completions: list[Completion]) -> set[int]:
         }
         for x in completions
     ]
-    done = conn.execute(_COMPLETE_MANY, {"rows": json.dumps(rows)})
+    bounds = span([x.claim for x in completions])
+    done = conn.execute(_COMPLETE_MANY, {"rows": json.dumps(rows), **bounds})
     return {int(r.id) for r in done}

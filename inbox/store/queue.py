@@ -105,14 +105,24 @@ def raise_floor(conn: Connection) -> int:
     return floor(conn)
 
 
+def span(claims: list[Claim]) -> dict[str, int]:
+    """The batch's lowest and highest id, as ``:lo`` and ``:hi``."""
+    ids = [c.id for c in claims]
+    return {"lo": min(ids), "hi": max(ids)}
+
+
 LOAD_COLUMNS = """
     SELECT e.id, e.public_id, e.tenant_id, t.name AS tenant, s.name AS source,
            s.options AS source_options, e.event_type, e.business_key_digest, e.content_type,
            e.body, e.attempts, e.max_attempts, e.sync, e.replay,
            extract(epoch FROM clock_timestamp() - e.received_at) AS age_seconds,
            coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
-                      WHERE st.event_id = e.id), '{}'::jsonb) AS steps
+                      WHERE st.event_id = e.id AND st.event_id BETWEEN :lo AND :hi),
+                    '{}'::jsonb) AS steps
 """
+# ``:lo`` and ``:hi``, the lowest and highest id a statement touches, bound every statement
+# that names events (or steps) by a batch of ids: they are values when it is planned, so
+# PostgreSQL plans it over the batch's days alone, not over every daily partition.
 _LOAD = text(
     LOAD_COLUMNS
     + """
@@ -125,7 +135,7 @@ _LOAD = text(
 
 
 def load(conn: Connection, c: Claim) -> LoadedEvent:
-    row = conn.execute(_LOAD, {"id": c.id, "fence": c.fence}).first()
+    row = conn.execute(_LOAD, {"id": c.id, "fence": c.fence, "lo": c.id, "hi": c.id}).first()
     if row is None:
         raise LeaseLost()
     return to_loaded(row)
@@ -371,6 +381,7 @@ def extend(conn: Connection, claims: list[Claim], lease_seconds: float) -> int:
             UPDATE events SET lease_expires_at = now() + make_interval(secs => :lease)
              WHERE (id, fence) IN (SELECT * FROM unnest(CAST(:ids AS bigint[]),
                                                         CAST(:fences AS bigint[])))
+               AND id BETWEEN :lo AND :hi
                AND state = 'processing' AND lease_expires_at > now()
             """
         ),
@@ -378,6 +389,7 @@ def extend(conn: Connection, claims: list[Claim], lease_seconds: float) -> int:
             "lease": lease_seconds,
             "ids": [c.id for c in claims],
             "fences": [c.fence for c in claims],
+            **span(claims),
         },
     )
     return int(result.rowcount)

@@ -72,3 +72,30 @@ def test_a_replayed_old_dead_letter_lowers_the_floor_and_is_claimed(engine, make
     with engine.connect() as conn:
         assert queue.floor(conn) == dead
     assert _claimed(engine) == [dead]
+
+
+def test_a_batchs_statements_are_planned_over_its_days_only(engine, make_source, made_days):  # noqa: F811
+    """Loading and completing a claimed batch name events by a list of ids: bounded by the
+    batch's lowest and highest id, they are planned over those days alone."""
+    import json
+
+    from inbox.store import batch
+
+    src = make_source()
+    old = today(engine) - dt.timedelta(days=15)
+    add_day(engine, made_days, old, src)
+    day = today(engine) + dt.timedelta(days=2)  # made ahead, with its neighbours
+    ids = [ledger.make_id(day, 1), ledger.make_id(day, 2)]
+    bounds = {"lo": min(ids), "hi": max(ids)}
+    plans = {
+        "load": (batch._LOAD_MANY.text, {"ids": ids, "fences": [1, 1], **bounds}),
+        "complete": (batch._COMPLETE_MANY.text, {"rows": json.dumps([]), **bounds}),
+    }
+    for name, (sql, params) in plans.items():
+        with engine.connect() as conn:
+            plan = "\n".join(r[0] for r in conn.execute(text("EXPLAIN (COSTS OFF) " + sql), params))
+        scanned = set(re.findall(r"\b(?:events|steps)_(?:p\d{8}|default)\b", plan))
+        assert scanned <= {
+            ledger.partition_name("events", day),
+            ledger.partition_name("steps", day),
+        }, (name, plan)
