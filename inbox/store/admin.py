@@ -135,13 +135,8 @@ def event_detail(conn: Connection, public_id: str, scope: int | None) -> dict[st
         detail["duplicate_of"] = conn.execute(
             text("SELECT public_id FROM events WHERE id = :id"), {"id": detail["duplicate_of"]}
         ).scalar()
-    rows = conn.execute(
-        text("SELECT public_id FROM deliveries WHERE event_id = :id ORDER BY id"),
-        {"id": detail["id"]},
-    )
-    detail["deliveries"] = [
-        _public(d) for r in rows if (d := dstore.delivery_detail(conn, r.public_id)) is not None
-    ]
+    # every delivery of the event at once, bounded below by the event's day
+    detail["deliveries"] = [_public(d) for d in dstore.event_deliveries(conn, detail["id"])]
     return _public(detail)
 
 
