@@ -33,7 +33,7 @@ SELECT e.id, e.public_id, t.name AS tenant, s.name AS source, e.event_type, e.st
        e.attempts, e.received_at, e.finished_at, e.outcome, e.last_error_class
   FROM events e JOIN tenants t ON t.id = e.tenant_id JOIN sources s ON s.id = e.source_id
  WHERE (CAST(:state AS text) IS NULL OR e.state = :state)
-   AND (CAST(:tenant AS text) IS NULL OR t.name = :tenant)
+   AND (CAST(:tenant_id AS bigint) IS NULL OR e.tenant_id = :tenant_id)
    AND (CAST(:source AS text) IS NULL OR s.name = :source)
    AND (CAST(:since AS timestamptz) IS NULL OR e.received_at >= :since)
    AND (CAST(:before_id AS bigint) IS NULL OR e.id < :before_id)
@@ -55,7 +55,7 @@ def list_events(
         text(_LIST),
         {
             "state": state,
-            "tenant": tenant,
+            "tenant_id": ledger_reads.tenant_id(conn, tenant),  # by id: see tenant_id
             "source": source,
             "since": since,
             "limit": limit,

@@ -243,3 +243,44 @@ def test_a_webhook_id_lookup_is_an_equality_not_the_lists_scan(client, engine, w
     assert resp.status_code == 200 and resp.get_json()["state"] == "failed"
     detail = [s for s, _ in statements.sent if "d.public_id = " in s and "JOIN endpoints" in s]
     assert detail and not any("LIMIT" in s or "ORDER BY" in s for s in detail), detail
+
+
+def test_a_tenants_dead_letters_filter_on_the_ledgers_columns(client, engine, world, statements):
+    auth = {"Authorization": f"Bearer {world['operator']}"}
+    resp = client.get("/api/v1/events?tenant=ta&state=quarantined", headers=auth)
+    assert resp.status_code == 200
+    ids = [r["public_id"] for r in resp.get_json()["items"]]
+    with engine.connect() as conn:
+        expected = [
+            r.public_id
+            for r in conn.execute(
+                text(
+                    "SELECT e.public_id FROM events e JOIN tenants t ON t.id = e.tenant_id"
+                    " WHERE t.name = 'ta' AND e.state = 'quarantined' ORDER BY e.id DESC"
+                )
+            )
+        ]
+    assert ids == expected and ids[0] == world["event"] and world["other"] not in ids
+    # the tenant by its id and the dead-letter state as a constant, so the partial
+    # index (tenant_id, id) WHERE state = 'quarantined' matches, prepared or not
+    [listing] = [
+        s for s, _ in statements.sent if "FROM events e JOIN tenants" in s and "LIMIT" in s
+    ]
+    assert "e.tenant_id = %(tenant_id)s" in listing and "e.state = 'quarantined'" in listing
+    assert "t.name" not in listing.split("WHERE", 1)[1]
+
+    failed = client.get("/api/v1/deliveries?tenant=ta&state=failed", headers=auth).get_json()
+    assert failed["items"][0]["public_id"] == world["deliveries"][0]
+    assert failed["items"][0]["event"] == world["event"]
+    assert {r["state"] for r in failed["items"]} == {"failed"}
+    # the events' public ids by a list of ids: only those ids' days are planned
+    [(names, values)] = [s for s in statements.sent if "id = ANY" in s[0] and "events" in s[0]]
+    days = {ledger.day_of(i) for i in values["ids"]}
+    assert {ledger.day_of_partition("events", n) for n in planned(engine, names, values)} == days
+
+    nobody = client.get("/api/v1/events?tenant=nobody&state=quarantined", headers=auth)
+    assert nobody.status_code == 200 and nobody.get_json()["items"] == []
+
+    sign_in(client, world["operator"])
+    html = client.get("/ui/events?tenant=ta&state=quarantined").get_data(as_text=True)
+    assert world["event"] in html and world["other"] not in html
