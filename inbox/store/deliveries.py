@@ -290,14 +290,45 @@ def list_deliveries(
     return [dict(r._mapping) for r in rows]
 
 
-def delivery_detail(conn: Connection, public_id: str) -> dict[str, Any] | None:
+# One delivery, or an event's deliveries, in full. A plain equality lookup, not the
+# list's ORDER BY id DESC LIMIT: under that plan PostgreSQL reads each day's partition
+# backwards by id looking for the match, where an equality probes each day's index once.
+_DETAIL = """
+SELECT d.id, d.public_id, t.name AS tenant, e.public_id AS endpoint, e.url, d.event_type,
+       d.state, d.replay, d.attempts, d.last_status, d.last_error, d.created_at, d.finished_at
+  FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id JOIN tenants t ON t.id = d.tenant_id
+ WHERE {where} AND d.id >= :lo
+"""
+
+
+def since_event(event_id: int) -> int:
+    """The lowest id a delivery of ``event_id`` can have: a delivery is made on or after
+    its event's day, so a lookup bounded by it skips every older day's partition when
+    the query is planned."""
+    return ledger.bounds(ledger.day_of(event_id))[0]
+
+
+def delivery_detail(conn: Connection, public_id: str, since: int = 0) -> dict[str, Any] | None:
+    """One delivery by webhook-id (which carries no day: each day's public_id index is
+    probed once), with ids at least ``since`` when its event is known."""
     row = conn.execute(
-        text(_LIST.replace("WHERE", "WHERE d.public_id = :p AND", 1)),
-        {"p": public_id, "state": None, "tenant": None, "limit": 1},
+        text(_DETAIL.format(where="d.public_id = :p")), {"p": public_id, "lo": since}
     ).first()
-    if row is None:
-        return None
-    out = dict(row._mapping)
+    return _with_history(conn, dict(row._mapping)) if row is not None else None
+
+
+def event_deliveries(conn: Connection, event_id: int) -> list[dict[str, Any]]:
+    """The deliveries an event caused, oldest first, each in full; only the partitions
+    of the event's day and later are read."""
+    rows = conn.execute(
+        text(_DETAIL.format(where="d.event_id = :ev") + " ORDER BY d.id"),
+        {"ev": event_id, "lo": since_event(event_id)},
+    )
+    return [_with_history(conn, dict(r._mapping)) for r in rows.fetchall()]
+
+
+def _with_history(conn: Connection, out: dict[str, Any]) -> dict[str, Any]:
+    # delivery_id is a bound value: the attempts' one partition is chosen when planned
     out["attempts_log"] = [
         dict(r._mapping)
         for r in conn.execute(
@@ -305,7 +336,7 @@ def delivery_detail(conn: Connection, public_id: str) -> dict[str, Any] | None:
                 "SELECT at, status, error_class, latency_ms, excerpt FROM delivery_attempts"
                 " WHERE delivery_id = :id ORDER BY id"
             ),
-            {"id": row.id},
+            {"id": out["id"]},
         )
     ]
     out["audit"] = [
@@ -315,7 +346,7 @@ def delivery_detail(conn: Connection, public_id: str) -> dict[str, Any] | None:
                 "SELECT at, actor, action FROM audit_log WHERE subject_kind = 'delivery'"
                 " AND subject_id = :id ORDER BY id"
             ),
-            {"id": row.id},
+            {"id": out["id"]},
         )
     ]
     return out

@@ -13,6 +13,7 @@ from datetime import datetime
 from sqlalchemy import Connection, text
 
 from inbox.domain.idempotency import key_digest
+from inbox.store.deliveries import since_event
 from inbox.store.ledger_reads import bounds_params, by_public_id
 
 _SCOPED = "(CAST(:scope AS bigint) IS NULL OR {col} = :scope)"
@@ -117,9 +118,10 @@ def failed_callbacks(conn: Connection, event_ids: list[int]) -> dict[int, int]:
         text(
             "SELECT event_id, count(*) AS n FROM deliveries"
             " WHERE event_id = ANY(CAST(:ids AS bigint[])) AND state = 'failed'"
-            " GROUP BY event_id"
+            " AND id >= :lo GROUP BY event_id"
         ),
-        {"ids": event_ids},
+        # no delivery is older than its event: days before the oldest event are skipped
+        {"ids": event_ids, "lo": min(since_event(i) for i in event_ids)},
     )
     return {int(r.event_id): int(r.n) for r in rows}
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from sqlalchemy import Connection, text
+
 from inbox.domain import ledger
 from inbox.store.ledger_tables import events
 
@@ -77,3 +79,14 @@ def span(public_ids: Iterable[str]) -> tuple[int, int]:
     if not ranges:
         return ledger.ALL_IDS
     return min(r[0] for r in ranges), max(r[1] for r in ranges)
+
+
+def tenant_id(conn: Connection, name: str | None) -> int | None:
+    """The id of the tenant named ``name`` (None for no name; -1, which matches nothing,
+    for an unknown one). A ledger read filters ``tenant_id = :id`` on the ledger's own
+    column, which its indexes serve; ``tenants.name`` through a join is served by none
+    and reads every day's partition."""
+    if name is None:
+        return None
+    found = conn.execute(text("SELECT id FROM tenants WHERE name = :n"), {"n": name}).scalar()
+    return int(found) if found is not None else -1

@@ -33,7 +33,7 @@ SELECT e.id, e.public_id, t.name AS tenant, s.name AS source, e.event_type, e.st
        e.attempts, e.received_at, e.finished_at, e.outcome, e.last_error_class
   FROM events e JOIN tenants t ON t.id = e.tenant_id JOIN sources s ON s.id = e.source_id
  WHERE (CAST(:state AS text) IS NULL OR e.state = :state)
-   AND (CAST(:tenant AS text) IS NULL OR t.name = :tenant)
+   AND (CAST(:tenant_id AS bigint) IS NULL OR e.tenant_id = :tenant_id)
    AND (CAST(:source AS text) IS NULL OR s.name = :source)
    AND (CAST(:since AS timestamptz) IS NULL OR e.received_at >= :since)
    AND (CAST(:before_id AS bigint) IS NULL OR e.id < :before_id)
@@ -55,7 +55,7 @@ def list_events(
         text(_LIST),
         {
             "state": state,
-            "tenant": tenant,
+            "tenant_id": ledger_reads.tenant_id(conn, tenant),  # by id: see tenant_id
             "source": source,
             "since": since,
             "limit": limit,
@@ -70,9 +70,7 @@ def event_detail(conn: Connection, public_id: str) -> dict[str, Any] | None:
     ev = conn.execute(
         text(
             f"""
-            SELECT {EVENT_ROW}, t.name AS tenant, s.name AS source,
-                   (SELECT n.public_id FROM events n WHERE n.id = e.newer_event_id)
-                       AS newer_event
+            SELECT {EVENT_ROW}, t.name AS tenant, s.name AS source
               FROM events e JOIN tenants t ON t.id = e.tenant_id
               JOIN sources s ON s.id = e.source_id {KEYS_JOIN}
              WHERE {ledger_reads.by_public_id("e")}
@@ -83,6 +81,15 @@ def event_detail(conn: Connection, public_id: str) -> dict[str, Any] | None:
     if ev is None:
         return None
     m = dict(ev._mapping)
+    # The newer event by its id, a bound value: one partition is planned (a correlated
+    # subquery planned every day's partition for one row).
+    m["newer_event"] = (
+        conn.execute(
+            text("SELECT public_id FROM events WHERE id = :id"), {"id": ev.newer_event_id}
+        ).scalar()
+        if ev.newer_event_id is not None
+        else None
+    )
     steps = conn.execute(
         text(
             "SELECT name, result, attempt, replay, completed_at FROM steps WHERE event_id = :id"

@@ -117,7 +117,9 @@ def fill_0011(engine: Engine) -> dict[str, Any]:
         dls = []
         for n, state in enumerate(DeliveryState):
             ev = evs[n]
-            created = NOW - AGES[(n + 1) % 3]
+            # on another day than its event, but never before it: a delivery is made
+            # by a step that runs after its event is received (and reads rely on it)
+            created = max(NOW - AGES[(n + 1) % 3], ev["received"])
             d = conn.execute(
                 text(
                     "INSERT INTO deliveries (public_id, tenant_id, endpoint_id, event_id,"
