@@ -10,7 +10,7 @@ from sqlalchemy import Engine, text
 
 from inbox.domain import ledger
 from inbox.store import operator, queue
-from tests.integration.test_partitions import add_day, made_days, today  # noqa: F401
+from tests.integration.test_partitions import add_day, today
 
 _SCANNED = re.compile(r"\bevents_(?:p\d{8}|default)\b")
 
@@ -25,7 +25,7 @@ def _claimed(engine: Engine) -> list[int]:
         return [c.id for c in queue.claim(conn, "w", 10, 30)]
 
 
-def test_the_claim_is_planned_over_the_days_from_the_floor_only(engine, make_source, made_days):  # noqa: F811
+def test_the_claim_is_planned_over_the_days_from_the_floor_only(engine, make_source, made_days):
     src = make_source()
     old = today(engine) - dt.timedelta(days=20)
     add_day(engine, made_days, old, src)  # a finished old day
@@ -43,7 +43,7 @@ def test_the_claim_is_planned_over_the_days_from_the_floor_only(engine, make_sou
     )
 
 
-def test_the_floor_stays_at_the_oldest_unfinished_event(engine, make_source, made_days):  # noqa: F811
+def test_the_floor_stays_at_the_oldest_unfinished_event(engine, make_source, made_days):
     src = make_source()
     old = today(engine) - dt.timedelta(days=10)
     waiting = add_day(engine, made_days, old, src, event_state="received")
@@ -57,7 +57,7 @@ def test_the_floor_stays_at_the_oldest_unfinished_event(engine, make_source, mad
     assert _floor(engine) == ledger.bounds(hour_ago)[0]
 
 
-def test_a_replayed_old_dead_letter_lowers_the_floor_and_is_claimed(engine, make_source, made_days):  # noqa: F811
+def test_a_replayed_old_dead_letter_lowers_the_floor_and_is_claimed(engine, make_source, made_days):
     src = make_source()
     old = today(engine) - dt.timedelta(days=30)
     dead = add_day(engine, made_days, old, src, event_state="quarantined")
@@ -74,7 +74,7 @@ def test_a_replayed_old_dead_letter_lowers_the_floor_and_is_claimed(engine, make
     assert _claimed(engine) == [dead]
 
 
-def test_a_batchs_statements_are_planned_over_its_days_only(engine, make_source, made_days):  # noqa: F811
+def test_a_batchs_statements_are_planned_over_its_days_only(engine, make_source, made_days):
     """Loading and completing a claimed batch name events by a list of ids: bounded by the
     batch's lowest and highest id, they are planned over those days alone."""
     import json

@@ -6,9 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import re
-from collections.abc import Iterator
 
-import pytest
 from click.testing import CliRunner
 from sqlalchemy import Engine, text
 
@@ -18,27 +16,14 @@ from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
 from inbox.store import ledger_reads, partitions
 from inbox.store.retention import prune_once
-from inbox.store.tables import DROP_ORDER, PARTITIONED
+from inbox.store.tables import PARTITIONED
 from tests.helpers import EVENTS, body_of, hmac_headers
+from tests.integration.ledger_support import put_delivery, put_event
 
 
 def today(engine: Engine) -> dt.date:
     with engine.connect() as conn:
         return partitions.today(conn)
-
-
-@pytest.fixture
-def made_days(engine: Engine) -> Iterator[list[dt.date]]:
-    """Days a test makes partitions for; their partitions are dropped afterwards."""
-    made: list[dt.date] = []
-    yield made
-    with engine.begin() as conn:
-        for day in made:
-            for t in DROP_ORDER:  # a referenced partition is detached before it is dropped
-                name = ledger.partition_name(t, day)
-                if conn.execute(text("SELECT to_regclass(:n)"), {"n": name}).scalar():
-                    conn.execute(text(f"ALTER TABLE {t} DETACH PARTITION {name}"))
-                    conn.execute(text(f"DROP TABLE {name}"))
 
 
 def exists(engine: Engine, name: str) -> bool:
@@ -50,66 +35,16 @@ def add_day(engine, made_days, day, src, n=1, event_state="completed", delivery_
     """``day``'s partitions, with event ``n`` of that day (a step, a failed attempt, a
     conflict record) and its delivery (with an attempt); the event's id."""
     made_days.append(day)
-    event_id = ledger.make_id(day, n)
-    delivery_id = ledger.make_id(day, n)
     with engine.begin() as conn:
         partitions.make_day(conn, day)
-        conn.execute(
-            text(
-                "INSERT INTO events (id, public_id, tenant_id, source_id, content_type, body,"
-                " body_sha256, response_status, response_body, state)"
-                " VALUES (:id, :p, :t, :s, 'application/json', '{}', '\\x00', 202, '', :state)"
-            ),
-            {
-                "id": event_id,
-                "p": f"evt_{day:%Y%m%d}{n:016x}",
-                "t": src.tenant_id,
-                "s": src.id,
-                "state": event_state,
-            },
-        )
-        conn.execute(
-            text("INSERT INTO steps (event_id, name, attempt) VALUES (:e, 'record', 1)"),
-            {"e": event_id},
-        )
-        conn.execute(
-            text(
-                "INSERT INTO event_attempts (event_id, attempt, error_class, outcome)"
-                " VALUES (:e, 1, 'RuntimeError', 'retry')"
-            ),
-            {"e": event_id},
-        )
+        event_id, _ = put_event(conn, day, n, src, event_state)
         conn.execute(
             text(
                 "INSERT INTO idempotency_conflicts (event_id, other_body_sha256) VALUES (:e, 'x')"
             ),
             {"e": event_id},
         )
-        ep = conn.execute(
-            text(
-                "INSERT INTO endpoints (public_id, tenant_id, url) VALUES (:p, :t, 'https://x.test')"
-                " RETURNING id"
-            ),
-            {"p": f"ep_{day:%Y%m%d}_{n}", "t": src.tenant_id},
-        ).scalar_one()
-        conn.execute(
-            text(
-                "INSERT INTO deliveries (id, public_id, tenant_id, endpoint_id, event_id,"
-                " event_type, body, state) VALUES (:id, :p, :t, :ep, :e, 'x', '{}', :state)"
-            ),
-            {
-                "id": delivery_id,
-                "p": f"msg_{day:%Y%m%d}_{n}",
-                "t": src.tenant_id,
-                "ep": ep,
-                "e": event_id,
-                "state": delivery_state,
-            },
-        )
-        conn.execute(
-            text("INSERT INTO delivery_attempts (delivery_id, latency_ms) VALUES (:d, 5)"),
-            {"d": delivery_id},
-        )
+        put_delivery(conn, day, n, src, event_id, delivery_state)
     return event_id
 
 
