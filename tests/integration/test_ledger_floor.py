@@ -10,7 +10,7 @@ from sqlalchemy import Engine, text
 
 from inbox.domain import ledger
 from inbox.store import operator, queue
-from tests.integration.test_partitions import add_day, today
+from tests.integration.test_partitions import _plan, add_day, today
 
 _SCANNED = re.compile(r"\bevents_(?:p\d{8}|default)\b")
 
@@ -32,10 +32,7 @@ def test_the_claim_is_planned_over_the_days_from_the_floor_only(engine, make_sou
     floor = _floor(engine)
     assert floor >= ledger.bounds(old + dt.timedelta(days=1))[0]
     params = {"owner": "w", "limit": 10, "per_tenant": 10, "lease": 30, "floor": floor}
-    with engine.connect() as conn:
-        plan = "\n".join(
-            r[0] for r in conn.execute(text("EXPLAIN (COSTS OFF) " + queue._CLAIM.text), params)
-        )
+    plan = _plan(engine, queue._CLAIM.text, params)
     scanned = set(_SCANNED.findall(plan))
     assert scanned and ledger.partition_name("events", old) not in scanned, plan
     assert all(
@@ -92,8 +89,7 @@ def test_a_batchs_statements_are_planned_over_its_days_only(engine, make_source,
         "complete": (batch._COMPLETE_MANY.text, {"rows": json.dumps([]), **bounds}),
     }
     for name, (sql, params) in plans.items():
-        with engine.connect() as conn:
-            plan = "\n".join(r[0] for r in conn.execute(text("EXPLAIN (COSTS OFF) " + sql), params))
+        plan = _plan(engine, sql, params)
         scanned = set(re.findall(r"\b(?:events|steps)_(?:p\d{8}|default)\b", plan))
         assert scanned <= {
             ledger.partition_name("events", day),
