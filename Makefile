@@ -29,9 +29,9 @@ test: lint
 	$(BIN)/python -m pytest -q
 
 bench: setup
-	$(BIN)/python bench/ingest.py --seconds 10 --repeats 3
-	$(BIN)/python bench/drain.py --repeats 1
-	$(BIN)/python bench/deliver.py
+	$(BIN)/python -m bench.ingest --seconds 10 --repeats 3
+	$(BIN)/python -m bench.drain --repeats 1
+	$(BIN)/python -m bench.deliver
 
 clean:
 	rm -rf $(VENV) .data .pytest_cache .mypy_cache .ruff_cache

@@ -3,7 +3,7 @@
 A fresh PostgreSQL database (created, migrated, dropped) and Redis database 10 (flushed) as
 the broker, all on 127.0.0.1. Two courier processes (``celery -A workers.app worker -Q
 deliveries --pool threads --concurrency 8``) deliver to a local sink run in its own process
-(``python bench/deliver.py sink``, below). Pending deliveries are inserted with SQL, then
+(``python -m bench.deliver sink``, below). Pending deliveries are inserted with SQL, then
 the endpoint is rung with max_in_flight ``inbox.deliver`` messages; the rate is deliveries
 / (last ``finished_at`` - the ring), read from the database.
 
@@ -13,7 +13,7 @@ the endpoint is rung with max_in_flight ``inbox.deliver`` messages; the rate is 
    timeout 1 s) accepts connections and never answers; B is rung again every second;
    A's rate against phase 1.
 
-    .venv/bin/python bench/deliver.py
+    .venv/bin/python -m bench.deliver
 
 Prints a table, writes bench/results/deliver.json. Targets: >= 1,000 deliveries/s to the
 instant sink; the dead endpoint costs A <= 10 %. Exits non-zero only on a crash.
@@ -33,23 +33,18 @@ import traceback
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-sys.path[:0] = [str(ROOT), str(BENCH)]
+import psycopg
+import redis
+from celery import Celery
+from sqlalchemy import Engine, create_engine
 
-import _common as c  # noqa: E402
-import psycopg  # noqa: E402
-import redis  # noqa: E402
-from celery import Celery  # noqa: E402
-from sqlalchemy import Engine, create_engine  # noqa: E402
-
-from inbox.domain import callbacks  # noqa: E402
-from inbox.store import endpoints as estore  # noqa: E402
-from inbox.store import sources as sstore  # noqa: E402
-from inbox.store.engine import sqlalchemy_url  # noqa: E402
+from bench.common import procs as c
+from inbox.domain import callbacks
+from inbox.store import endpoints as estore
+from inbox.store import sources as sstore
+from inbox.store.engine import sqlalchemy_url
 
 SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS = "redis://127.0.0.1:6379/10"
@@ -221,7 +216,7 @@ def main() -> int:
         name, url = c.create_database(SERVER, "inbox_bench_deliver")
         redis.Redis.from_url(REDIS).flushdb()
         sink = subprocess.Popen(
-            [sys.executable, str(BENCH / "deliver.py"), "sink"], stdout=subprocess.PIPE
+            [sys.executable, "-m", "bench.deliver", "sink"], cwd=c.ROOT, stdout=subprocess.PIPE
         )
         assert sink.stdout is not None
         port = int(sink.stdout.readline())
@@ -321,5 +316,5 @@ if __name__ == "__main__":
         except KeyboardInterrupt:
             pass
         sys.exit(0)
-    os.chdir(ROOT)
+    os.chdir(c.ROOT)
     sys.exit(main())

@@ -36,12 +36,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import _common as c
 import psycopg
 import redis
 from celery import Celery
 from sqlalchemy import create_engine
 
+from bench.common import procs as c
 from inbox.domain.playbooks import Playbook, StepContext, register
 from inbox.domain.sources import SourceOptions
 from inbox.store import sources as store
@@ -144,7 +144,7 @@ class Bench:
         redis_url, batch = self.args.redis_url, self.args.batch_size
         env = {"DATABASE_URL": self.url, "REDIS_URL": redis_url, "BROKER_URL": ""}
         env |= {"BENCH_BROKER_URL": redis_url, "INBOX_PLAYBOOKS": "bench.drain"}
-        env["PYTHONPATH"] = os.pathsep.join((str(c.ROOT), str(c.BENCH)))
+        env["PYTHONPATH"] = str(c.ROOT)
         return env | ({"INBOX_BATCH_SIZE": str(batch)} if batch else {}) | extra
 
     def start(self, proc: c.Proc) -> c.Proc:

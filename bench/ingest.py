@@ -5,13 +5,13 @@ threads and pool size), one after the other against one fresh database:
 
 - ``inbox``: Webhook Inbox (``web.wsgi:app``), without a broker (its doorbell is then a
   no-op: ingest alone is measured);
-- ``handwritten``: the baseline (``bench/baselines.py``, ``handwritten``): Flask, a psycopg
+- ``handwritten``: the baseline (``bench/common/baselines.py``, ``handwritten``): Flask, a psycopg
   pool, one constant-time HMAC check, one INSERT ... ON CONFLICT DO NOTHING RETURNING in
   autocommit;
 - ``naive`` (optional, a second labelled row): the same without a pool or a unique key, a
   connection per request.
 
-Workloads, driven by wrk (``bench/_common.py``), signed 1 KiB JSON events:
+Workloads, driven by wrk (``bench/common``), signed 1 KiB JSON events:
 
 - ``unique``: every request a new Idempotency-Key;
 - ``storm``: every second request repeats the previous key, on another connection.
@@ -20,7 +20,7 @@ Per receiver and workload: 2xx answers/s, p50/p99, answers by status, CPU ms per
 answer for the receiver and for PostgreSQL. With ``--repeats N`` the receivers alternate
 (ABAB...), and the targets are judged on the medians of the per-run ratios:
 
-    .venv/bin/python bench/ingest.py --seconds 10 --repeats 3
+    .venv/bin/python -m bench.ingest --seconds 10 --repeats 3
 
 Targets at 32 senders: unique keys >= 1.2x handwritten with p99 <= 50 ms; the storm
 >= 1.0x handwritten with p99 <= 100 ms and no 5xx. It also checks that every first answer
@@ -44,10 +44,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import _common as c
 import psycopg
 
-sys.path.insert(0, str(c.ROOT))  # dev/ is the checkout's, not installed
+from bench.common import procs as c
 from dev.embedded import PrivatePostgres
 from inbox.infra.config import Settings
 from web import serve
@@ -58,8 +57,8 @@ TENANT, SOURCE = "bench", "own"
 HOST = "127.0.0.1"
 APPS = {
     "inbox": "web.wsgi:app",
-    "handwritten": "baselines:handwritten",
-    "naive": "baselines:naive",
+    "handwritten": "bench.common.baselines:handwritten",
+    "naive": "bench.common.baselines:naive",
 }
 ROWS_SQL = {
     "inbox": "SELECT count(*) FROM events",
@@ -117,7 +116,7 @@ def start_receiver(name: str, args: argparse.Namespace, db_url: str) -> tuple[c.
         "INBOX_DB_POOL_SIZE": str(args.pool_size),
         "BASELINE_SECRET": SECRET,
         "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": str(c.BENCH),
+        "PYTHONPATH": str(c.ROOT),
         "WEB_KEEPALIVE_REQUESTS": str(keepalive_requests(os.environ)),
     }
     proc, port = c.web(APPS[name], env, args.workers, args.threads, f"web-{name}")

@@ -20,8 +20,8 @@ unique key, on a new connection per request (``with psycopg.connect(DSN)``), no
 idempotency at all (a redelivered event is stored again).
 
 Configuration: ``DATABASE_URL``, ``BASELINE_SECRET`` (default ``benchsecret``),
-``INBOX_DB_POOL_SIZE``. Run under the same server as the inbox:
-``PYTHONPATH=bench python -m web --app baselines:handwritten`` (or ``baselines:naive``).
+``INBOX_DB_POOL_SIZE``. Run under the same server as the inbox, from the checkout's root:
+``python -m web --app bench.common.baselines:handwritten`` (or ``...:naive``).
 """
 
 from __future__ import annotations

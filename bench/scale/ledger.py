@@ -5,7 +5,7 @@
 own tenant (``bench``) with the ``own`` source wrk signs for and the ``noop`` source the
 drain runs, all on the no-op playbook (``bench/drain.py``).
 
-The fill is ``bench/_scale_fill.py``; here is what the phases ask of the ledger.
+The fill is ``bench/scale/fill.py``; here is what the phases ask of the ledger.
 """
 
 from __future__ import annotations

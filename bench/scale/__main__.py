@@ -1,7 +1,7 @@
 """Scale benchmark: the ledger with a year's worth of events beside an empty one, in one run.
 
 Two databases side by side on one PostgreSQL cluster, made the same way (migrated, the
-same tenants, sources and endpoints: ``bench/_scale_ledger.py``); one is filled by COPY
+same tenants, sources and endpoints: ``bench/scale/ledger.py``); one is filled by COPY
 with ``--events`` synthetic events (small bodies, mostly terminal states, deliveries and
 attempts) over ``--days`` daily partitions, then vacuumed and analyzed. The same code
 then measures both, alternating (empty, filled, filled, empty, ... over ``--repeats``):
@@ -19,8 +19,8 @@ then measures both, alternating (empty, filled, filled, empty, ... over ``--repe
 Then the sizing: bytes on disk per event (``pg_total_relation_size`` over every ledger
 table's partitions, indexes and TOAST), and per day at 100k and 10M events a day.
 
-    .venv/bin/python bench/scale.py --events 1000000   # a quicker look, still 90 days
-    .venv/bin/python bench/scale.py                    # 10M events, 90 days
+    .venv/bin/python -m bench.scale --events 1000000   # a quicker look, still 90 days
+    .venv/bin/python -m bench.scale                    # 10M events, 90 days
 
 Prints a table and writes bench/results/scale.json. The exit status is non-zero only
 when the benchmark itself fails, never for a missed target.
@@ -40,13 +40,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import _common as c
-import _scale_fill as fill
-import _scale_ledger as ledger
-import _scale_phases as phases
 import psycopg
 
-sys.path.insert(0, str(c.ROOT))  # dev/ is the checkout's, not installed
+from bench.common import procs as c
+from bench.scale import fill, ledger, phases
 from dev.embedded import PrivatePostgres
 from inbox.infra.config import Settings
 from web import serve

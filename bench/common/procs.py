@@ -36,7 +36,7 @@ from typing import Any
 
 import psycopg
 
-BENCH = Path(__file__).resolve().parent
+BENCH = Path(__file__).resolve().parent.parent
 ROOT = BENCH.parent
 RESULTS = BENCH / "results"
 BIN = Path(sys.executable).parent

@@ -22,9 +22,9 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
-import _scale_ledger as sl
 import psycopg
 
+from bench.scale import ledger as sl
 from inbox.domain import ledger
 from inbox.domain.ledger import SEQUENCE_MASK, make_id, partition_name
 

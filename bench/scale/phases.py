@@ -1,11 +1,11 @@
 """The scale benchmark's measurements, each run the same way against either database.
 
 - **ingest**: the receiver (``python -m web`` with the web server's defaults, no broker:
-  the doorbell is a no-op, as in ``bench/ingest.py``) driven by ``bench/_common.py``'s wrk
+  the doorbell is a no-op, as in ``bench/ingest.py``) driven by ``bench/common``'s wrk
   script, 32 senders, unique keys, signed 1 KiB events; 2xx/s, p50/p99, CPU ms per
   accepted event;
 - **reads**: on the same server, the API's and the console's event list and one event
-  (``bench/_scale_reads.py``);
+  (``bench/scale/reads.py``);
 - **drain**: ``bench/drain.py``'s approach and playbook: N pending events of the no-op
   playbook (``INBOX_PLAYBOOKS=bench.drain``), one
   ``celery -A workers.app worker -Q inbox --concurrency 2``, one doorbell, timed from it
@@ -22,12 +22,11 @@ import time
 import uuid
 from typing import Any
 
-import _common as c
-import _scale_ledger as ledger
-import _scale_reads as reads
 import psycopg
 from celery import Celery
 
+from bench.common import procs as c
+from bench.scale import ledger, reads
 from web.keepalive import keepalive_requests
 
 HOST = "127.0.0.1"
@@ -157,8 +156,7 @@ def drain(
         "REDIS_URL": broker.url,
         "BROKER_URL": "",
         "INBOX_PLAYBOOKS": "bench.drain",  # its no-op playbook (bench/drain.py)
-        # bench.drain, which holds the playbook, imports _common: bench/ is on the path
-        "PYTHONPATH": os.pathsep.join((str(c.ROOT), str(c.BENCH))),
+        "PYTHONPATH": str(c.ROOT),  # where bench.drain, which holds the playbook, is found
         "BENCH_BROKER_URL": broker.url,
     }
     worker = c.celery_worker("workers.app", "inbox", 2, env, f"scale-{tag}")
