@@ -40,7 +40,7 @@ import redis
 from celery import Celery
 from sqlalchemy import Engine, create_engine
 
-from bench.common import procs as c
+from bench.common import procs
 from inbox.domain import callbacks
 from inbox.store import endpoints as estore
 from inbox.store import sources as sstore
@@ -201,7 +201,7 @@ def table(out: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    c.use_own_kek()
+    procs.use_own_kek()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=10000, help="deliveries to the instant sink")
     parser.add_argument("--n-slow", type=int, default=1500, help="deliveries to the 50 ms sink")
@@ -209,14 +209,14 @@ def main() -> int:
     args = parser.parse_args()
     out: dict[str, Any] = {"started": datetime.now(UTC).isoformat(), "couriers": "2 x threads 8"}
     name = ""
-    procs: list[c.Proc] = []
+    couriers: list[procs.Proc] = []
     sink: subprocess.Popen[bytes] | None = None
     rc = 0
     try:
-        name, url = c.create_database(SERVER, "inbox_bench_deliver")
+        name, url = procs.create_database(SERVER, "inbox_bench_deliver")
         redis.Redis.from_url(REDIS).flushdb()
         sink = subprocess.Popen(
-            [sys.executable, "-m", "bench.deliver", "sink"], cwd=c.ROOT, stdout=subprocess.PIPE
+            [sys.executable, "-m", "bench.deliver", "sink"], cwd=procs.ROOT, stdout=subprocess.PIPE
         )
         assert sink.stdout is not None
         port = int(sink.stdout.readline())
@@ -225,9 +225,9 @@ def main() -> int:
         env = {"DATABASE_URL": url, "REDIS_URL": REDIS, "INBOX_ALLOW_PRIVATE_TARGETS": "1"}
         courier = ("workers.app", "deliveries", 8, env)
         threads = ("--pool", "threads", "--loglevel", "INFO")  # as the Procfile's courier
-        procs = [c.celery_worker(*courier, f"courier-{i}", *threads) for i in range(2)]
-        for p in procs:
-            c.wait_celery(app, p)
+        couriers = [procs.celery_worker(*courier, f"courier-{i}", *threads) for i in range(2)]
+        for p in couriers:
+            procs.wait_celery(app, p)
         phases(bench, args, out)
         out["sink_counts"] = bench.sink_stats()
         bench.engine.dispose()
@@ -236,7 +236,7 @@ def main() -> int:
         out["error"] = traceback.format_exc()
         rc = 1
     finally:
-        for p in procs:
+        for p in couriers:
             p.stop()
         if sink is not None:
             sink.terminate()
@@ -244,11 +244,11 @@ def main() -> int:
             if sink.stdout is not None:
                 sink.stdout.close()
         if name:
-            c.drop_database(SERVER, name)
-    c.RESULTS.mkdir(exist_ok=True)
-    (c.RESULTS / "deliver.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
+            procs.drop_database(SERVER, name)
+    procs.RESULTS.mkdir(exist_ok=True)
+    (procs.RESULTS / "deliver.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
     print(table(out))
-    print(f"wrote {c.RESULTS / 'deliver.json'}")
+    print(f"wrote {procs.RESULTS / 'deliver.json'}")
     return rc
 
 
@@ -316,5 +316,5 @@ if __name__ == "__main__":
         except KeyboardInterrupt:
             pass
         sys.exit(0)
-    os.chdir(c.ROOT)
+    os.chdir(procs.ROOT)
     sys.exit(main())

@@ -41,7 +41,7 @@ import redis
 from celery import Celery
 from sqlalchemy import create_engine
 
-from bench.common import procs as c
+from bench.common import cpu, load, procs
 from inbox.domain.playbooks import Playbook, StepContext, register
 from inbox.domain.sources import SourceOptions
 from inbox.store import sources as store
@@ -112,7 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     maintenance = "a maintenance database on the server where the run's database is created"
     add("--pg-url", default=server, help=maintenance)
     add("--redis-url", default="redis://127.0.0.1:6379/9", help="broker (flushed)")
-    add("--out", type=Path, default=c.RESULTS / "drain.json", help="JSON results")
+    add("--out", type=Path, default=procs.RESULTS / "drain.json", help="JSON results")
     return p.parse_args(argv)
 
 
@@ -121,7 +121,7 @@ class Bench:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.dbname, self.url = c.create_database(args.pg_url)
+        self.dbname, self.url = procs.create_database(args.pg_url)
         engine = create_engine(sqlalchemy_url(self.url))
         options = SourceOptions.from_dict({"playbook": noop.name})
         with engine.begin() as conn:  # one tenant; every source runs the no-op playbook
@@ -131,23 +131,23 @@ class Bench:
                 src = store.create_source(conn, TENANT, name, "hmac", [SECRET], options)
                 self.sources[name] = src
         engine.dispose()
-        self.postmaster = c.postmaster_of(self.url)
+        self.postmaster = cpu.postmaster_of(self.url)
         self.redis = redis.Redis.from_url(args.redis_url)
         self.redis.flushdb()
         self.redis_pid = int(self.redis.info("server")["process_id"])
         self.ctl = Celery("bench_ctl", broker=args.redis_url)
         self.ctl.conf.broker_connection_retry_on_startup = True
         raw_app.conf.broker_url = args.redis_url  # this process only sends to it
-        self.started: list[c.Proc] = []
+        self.started: list[procs.Proc] = []
 
     def env(self, **extra: str) -> dict[str, str]:
         redis_url, batch = self.args.redis_url, self.args.batch_size
         env = {"DATABASE_URL": self.url, "REDIS_URL": redis_url, "BROKER_URL": ""}
         env |= {"BENCH_BROKER_URL": redis_url, "INBOX_PLAYBOOKS": "bench.drain"}
-        env["PYTHONPATH"] = str(c.ROOT)
+        env["PYTHONPATH"] = str(procs.ROOT)
         return env | ({"INBOX_BATCH_SIZE": str(batch)} if batch else {}) | extra
 
-    def start(self, proc: c.Proc) -> c.Proc:
+    def start(self, proc: procs.Proc) -> procs.Proc:
         self.started.append(proc)
         return proc
 
@@ -197,20 +197,20 @@ _PENDING = """
 
 
 def _timed(
-    b: Bench, worker: c.Proc, kick: Callable[[], None], wait: Callable[[], float], pg: bool
+    b: Bench, worker: procs.Proc, kick: Callable[[], None], wait: Callable[[], float], pg: bool
 ) -> dict[str, Any]:
     """On an idle worker and a quiet machine: ``kick``, ``wait`` for the epoch of the last
     completion. The rate; CPU seconds of the worker's tree, this process, redis-server,
     PostgreSQL (``pg``: the run's database's backends, this process's included), the
     machine and ``other``; the worker's and PostgreSQL's per event."""
-    c.wait_celery(b.ctl, worker)
-    quiet = c.wait_quiet(b.args.quiet_wait)
+    procs.wait_celery(b.ctl, worker)
+    quiet = cpu.wait_quiet(b.args.quiet_wait)
     trees = {"process": worker.pid, "bench": os.getpid(), "redis": b.redis_pid}
-    sampler = c.Sampler(trees, b.postmaster if pg else None, b.dbname, private=False)
+    sampler = cpu.Sampler(trees, b.postmaster if pg else None, b.dbname, private=False)
     before, started, t0 = sampler.sample(), time.monotonic(), time.time()
     kick()
     seconds = wait() - t0
-    used = c.window(before, sampler.sample(), 1.0)
+    used = cpu.window(before, sampler.sample(), 1.0)
     capacity = (time.monotonic() - started) * (os.cpu_count() or 1)
     worker.stop()
     b.started.remove(worker)
@@ -251,7 +251,7 @@ def run_inbox(b: Bench, concurrency: int) -> dict[str, Any]:
             return _progress(conn)[1]
 
         tag = f"inbox-c{concurrency}"
-        worker = b.start(c.celery_worker("workers.app", "inbox", concurrency, b.env(), tag))
+        worker = b.start(procs.celery_worker("workers.app", "inbox", concurrency, b.env(), tag))
         run = _timed(b, worker, ring, drained, pg=True)
         states = _states(conn)
     head = {"system": INBOX, "app": "workers.app", "concurrency": concurrency}
@@ -267,7 +267,8 @@ def run_raw(b: Bench, concurrency: int, label: str, prefetch: int) -> dict[str, 
             raw_noop.apply_async(args=(n,), queue=RAW_QUEUE, producer=producer)
     env = b.env(BENCH_RAW_PREFETCH=str(prefetch))
     tag = f"raw-c{concurrency}"
-    worker = b.start(c.celery_worker("bench.drain:raw_app", RAW_IDLE_QUEUE, concurrency, env, tag))
+    app = "bench.drain:raw_app"
+    worker = b.start(procs.celery_worker(app, RAW_IDLE_QUEUE, concurrency, env, tag))
     control: Any = b.ctl.control
 
     def kick() -> None:
@@ -306,7 +307,7 @@ def _send(b: Bench, conn: psycopg.Connection, port: int, name: str, seconds: flo
 
 def _window(b: Bench, conn: psycopg.Connection, port: int, name: str) -> dict[str, Any]:
     """One measured window, on a quiet machine: client figures and database latency."""
-    quiet = c.wait_quiet(b.args.quiet_wait)
+    quiet = cpu.wait_quiet(b.args.quiet_wait)
     client = _send(b, conn, port, name, b.args.seconds)
     row = conn.execute(_LATENCY, {"source": b.sources[name].id, "target": TARGET_P99_MS})
     count, pct, mx, over = row.fetchone() or (0, None, None, 0)
@@ -324,12 +325,12 @@ def run_e2e(b: Bench) -> dict[str, Any]:
         conn.execute("TRUNCATE events CASCADE")
     b.redis.flushdb()
     env = b.env(INBOX_SWEEP_SECONDS=str(a.sweep_seconds))
-    worker = b.start(c.celery_worker("workers.app", "inbox", 2, env, "e2e-worker"))
-    b.start(c.celery_beat("workers.app", env, "e2e-beat"))
-    web, port = c.web("web.wsgi:app", {**env, "INBOX_DB_POOL_SIZE": "8"}, 2, 8, "e2e-web")
+    worker = b.start(procs.celery_worker("workers.app", "inbox", 2, env, "e2e-worker"))
+    b.start(procs.celery_beat("workers.app", env, "e2e-beat"))
+    web, port = procs.web("web.wsgi:app", {**env, "INBOX_DB_POOL_SIZE": "8"}, 2, 8, "e2e-web")
     b.start(web)
-    c.wait_http(web, port)
-    c.wait_celery(b.ctl, worker)
+    procs.wait_http(web, port)
+    procs.wait_celery(b.ctl, worker)
     with psycopg.connect(b.url, autocommit=True) as conn:
         if a.warmup > 0:
             _send(b, conn, port, "warm", a.warmup)
@@ -348,7 +349,7 @@ def paced(port: int, path: str, rate: float, seconds: float, prefix: str) -> dic
 
     def send(i: int) -> tuple[int, float]:
         body = json.dumps({"type": EVENT_TYPE, "seq": i}, separators=(",", ":")).encode()
-        headers = c.signed(SECRET, body, f"{prefix}-{i}")
+        headers = load.signed(SECRET, body, f"{prefix}-{i}")
         if (conn := getattr(local, "conn", None)) is None:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
             opened.append(conn)
@@ -492,7 +493,7 @@ def run_phases(b: Bench, results: dict[str, Any], skip: set[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    c.use_own_kek()
+    procs.use_own_kek()
     a = parse_args(argv)
     config = {k: getattr(a, k) for k in ("events", "repeats", "concurrency", "rate", "seconds")}
     config |= {"sweep_seconds": a.sweep_seconds, "batch_size": a.batch_size or 100}
@@ -507,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     b = Bench(a)
     try:
-        print(f"database {b.dbname}; logs in {c.LOGS}", flush=True)
+        print(f"database {b.dbname}; logs in {procs.LOGS}", flush=True)
         run_phases(b, results, {s.strip() for s in a.skip.split(",")})
     except Exception:
         traceback.print_exc()
@@ -517,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         b.stop_all()
         b.ctl.close()
         b.redis.flushdb()
-        c.drop_database(a.pg_url, b.dbname)
+        procs.drop_database(a.pg_url, b.dbname)
     results["targets"] = targets(results)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(results, indent=2) + "\n")

@@ -11,7 +11,7 @@ threads and pool size), one after the other against one fresh database:
 - ``naive`` (optional, a second labelled row): the same without a pool or a unique key, a
   connection per request.
 
-Workloads, driven by wrk (``bench/common``), signed 1 KiB JSON events:
+Workloads, driven by wrk (``bench/common/load.py``), signed 1 KiB JSON events:
 
 - ``unique``: every request a new Idempotency-Key;
 - ``storm``: every second request repeats the previous key, on another connection.
@@ -46,7 +46,7 @@ from typing import Any
 
 import psycopg
 
-from bench.common import procs as c
+from bench.common import cpu, load, procs
 from dev.embedded import PrivatePostgres
 from inbox.infra.config import Settings
 from web import serve
@@ -97,18 +97,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a maintenance database on a server of your own (default: a private cluster,"
         " initdb/pg_ctl, PostgreSQL's default settings, so that all of its CPU is the run's)",
     )
-    p.add_argument("--out", type=Path, default=c.RESULTS / "ingest.json")
+    p.add_argument("--out", type=Path, default=procs.RESULTS / "ingest.json")
     args = p.parse_args(argv)
     args.receiver_list = [r for r in args.receivers.split(",") if r]
     args.workload_list = [w for w in args.workloads.split(",") if w]
     if set(args.receiver_list) - set(APPS) or set(args.workload_list) - set(WORKLOADS):
         p.error("unknown receiver or workload")
-    if not c.wrk_available():
+    if not load.wrk_available():
         p.error("wrk is not installed (apt-get install wrk)")
     return args
 
 
-def start_receiver(name: str, args: argparse.Namespace, db_url: str) -> tuple[c.Proc, int]:
+def start_receiver(name: str, args: argparse.Namespace, db_url: str) -> tuple[procs.Proc, int]:
     """One ``python -m web`` serving ``name``, without a broker, up and answering."""
     env: dict[str, str | None] = {
         **dict.fromkeys(("REDIS_URL", "BROKER_URL", "PROMETHEUS_MULTIPROC_DIR")),
@@ -116,11 +116,11 @@ def start_receiver(name: str, args: argparse.Namespace, db_url: str) -> tuple[c.
         "INBOX_DB_POOL_SIZE": str(args.pool_size),
         "BASELINE_SECRET": SECRET,
         "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": str(c.ROOT),
+        "PYTHONPATH": str(procs.ROOT),
         "WEB_KEEPALIVE_REQUESTS": str(keepalive_requests(os.environ)),
     }
-    proc, port = c.web(APPS[name], env, args.workers, args.threads, f"web-{name}")
-    c.wait_http(proc, port, any_answer=True)  # the baselines have no /healthz
+    proc, port = procs.web(APPS[name], env, args.workers, args.threads, f"web-{name}")
+    procs.wait_http(proc, port, any_answer=True)  # the baselines have no /healthz
     return proc, port
 
 
@@ -155,18 +155,18 @@ def _statements(db_url: str, reset: bool = False) -> list[dict[str, Any]]:
 def drive(name: str, args: argparse.Namespace, db_url: str, tag: str) -> list[dict[str, Any]]:
     """Every workload against one receiver."""
     receiver, port = start_receiver(name, args, db_url)
-    sampler = c.Sampler(
+    sampler = cpu.Sampler(
         {"receiver": receiver.pid, "load": os.getpid()},
-        c.postmaster_of(db_url),
+        cpu.postmaster_of(db_url),
         db_url.rsplit("/", 1)[1].split("?")[0],
     )
     url = f"http://{HOST}:{port}/"
     levels = []
     try:
         for workload in args.workload_list:
-            script = c.RESULTS / f"wrk-{tag}-{name}-{workload}.lua"
+            script = procs.RESULTS / f"wrk-{tag}-{name}-{workload}.lua"
             script.write_text(
-                c.wrk_script(f"/hooks/{TENANT}/{SOURCE}", SECRET.encode(), workload == "storm")
+                load.wrk_script(f"/hooks/{TENANT}/{SOURCE}", SECRET.encode(), workload == "storm")
             )
             # No level pays for the last one's dirty pages, or plans on stale statistics:
             # a fresh table not yet analyzed sends the duplicate path's UPDATE through
@@ -175,9 +175,9 @@ def drive(name: str, args: argparse.Namespace, db_url: str, tag: str) -> list[di
             _sql(db_url, "CHECKPOINT", autocommit=True)
             rows_before = int(_sql(db_url, ROWS_SQL[name]))
             _statements(db_url, reset=True)
-            warm = c.run_wrk(url, script, args.senders, args.warmup, f"{tag}-{workload}-w")
+            warm = load.run_wrk(url, script, args.senders, args.warmup, f"{tag}-{workload}-w")
             before = sampler.sample()
-            run = c.run_wrk(url, script, args.senders, args.seconds, f"{tag}-{workload}-m")
+            run = load.run_wrk(url, script, args.senders, args.seconds, f"{tag}-{workload}-m")
             after = sampler.sample()
             script.unlink()
             top = _statements(db_url)
@@ -209,7 +209,7 @@ def _level(
     seconds = run["duration_us"] / 1e6
     statuses = run["statuses"]
     ok = sum(n for s, n in statuses.items() if 200 <= int(s) < 300)
-    cores = c.window(before, after, seconds)
+    cores = cpu.window(before, after, seconds)
     # First answers over warm-up and window (the rows counted span both): a 202 without
     # Idempotent-Replayed for the inbox, a 202 for the baselines.
     firsts = sum(r["statuses"].get("202", 0) - r.get("replayed", 0) for r in (warm, run))
@@ -317,18 +317,18 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    c.use_own_kek()
+    procs.use_own_kek()
     args = parse_args(argv)
-    c.RESULTS.mkdir(parents=True, exist_ok=True)
+    procs.RESULTS.mkdir(parents=True, exist_ok=True)
     tag = uuid.uuid4().hex[:8]
-    busy = c.machine_cpu()[0]
+    busy = cpu.machine_cpu()[0]
     time.sleep(1.0)
-    background = c.machine_cpu()[0] - busy
+    background = cpu.machine_cpu()[0] - busy
     cluster = None
     if args.pg_url is None:
         cluster = PrivatePostgres(settings={"shared_preload_libraries": "pg_stat_statements"})
         args.pg_url = cluster.url
-    name, db_url = c.create_database(args.pg_url)
+    name, db_url = procs.create_database(args.pg_url)
     _sql(db_url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements", autocommit=True)
     probes: list[str] = []
     try:
@@ -336,12 +336,12 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "DATABASE_URL": db_url}
         src = ["--tenant", TENANT, "--name", SOURCE, "--scheme", "hmac", "--secret", SECRET]
         for cmd in (["tenants", "create", TENANT], ["sources", "create", *src]):
-            subprocess.run(inbox + cmd, env=env, cwd=c.ROOT, check=True, capture_output=True)
+            subprocess.run(inbox + cmd, env=env, cwd=procs.ROOT, check=True, capture_output=True)
         levels: list[dict[str, Any]] = []
         for run in range(1, args.repeats + 1):
             order = args.receiver_list if run % 2 else args.receiver_list[::-1]
             for receiver in order:
-                probes.append(c.shown(c.probe_cpus()))
+                probes.append(cpu.shown(cpu.probe_cpus()))
                 print(f"run {run} {receiver} (speed probe {probes[-1]} us)", flush=True)
                 for lv in drive(receiver, args, db_url, f"{tag}-{run}"):
                     lv["run"] = run
@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
         print(f"\nwrote {args.out}")
     finally:
-        c.drop_database(args.pg_url, name)
+        procs.drop_database(args.pg_url, name)
         if cluster is not None:
             cluster.stop()
     return 0

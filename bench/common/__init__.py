@@ -1,1 +1,11 @@
-"""What the benchmarks share (for now all in ``procs``; split by topic next)."""
+"""What the benchmarks share, by topic:
+
+- ``procs``: paths, a fresh migrated database, the processes a benchmark starts (the web
+  server, celery workers and beat: ``Proc``) and the waits until they answer;
+- ``load``: signed requests and their bodies, wrk and its Lua script;
+- ``cpu``: CPU accounting from /proc (``Sampler``, ``window``), waiting for a quiet
+  machine, the speed probe;
+- ``baselines``: what the benchmarks compare against, served by processes of their own:
+  the hand-written ingest receivers (``python -m web --app
+  bench.common.baselines:handwritten``).
+"""

@@ -42,7 +42,7 @@ from typing import Any
 
 import psycopg
 
-from bench.common import procs as c
+from bench.common import cpu, load, procs
 from bench.scale import fill, ledger, phases
 from dev.embedded import PrivatePostgres
 from inbox.infra.config import Settings
@@ -93,10 +93,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="leave the databases (and the private cluster) running, to look into them; their"
         " signing secrets are under the run's INBOX_KEK: set it before the run to reuse them",
     )
-    p.add_argument("--out", type=Path, default=c.RESULTS / "scale.json")
+    p.add_argument("--out", type=Path, default=procs.RESULTS / "scale.json")
     args = p.parse_args(argv)
     args.skip_set = {s for s in args.skip.split(",") if s}
-    if not c.wrk_available():
+    if not load.wrk_available():
         p.error("wrk is not installed (apt-get install wrk)")
     return args
 
@@ -120,7 +120,7 @@ def _fill_settings(pg_url: str, on: bool) -> None:
 
 
 def _database(pg_url: str, kind: str) -> dict[str, Any]:
-    name, url = c.create_database(pg_url, prefix=f"inbox_scale_{kind}")
+    name, url = procs.create_database(pg_url, prefix=f"inbox_scale_{kind}")
     layout = ledger.setup(url)
     return {"kind": kind, "name": name, "url": url, "layout": layout}
 
@@ -253,9 +253,9 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    c.use_own_kek()
+    procs.use_own_kek()
     args = parse_args(argv)
-    c.RESULTS.mkdir(parents=True, exist_ok=True)
+    procs.RESULTS.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     cluster = None
     if args.pg_url is None:
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         rounds: list[dict[str, Any]] = []
         for n in range(1, args.repeats + 1):
             for db in dbs if n % 2 else dbs[::-1]:
-                probes.append(c.shown(c.probe_cpus()))
+                probes.append(cpu.shown(cpu.probe_cpus()))
                 rounds.append(_round(args, broker, db, n))
         drop = None
         if "drop" not in args.skip_set:
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         else:
             for db in dbs:
-                c.drop_database(args.pg_url, db["name"])
+                procs.drop_database(args.pg_url, db["name"])
             if cluster is not None:
                 cluster.stop()
     args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")

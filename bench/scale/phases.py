@@ -1,7 +1,7 @@
 """The scale benchmark's measurements, each run the same way against either database.
 
 - **ingest**: the receiver (``python -m web`` with the web server's defaults, no broker:
-  the doorbell is a no-op, as in ``bench/ingest.py``) driven by ``bench/common``'s wrk
+  the doorbell is a no-op, as in ``bench/ingest.py``) driven by ``bench/common/load.py``'s wrk
   script, 32 senders, unique keys, signed 1 KiB events; 2xx/s, p50/p99, CPU ms per
   accepted event;
 - **reads**: on the same server, the API's and the console's event list and one event
@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 from celery import Celery
 
-from bench.common import procs as c
+from bench.common import cpu, load, procs
 from bench.scale import ledger, reads
 from web.keepalive import keepalive_requests
 
@@ -38,7 +38,7 @@ def token(db_url: str) -> str:
         [sys.executable, "-m", "inbox.cli", "tokens", "create", "--name",
          f"bench-scale-{uuid.uuid4().hex[:8]}",
          "--role", "viewer"],
-        env={**os.environ, "DATABASE_URL": db_url}, cwd=c.ROOT, check=True,
+        env={**os.environ, "DATABASE_URL": db_url}, cwd=procs.ROOT, check=True,
         capture_output=True, text=True,
     )  # fmt: skip
     return done.stdout.strip().splitlines()[-1]
@@ -50,7 +50,7 @@ def checkpoint(db_url: str) -> None:
         conn.execute("CHECKPOINT")
 
 
-def _receiver(args: argparse.Namespace, db_url: str) -> tuple[c.Proc, int]:
+def _receiver(args: argparse.Namespace, db_url: str) -> tuple[procs.Proc, int]:
     """The receiver as ``bench/ingest.py`` runs it: the project's web server, its pool
     size, no broker (the doorbell is a no-op: ingest alone is measured)."""
     env = {
@@ -62,8 +62,8 @@ def _receiver(args: argparse.Namespace, db_url: str) -> tuple[c.Proc, int]:
         "PYTHONUNBUFFERED": "1",
         "WEB_KEEPALIVE_REQUESTS": str(keepalive_requests(os.environ)),
     }
-    proc, port = c.web("web.wsgi:app", env, args.workers, args.threads)
-    c.wait_http(proc, port)
+    proc, port = procs.web("web.wsgi:app", env, args.workers, args.threads)
+    procs.wait_http(proc, port)
     return proc, port
 
 
@@ -73,24 +73,24 @@ def ingest_and_reads(
     """Ingest under wrk, then the operator's reads, against one receiver."""
     receiver, port = _receiver(args, db_url)
     try:
-        sampler = c.Sampler(
-            {"receiver": receiver.pid, "load": os.getpid()}, c.postmaster_of(db_url), dbname
+        sampler = cpu.Sampler(
+            {"receiver": receiver.pid, "load": os.getpid()}, cpu.postmaster_of(db_url), dbname
         )
         url = f"http://{HOST}:{port}/"
-        script = c.RESULTS / f"wrk-scale-{tag}.lua"
+        script = procs.RESULTS / f"wrk-scale-{tag}.lua"
         path = f"/hooks/{ledger.TENANT}/{ledger.SOURCE}"
-        script.write_text(c.wrk_script(path, ledger.SECRET.encode(), False))
+        script.write_text(load.wrk_script(path, ledger.SECRET.encode(), False))
         checkpoint(db_url)
         try:
-            c.run_wrk(url, script, args.senders, args.warmup, f"{tag}-w")
+            load.run_wrk(url, script, args.senders, args.warmup, f"{tag}-w")
             before = sampler.sample()
-            run = c.run_wrk(url, script, args.senders, args.seconds, f"{tag}-m")
+            run = load.run_wrk(url, script, args.senders, args.seconds, f"{tag}-m")
             after = sampler.sample()
         finally:
             script.unlink()
         seconds = run["duration_us"] / 1e6
         ok = sum(n for s, n in run["statuses"].items() if 200 <= int(s) < 300)
-        cores = c.window(before, after, seconds)
+        cores = cpu.window(before, after, seconds)
         result: dict[str, Any] = {
             "ingest": {
                 "senders": args.senders,
@@ -117,7 +117,7 @@ class Broker:
     """A redis-server of the run's own on a free port: nothing shared is flushed."""
 
     def __init__(self) -> None:
-        self.port = c.free_port()
+        self.port = procs.free_port()
         self.url = f"redis://{HOST}:{self.port}/0"
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", HOST, "--save", "",
@@ -156,13 +156,13 @@ def drain(
         "REDIS_URL": broker.url,
         "BROKER_URL": "",
         "INBOX_PLAYBOOKS": "bench.drain",  # its no-op playbook (bench/drain.py)
-        "PYTHONPATH": str(c.ROOT),  # where bench.drain, which holds the playbook, is found
+        "PYTHONPATH": str(procs.ROOT),  # where bench.drain, which holds the playbook, is found
         "BENCH_BROKER_URL": broker.url,
     }
-    worker = c.celery_worker("workers.app", "inbox", 2, env, f"scale-{tag}")
+    worker = procs.celery_worker("workers.app", "inbox", 2, env, f"scale-{tag}")
     rerings = 0
     try:
-        c.wait_celery(broker.ctl, worker)
+        procs.wait_celery(broker.ctl, worker)
         t0 = time.time()
         broker.ctl.send_task("inbox.drain", queue="inbox")
         last, last_change = -1, time.monotonic()
