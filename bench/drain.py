@@ -13,24 +13,21 @@ Against a fresh PostgreSQL database and Redis database 9 (flushed), on 127.0.0.1
 Each measurement first waits (up to --quiet-wait s) for the machine to be under 25% busy;
 runs where other processes took over 15% of it are marked contended. Prints a table and
 the targets, writes bench/results/drain.json; exits non-zero only on a crash. Workers
-import this module: ``INBOX_PLAYBOOKS=bench.drain``, ``-A bench.drain:raw_app``.
+import this module: ``INBOX_PLAYBOOKS=bench.drain`` (the no-op playbook); raw Celery's app is
+``bench.common.baselines:raw_app``.
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import platform
 import statistics
 import sys
-import threading
 import time
 import traceback
-from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -41,6 +38,7 @@ import redis
 from celery import Celery
 from sqlalchemy import create_engine
 
+from bench.common import baselines as raw
 from bench.common import cpu, load, procs
 from inbox.domain.playbooks import Playbook, StepContext, register
 from inbox.domain.sources import SourceOptions
@@ -63,35 +61,6 @@ def nothing(ctx: StepContext) -> dict[str, Any]:
 
 
 register(noop, event_type=EVENT_TYPE)
-
-# The per-message ceiling: the worker starts on an idle queue and is then told to consume
-# RAW_QUEUE (already holding every message), so start-up time is not measured. Each task
-# counts itself with one Redis INCR; the one that reaches the total records the time.
-# Not the current app: the inbox's workers import this module too.
-RAW_QUEUE, RAW_IDLE_QUEUE = "bench_raw", "bench_idle"
-RAW_COUNTER, RAW_FINISHED = "bench:raw:done", "bench:raw:finished"
-_RAW_BROKER = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/9")
-raw_app = Celery("bench_raw", broker=_RAW_BROKER, set_as_current=False)
-raw_app.conf.update(
-    task_default_queue=RAW_QUEUE,
-    task_acks_late=True,
-    task_reject_on_worker_lost=True,
-    worker_prefetch_multiplier=int(os.environ.get("BENCH_RAW_PREFETCH", "4")),
-    task_ignore_result=True,
-    broker_connection_retry_on_startup=True,
-    broker_transport_options={"visibility_timeout": 3600},
-    worker_hijack_root_logger=False,
-)
-_raw_client: redis.Redis | None = None
-
-
-@raw_app.task(name="bench.noop")  # type: ignore[untyped-decorator]
-def raw_noop(total: int) -> None:
-    global _raw_client
-    if _raw_client is None:  # made lazily, so each pool process has its own connection
-        _raw_client = redis.Redis.from_url(_RAW_BROKER)
-    if _raw_client.incr(RAW_COUNTER) == total:
-        _raw_client.set(RAW_FINISHED, repr(time.time()))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -137,7 +106,7 @@ class Bench:
         self.redis_pid = int(self.redis.info("server")["process_id"])
         self.ctl = Celery("bench_ctl", broker=args.redis_url)
         self.ctl.conf.broker_connection_retry_on_startup = True
-        raw_app.conf.broker_url = args.redis_url  # this process only sends to it
+        raw.raw_app.conf.broker_url = args.redis_url  # this process only sends to it
         self.started: list[procs.Proc] = []
 
     def env(self, **extra: str) -> dict[str, str]:
@@ -167,23 +136,6 @@ def _progress(conn: psycopg.Connection, source_id: int | None = None) -> tuple[i
 
 def _states(conn: psycopg.Connection) -> dict[str, int]:
     return dict(conn.execute("SELECT state, count(*) FROM events GROUP BY state").fetchall())
-
-
-def _wait(
-    done: Callable[[], int], n: int, what: str, stalled: Callable[[int], None] | None = None
-) -> None:
-    """Until ``done()`` reaches ``n``. Each time it stays put for 20 s: ``stalled(done)``,
-    or (None) give up after 60 s."""
-    last, since = -1, time.monotonic()
-    while (now := done()) < n:
-        if now != last:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since > (60 if stalled is None else 20):
-            if stalled is None:
-                raise RuntimeError(f"{what} stalled at {now}/{n}")
-            stalled(now)
-            since = time.monotonic()
-        time.sleep(0.2)
 
 
 # -- 1 and 2. throughput: the inbox's drain and raw Celery -------------------------------
@@ -247,7 +199,7 @@ def run_inbox(b: Bench, concurrency: int) -> dict[str, Any]:
             ring()
 
         def drained() -> float:
-            _wait(lambda: _progress(conn)[0], n, "drain", ring_again)
+            procs.wait_progress(lambda: _progress(conn)[0], n, "drain", ring_again)
             return _progress(conn)[1]
 
         tag = f"inbox-c{concurrency}"
@@ -262,28 +214,30 @@ def run_inbox(b: Bench, concurrency: int) -> dict[str, Any]:
 def run_raw(b: Bench, concurrency: int, label: str, prefetch: int) -> dict[str, Any]:
     n = b.args.events
     b.redis.flushdb()
-    with raw_app.producer_or_acquire() as producer:
+    with raw.raw_app.producer_or_acquire() as producer:
         for _ in range(n):
-            raw_noop.apply_async(args=(n,), queue=RAW_QUEUE, producer=producer)
+            raw.raw_noop.apply_async(args=(n,), queue=raw.RAW_QUEUE, producer=producer)
     env = b.env(BENCH_RAW_PREFETCH=str(prefetch))
     tag = f"raw-c{concurrency}"
-    app = "bench.drain:raw_app"
-    worker = b.start(procs.celery_worker(app, RAW_IDLE_QUEUE, concurrency, env, tag))
+    app = "bench.common.baselines:raw_app"
+    worker = b.start(procs.celery_worker(app, raw.RAW_IDLE_QUEUE, concurrency, env, tag))
     control: Any = b.ctl.control
 
     def kick() -> None:
-        control.add_consumer(RAW_QUEUE, destination=[worker.node], reply=True, timeout=5)
+        control.add_consumer(raw.RAW_QUEUE, destination=[worker.node], reply=True, timeout=5)
 
     def finished() -> float:
-        def done() -> int:  # the last task counts itself, then records the time
-            return n if b.redis.exists(RAW_FINISHED) else int(b.redis.get(RAW_COUNTER) or 0)
+        counter, last = raw.RAW_COUNTER, raw.RAW_FINISHED
 
-        _wait(done, n, "raw celery")
-        return float(b.redis.get(RAW_FINISHED) or 0)
+        def done() -> int:  # the last task counts itself, then records the time
+            return n if b.redis.exists(last) else int(b.redis.get(counter) or 0)
+
+        procs.wait_progress(done, n, "raw celery")
+        return float(b.redis.get(last) or 0)
 
     run = _timed(b, worker, kick, finished, pg=False)
     head = {"system": f"raw celery ({label})", "concurrency": concurrency, **run}
-    completed = int(b.redis.get(RAW_COUNTER) or 0)
+    completed = int(b.redis.get(raw.RAW_COUNTER) or 0)
     return {**head, "completed": completed, "acks_late": True, "prefetch": prefetch}
 
 
@@ -300,8 +254,8 @@ _LATENCY = """
 def _send(b: Bench, conn: psycopg.Connection, port: int, name: str, seconds: float) -> Any:
     """Send at --rate for ``seconds`` to source ``name``, then wait for its events."""
     src = b.sources[name]
-    client = paced(port, src.path, b.args.rate, seconds, name)
-    _wait(lambda: _progress(conn, src.id)[0], client["statuses"].get("202", 0), name)
+    client = load.paced(port, src.path, b.args.rate, seconds, name, SECRET, EVENT_TYPE)
+    procs.wait_progress(lambda: _progress(conn, src.id)[0], client["statuses"].get("202", 0), name)
     return client
 
 
@@ -339,46 +293,6 @@ def run_e2e(b: Bench) -> dict[str, Any]:
     best = min(windows, key=lambda w: w["latency"].get("p99_ms", float("inf")))
     best["p99_ms_of_every_window"] = [w["latency"].get("p99_ms") for w in windows]
     return best | {"worker_concurrency": 2, "sweep_seconds": a.sweep_seconds}
-
-
-def paced(port: int, path: str, rate: float, seconds: float, prefix: str) -> dict[str, Any]:
-    """Open loop: request i is due at ``start + i / rate`` and handed then to one of 16
-    threads with keep-alive connections (queued when all are busy, so sent late), so a
-    slow answer does not lower the offered rate."""
-    local, opened = threading.local(), []
-
-    def send(i: int) -> tuple[int, float]:
-        body = json.dumps({"type": EVENT_TYPE, "seq": i}, separators=(",", ":")).encode()
-        headers = load.signed(SECRET, body, f"{prefix}-{i}")
-        if (conn := getattr(local, "conn", None)) is None:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-            opened.append(conn)
-        t = time.perf_counter()
-        try:
-            conn.request("POST", path, body=body, headers=headers)
-            resp = conn.getresponse()
-            resp.read()
-            local.conn, status = conn, resp.status
-        except (OSError, http.client.HTTPException):
-            conn.close()
-            local.conn, status = None, 0
-        return status, time.perf_counter() - t
-
-    total, start = int(rate * seconds), time.perf_counter() + 0.2
-    with ThreadPoolExecutor(16) as pool:
-        futures = []
-        for i in range(total):
-            time.sleep(max(0.0, start + i / rate - time.perf_counter()))
-            futures.append(pool.submit(send, i))
-        answers = [f.result() for f in futures]
-    elapsed = time.perf_counter() - start
-    for conn in opened:
-        conn.close()
-    lat = sorted(t for _, t in answers) or [float("nan")]
-    ms = {q: round(lat[round(q / 100 * (len(lat) - 1))] * 1000, 2) for q in (50, 99)}
-    statuses = {str(k): v for k, v in sorted(Counter(s for s, _ in answers).items())}
-    head = {"sent": total, "seconds": round(elapsed, 3), "offered_per_s": round(total / elapsed, 1)}
-    return head | {"statuses": statuses, "http_p50_ms": ms[50], "http_p99_ms": ms[99]}
 
 
 # -- report ------------------------------------------------------------------------------

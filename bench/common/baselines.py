@@ -1,4 +1,8 @@
-"""The baselines of bench/ingest.py: receivers a user might write instead of the inbox.
+"""What the benchmarks compare against, each served by processes of its own; nothing here
+connects to a database or a broker on import (the tables are made by a process's first
+request, or by ``ensure_table``).
+
+**Ingest** (bench/ingest.py): receivers a user might write instead of the inbox.
 
 ``handwritten``, the one the targets are judged against: what a good team writes in an
 afternoon, written well:
@@ -22,6 +26,14 @@ idempotency at all (a redelivered event is stored again).
 Configuration: ``DATABASE_URL``, ``BASELINE_SECRET`` (default ``benchsecret``),
 ``INBOX_DB_POOL_SIZE``. Run under the same server as the inbox, from the checkout's root:
 ``python -m web --app bench.common.baselines:handwritten`` (or ``...:naive``).
+
+**Drain** (bench/drain.py): raw Celery's per-message ceiling, ``raw_app`` and its no-op task
+``raw_noop`` (``celery -A bench.common.baselines:raw_app worker``). The worker starts on an
+idle queue and is then told to consume ``RAW_QUEUE`` (already holding every message), so
+start-up time is not measured. Each task counts itself with one Redis INCR; the one that
+reaches the total records the time. ``raw_app`` is not the current app: the inbox's
+workers import this module too (through bench.drain). Configuration: ``BENCH_BROKER_URL``,
+``BENCH_RAW_PREFETCH``.
 """
 
 from __future__ import annotations
@@ -34,6 +46,8 @@ import threading
 import time
 
 import psycopg
+import redis
+from celery import Celery
 from flask import Flask, jsonify, request
 from psycopg_pool import ConnectionPool
 
@@ -59,13 +73,28 @@ _INSERT = (
     "INSERT INTO handwritten_events (idempotency_key, body) VALUES (%s, %s)"
     " ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
 )
-_CREATE_LOCK = 0x68616E64  # worker processes starting at once create the table in turn
+_CREATE_LOCK = 0x68616E64  # processes whose first requests come at once create them in turn
 
 
 def ensure_table(dsn: str = DSN) -> None:
+    """Both receivers' tables, if they are not there yet."""
     with psycopg.connect(dsn) as conn:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CREATE_LOCK,))
         conn.execute(_CREATE)
+
+
+_tables_made = False
+_tables_lock = threading.Lock()
+
+
+def _tables() -> None:
+    """The tables, made once per process by its first request."""
+    global _tables_made
+    if not _tables_made:
+        with _tables_lock:
+            if not _tables_made:
+                ensure_table()
+                _tables_made = True
 
 
 def _autocommit(conn: psycopg.Connection) -> None:
@@ -81,6 +110,7 @@ def pool() -> ConnectionPool:
     global _pool
     with _pool_lock:
         if _pool is None:
+            _tables()
             _pool = ConnectionPool(
                 DSN, min_size=POOL_SIZE, max_size=POOL_SIZE, configure=_autocommit, timeout=5
             )
@@ -90,7 +120,6 @@ def pool() -> ConnectionPool:
 
 handwritten = Flask("handwritten")
 naive = Flask("naive")
-ensure_table()
 
 
 def _signature_ok(ts: str, signature: str, body: bytes) -> bool:
@@ -128,6 +157,35 @@ def receive_naive(tenant: str, source: str):  # type: ignore[no-untyped-def]
         request.headers.get("X-Timestamp", ""), request.headers.get("X-Signature", ""), body
     ):
         return jsonify({"error": "bad signature"}), 401
+    _tables()
     with psycopg.connect(DSN) as conn:
         conn.execute("INSERT INTO naive_events (body) VALUES (%s)", (body,))
     return jsonify({"status": "accepted"}), 202
+
+
+# -- drain: raw Celery -------------------------------------------------------------------
+
+RAW_QUEUE, RAW_IDLE_QUEUE = "bench_raw", "bench_idle"
+RAW_COUNTER, RAW_FINISHED = "bench:raw:done", "bench:raw:finished"
+_RAW_BROKER = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/9")
+raw_app = Celery("bench_raw", broker=_RAW_BROKER, set_as_current=False)
+raw_app.conf.update(
+    task_default_queue=RAW_QUEUE,
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=int(os.environ.get("BENCH_RAW_PREFETCH", "4")),
+    task_ignore_result=True,
+    broker_connection_retry_on_startup=True,
+    broker_transport_options={"visibility_timeout": 3600},
+    worker_hijack_root_logger=False,
+)
+_raw_client: redis.Redis | None = None
+
+
+@raw_app.task(name="bench.noop")  # type: ignore[untyped-decorator]
+def raw_noop(total: int) -> None:
+    global _raw_client
+    if _raw_client is None:  # made lazily, so each pool process has its own connection
+        _raw_client = redis.Redis.from_url(_RAW_BROKER)
+    if _raw_client.incr(RAW_COUNTER) == total:
+        _raw_client.set(RAW_FINISHED, repr(time.time()))

@@ -1,4 +1,4 @@
-"""The load: signed requests, their bodies, and wrk.
+"""The load: signed requests, their bodies, wrk, and an open-loop sender.
 
 **wrk** (``apt-get install wrk``), an epoll loop in C with a little Lua per request,
 so most of the two cores are left to what is measured: a closed loop over keep-alive
@@ -6,16 +6,23 @@ connections, one per sender; 1 KiB JSON bodies signed with the ``hmac`` scheme, 
 the event id from the Idempotency-Key header, so one body and one signature serve a whole
 level. wrk stops at its deadline with up to one request per connection in flight: those
 may be stored without their answer being counted.
+
+**The open loop** (``paced``): Python threads sending at a fixed rate however late the
+answers come, for latency at a given load rather than throughput.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import json
 import shutil
 import subprocess
+import threading
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +127,49 @@ def run_wrk(url: str, script: Path, senders: int, seconds: float, tag: str) -> d
         statuses["0"] = statuses.get("0", 0) + int(result["transport_errors"])
     result["statuses"] = dict(sorted(statuses.items()))
     return result
+
+
+# -- the open loop -----------------------------------------------------------------------
+
+
+def paced(
+    port: int, path: str, rate: float, seconds: float, prefix: str, secret: str, event_type: str
+) -> dict[str, Any]:
+    """Open loop: request i is due at ``start + i / rate`` and handed then to one of 16
+    threads with keep-alive connections (queued when all are busy, so sent late), so a
+    slow answer does not lower the offered rate. Request i: ``{"type": event_type, "seq":
+    i}`` signed with ``secret`` (``signed``), Idempotency-Key ``{prefix}-{i}``."""
+    local, opened = threading.local(), []
+
+    def send(i: int) -> tuple[int, float]:
+        body = json.dumps({"type": event_type, "seq": i}, separators=(",", ":")).encode()
+        headers = signed(secret, body, f"{prefix}-{i}")
+        if (conn := getattr(local, "conn", None)) is None:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            opened.append(conn)
+        t = time.perf_counter()
+        try:
+            conn.request("POST", path, body=body, headers=headers)
+            resp = conn.getresponse()
+            resp.read()
+            local.conn, status = conn, resp.status
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            local.conn, status = None, 0
+        return status, time.perf_counter() - t
+
+    total, start = int(rate * seconds), time.perf_counter() + 0.2
+    with ThreadPoolExecutor(16) as pool:
+        futures = []
+        for i in range(total):
+            time.sleep(max(0.0, start + i / rate - time.perf_counter()))
+            futures.append(pool.submit(send, i))
+        answers = [f.result() for f in futures]
+    elapsed = time.perf_counter() - start
+    for conn in opened:
+        conn.close()
+    lat = sorted(t for _, t in answers) or [float("nan")]
+    ms = {q: round(lat[round(q / 100 * (len(lat) - 1))] * 1000, 2) for q in (50, 99)}
+    statuses = {str(k): v for k, v in sorted(Counter(s for s, _ in answers).items())}
+    head = {"sent": total, "seconds": round(elapsed, 3), "offered_per_s": round(total / elapsed, 1)}
+    return head | {"statuses": statuses, "http_p50_ms": ms[50], "http_p99_ms": ms[99]}

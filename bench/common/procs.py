@@ -170,3 +170,20 @@ def wait_celery(control_app: Any, proc: Proc, timeout: float = 60) -> None:
         return any(proc.node in r for r in replies)
 
     _wait_ready(proc, "celery worker", timeout, ready)
+
+
+def wait_progress(
+    done: Callable[[], int], n: int, what: str, stalled: Callable[[int], None] | None = None
+) -> None:
+    """Until ``done()`` reaches ``n``. Each time it stays put for 20 s: ``stalled(done)``,
+    or (None) give up after 60 s."""
+    last, since = -1, time.monotonic()
+    while (now := done()) < n:
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since > (60 if stalled is None else 20):
+            if stalled is None:
+                raise RuntimeError(f"{what} stalled at {now}/{n}")
+            stalled(now)
+            since = time.monotonic()
+        time.sleep(0.2)
