@@ -49,6 +49,12 @@ def bounds(day: dt.date) -> tuple[int, int]:
     return lower, lower + (1 << DAY_SHIFT)
 
 
+def day_span(lo_id: int, hi_id: int) -> tuple[int, int]:
+    """Whole days around two ids: the first id of ``lo_id``'s day and the first id past
+    ``hi_id``'s day (``lower <= id < upper`` holds for every id of those days)."""
+    return lo_id >> DAY_SHIFT << DAY_SHIFT, ((hi_id >> DAY_SHIFT) + 1) << DAY_SHIFT
+
+
 def partition_name(table: str, day: dt.date) -> str:
     """``events`` on 2026-12-01 -> ``events_p20261201``."""
     return f"{table}_p{day:%Y%m%d}"

@@ -10,17 +10,18 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from inbox.domain.records import Claim, LoadedEvent
-from inbox.store.queue import LOAD_COLUMNS, span, to_loaded
+from inbox.store.days import DayBounded
+from inbox.store.queue import LOAD_COLUMNS, to_loaded
 
-_LOAD_MANY = text(
+_LOAD_MANY = DayBounded(
     LOAD_COLUMNS
     + """
       FROM unnest(CAST(:ids AS bigint[]), CAST(:fences AS bigint[])) AS c(id, fence)
       JOIN events e ON e.id = c.id AND e.fence = c.fence AND e.state = 'processing'
-           AND e.id BETWEEN :lo AND :hi
+           AND e.id >= {lo} AND e.id < {hi}
       JOIN tenants t ON t.id = e.tenant_id
       JOIN sources s ON s.id = e.source_id
     """
@@ -31,10 +32,8 @@ def load_many(conn: Connection, claims: list[Claim]) -> dict[int, LoadedEvent]:
     """The claimed events (those whose lease is still ours), by id."""
     if not claims:
         return {}
-    rows = conn.execute(
-        _LOAD_MANY,
-        {"ids": [c.id for c in claims], "fences": [c.fence for c in claims], **span(claims)},
-    )
+    ids = [c.id for c in claims]
+    rows = conn.execute(_LOAD_MANY.spanning(ids), {"ids": ids, "fences": [c.fence for c in claims]})
     return {row.id: to_loaded(row) for row in rows}
 
 
@@ -49,7 +48,7 @@ class Completion:
 
 # Every row is fenced like queue.complete: an event whose lease was lost or taken
 # over is not in `done`, gets no step rows, and is reported back as lost.
-_COMPLETE_MANY = text(
+_COMPLETE_MANY = DayBounded(
     """
     WITH input AS (
         SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb))
@@ -63,7 +62,7 @@ _COMPLETE_MANY = text(
                response_body = coalesce(convert_to(i.resp, 'UTF8'), e.response_body)
           FROM input i
          WHERE e.id = i.id AND e.fence = i.fence AND e.state = 'processing'
-           AND e.id BETWEEN :lo AND :hi AND e.lease_expires_at > now()
+           AND e.id >= {lo} AND e.id < {hi} AND e.lease_expires_at > now()
         RETURNING e.id, e.attempts, e.replay
     ), recorded AS (
         INSERT INTO steps (event_id, name, result, attempt, replay)
@@ -91,6 +90,6 @@ def complete_many(conn: Connection, completions: list[Completion]) -> set[int]:
         }
         for x in completions
     ]
-    bounds = span([x.claim for x in completions])
-    done = conn.execute(_COMPLETE_MANY, {"rows": json.dumps(rows), **bounds})
+    stmt = _COMPLETE_MANY.spanning([x.claim.id for x in completions])
+    done = conn.execute(stmt, {"rows": json.dumps(rows)})
     return {int(r.id) for r in done}

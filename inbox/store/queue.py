@@ -16,6 +16,7 @@ from inbox.domain import failures
 from inbox.domain.errors import LeaseLost
 from inbox.domain.records import Claim, LoadedEvent
 from inbox.domain.states import EventState
+from inbox.store.days import DayBounded
 
 # Fair across tenants: tenants are visited in random order and each gives at most
 # :per_tenant due events, so one tenant's backlog cannot fill every batch; what is
@@ -29,19 +30,22 @@ _DUE = """
     AND (ev.ordering_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM events p
            WHERE p.tenant_id = ev.tenant_id AND p.ordering_key = ev.ordering_key
-             AND p.id >= :floor AND p.id < ev.id AND p.state IN ('received', 'processing')))
+             AND p.id >= {lo} AND p.id < {hi} AND p.id < ev.id
+             AND p.state IN ('received', 'processing')))
 """
-# ``ev.id >= :floor`` everywhere events is named: the floor is a value when the statement
-# is planned, so PostgreSQL prunes the days below it before planning (planning the claim
-# over a year of daily partitions costs far more than running it).
-_CLAIM = text(
+# ``{lo}`` and ``{hi}`` everywhere events is named (inbox.store.days): from the floor's day
+# to tomorrow's, constants in the text, so every plan of the claim (custom or generic)
+# covers those days alone: planning or locking a year of daily partitions costs far more
+# than running the claim.
+_IN_DAYS = "ev.id >= {lo} AND ev.id < {hi}"
+_CLAIM = DayBounded(
     f"""
     WITH fair AS (
         SELECT e.id
           FROM (SELECT id FROM tenants WHERE NOT disabled ORDER BY random()) t
          CROSS JOIN LATERAL (
                SELECT ev.id FROM events ev
-                WHERE ev.tenant_id = t.id AND ev.id >= :floor AND {_DUE}
+                WHERE ev.tenant_id = t.id AND {_IN_DAYS} AND {_DUE}
                 ORDER BY ev.available_at, ev.id
                 LIMIT :per_tenant
                 FOR UPDATE SKIP LOCKED
@@ -49,7 +53,7 @@ _CLAIM = text(
          LIMIT :limit
     ), fill AS (
         SELECT ev.id FROM events ev
-         WHERE ev.id >= :floor AND {_DUE} AND ev.id NOT IN (SELECT id FROM fair)
+         WHERE {_IN_DAYS} AND {_DUE} AND ev.id NOT IN (SELECT id FROM fair)
          ORDER BY ev.available_at, ev.id
          LIMIT :limit - (SELECT count(*) FROM fair)
            FOR UPDATE SKIP LOCKED
@@ -62,7 +66,7 @@ _CLAIM = text(
            lease_expires_at = now() + make_interval(secs => :lease),
            fence = ev.fence + 1,
            attempts = ev.attempts + 1
-     WHERE ev.id >= :floor AND ev.id = ANY(ARRAY(SELECT id FROM picked))
+     WHERE {_IN_DAYS} AND ev.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING ev.id, ev.fence
     """
 )
@@ -73,11 +77,23 @@ def floor(conn: Connection) -> int:
     return int(conn.execute(text("SELECT coalesce(max(floor), 0) FROM ledger_floor")).scalar_one())
 
 
+# What the claim is sized and bounded by, in one round trip: the tenants it visits, the
+# floor, and the first id of tomorrow by the database's clock (ids are made by it, so no
+# event has a later day; tomorrow's covers a claim that runs across midnight).
+_CLAIM_BOUNDS = text(
+    """
+    SELECT (SELECT count(*) FROM tenants WHERE NOT disabled) AS tenants,
+           coalesce((SELECT max(floor) FROM ledger_floor), 0) AS floor,
+           (floor(extract(epoch FROM now()) / 86400)::bigint + 1) << 40 AS tomorrow
+    """
+)
+
+
 def claim(conn: Connection, owner: str, limit: int, lease_seconds: float) -> list[Claim]:
-    tenants = conn.execute(text("SELECT count(*) FROM tenants WHERE NOT disabled")).scalar_one()
-    per_tenant = max(1, -(-limit // max(1, tenants)))
+    bounds = conn.execute(_CLAIM_BOUNDS).one()
+    per_tenant = max(1, -(-limit // max(1, bounds.tenants)))
     params = {"owner": owner, "limit": limit, "per_tenant": per_tenant, "lease": lease_seconds}
-    rows = conn.execute(_CLAIM, {**params, "floor": floor(conn)})
+    rows = conn.execute(_CLAIM.over(int(bounds.floor), int(bounds.tomorrow)), params)
     return sorted((Claim(r.id, r.fence) for r in rows), key=lambda c: c.id)
 
 
@@ -105,37 +121,32 @@ def raise_floor(conn: Connection) -> int:
     return floor(conn)
 
 
-def span(claims: list[Claim]) -> dict[str, int]:
-    """The batch's lowest and highest id, as ``:lo`` and ``:hi``."""
-    ids = [c.id for c in claims]
-    return {"lo": min(ids), "hi": max(ids)}
-
-
 LOAD_COLUMNS = """
     SELECT e.id, e.public_id, e.tenant_id, t.name AS tenant, s.name AS source,
            s.options AS source_options, e.event_type, e.business_key_digest, e.content_type,
            e.body, e.attempts, e.max_attempts, e.sync, e.replay,
            extract(epoch FROM clock_timestamp() - e.received_at) AS age_seconds,
            coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
-                      WHERE st.event_id = e.id AND st.event_id BETWEEN :lo AND :hi),
+                      WHERE st.event_id = e.id AND st.event_id >= {lo} AND st.event_id < {hi}),
                     '{}'::jsonb) AS steps
 """
-# ``:lo`` and ``:hi``, the lowest and highest id a statement touches, bound every statement
-# that names events (or steps) by a batch of ids: they are values when it is planned, so
-# PostgreSQL plans it over the batch's days alone, not over every daily partition.
-_LOAD = text(
+# Every statement that names events (or steps) by a claim or a batch of them is bounded by
+# their days, ``{lo}`` and ``{hi}`` (inbox.store.days): planned over those days alone, not
+# over every daily partition.
+_LOAD = DayBounded(
     LOAD_COLUMNS
     + """
       FROM events e
       JOIN tenants t ON t.id = e.tenant_id
       JOIN sources s ON s.id = e.source_id
-     WHERE e.id = :id AND e.fence = :fence AND e.state = 'processing'
+     WHERE e.id = :id AND e.id >= {lo} AND e.id < {hi}
+       AND e.fence = :fence AND e.state = 'processing'
     """
 )
 
 
 def load(conn: Connection, c: Claim) -> LoadedEvent:
-    row = conn.execute(_LOAD, {"id": c.id, "fence": c.fence, "lo": c.id, "hi": c.id}).first()
+    row = conn.execute(_LOAD.over(c.id, c.id), {"id": c.id, "fence": c.fence}).first()
     if row is None:
         raise LeaseLost()
     return to_loaded(row)
@@ -164,11 +175,15 @@ def to_loaded(row: Any) -> LoadedEvent:
     )
 
 
-_LIVE = "id = :id AND fence = :fence AND state = 'processing' AND lease_expires_at > now()"
+# One claim's event, bounded by its day (inbox.store.days), while its lease is live.
+_LIVE = (
+    "id = :id AND id >= {lo} AND id < {hi}"
+    " AND fence = :fence AND state = 'processing' AND lease_expires_at > now()"
+)
 
 # Record completed steps (a recovery point) only while the lease is live; extend the
 # lease in the same statement so long playbooks keep it.
-_STEP = text(
+_STEP = DayBounded(
     f"""
     WITH live AS (
         UPDATE events SET lease_expires_at = now() + make_interval(secs => :lease)
@@ -184,8 +199,11 @@ _STEP = text(
 )
 
 
+_CHECK_LIVE = DayBounded(f"SELECT 1 FROM events WHERE {_LIVE}")
+
+
 def _check_live(conn: Connection, c: Claim) -> None:
-    live = conn.execute(text(f"SELECT 1 FROM events WHERE {_LIVE}"), {"id": c.id, "fence": c.fence})
+    live = conn.execute(_CHECK_LIVE.over(c.id, c.id), {"id": c.id, "fence": c.fence})
     if live.first() is None:
         raise LeaseLost()
 
@@ -196,7 +214,7 @@ def record_steps(conn: Connection, c: Claim, results: dict[str, Any], lease: flo
         _check_live(conn, c)
         return
     params = {"id": c.id, "fence": c.fence, "lease": lease, "steps": json.dumps(results)}
-    written = conn.execute(_STEP, params).fetchall()
+    written = conn.execute(_STEP.over(c.id, c.id), params).fetchall()
     if not written:
         _check_live(conn, c)  # either no lease, or every step was already recorded
 
@@ -223,6 +241,21 @@ def claim_effect(conn: Connection, c: Claim, tenant_id: int, name: str, bk: byte
     return int(owner)
 
 
+_COMPLETE = DayBounded(
+    f"""
+    UPDATE events
+       SET state = 'completed', outcome = :outcome, decision = CAST(:decision AS jsonb),
+           duplicate_of = :dup, finished_at = now(),
+           lease_owner = NULL, lease_expires_at = NULL,
+           last_error_class = NULL, last_error_message = NULL,
+           response_status = CASE WHEN CAST(:resp AS bytea) IS NULL
+                                  THEN response_status ELSE 200 END,
+           response_body = coalesce(CAST(:resp AS bytea), response_body)
+     WHERE {_LIVE}
+    """
+)
+
+
 def complete(
     conn: Connection,
     c: Claim,
@@ -233,19 +266,7 @@ def complete(
 ) -> None:
     """Finish the event. A synchronous event's stored response becomes the decision."""
     result = conn.execute(
-        text(
-            f"""
-            UPDATE events
-               SET state = 'completed', outcome = :outcome, decision = CAST(:decision AS jsonb),
-                   duplicate_of = :dup, finished_at = now(),
-                   lease_owner = NULL, lease_expires_at = NULL,
-                   last_error_class = NULL, last_error_message = NULL,
-                   response_status = CASE WHEN CAST(:resp AS bytea) IS NULL
-                                          THEN response_status ELSE 200 END,
-                   response_body = coalesce(CAST(:resp AS bytea), response_body)
-             WHERE {_LIVE}
-            """
-        ),
+        _COMPLETE.over(c.id, c.id),
         {
             "id": c.id,
             "fence": c.fence,
@@ -257,6 +278,31 @@ def complete(
     )
     if result.rowcount != 1:
         raise LeaseLost()
+
+
+_FAIL = DayBounded(
+    f"""
+    WITH failed AS (
+        UPDATE events
+           SET state = CASE WHEN :permanent OR attempts >= max_attempts
+                            THEN 'quarantined' ELSE 'received' END,
+               available_at = now() + make_interval(secs => :delay),
+               finished_at = CASE WHEN :permanent OR attempts >= max_attempts
+                                  THEN now() END,
+               lease_owner = NULL, lease_expires_at = NULL,
+               last_error_class = :cls, last_error_message = :msg
+         WHERE {_LIVE}
+        RETURNING id, attempts, state
+    ), kept AS (
+        INSERT INTO event_attempts
+               (event_id, attempt, step, error_class, error_message, traceback, outcome)
+        SELECT id, attempts, :step, :cls, :msg, :tb,
+               CASE WHEN state = 'quarantined' THEN 'quarantined' ELSE 'retry' END
+          FROM failed
+    )
+    SELECT state FROM failed
+    """
+)
 
 
 def fail(
@@ -273,29 +319,7 @@ def fail(
     history survives the next attempt and any replay.
     """
     row = conn.execute(
-        text(
-            f"""
-            WITH failed AS (
-                UPDATE events
-                   SET state = CASE WHEN :permanent OR attempts >= max_attempts
-                                    THEN 'quarantined' ELSE 'received' END,
-                       available_at = now() + make_interval(secs => :delay),
-                       finished_at = CASE WHEN :permanent OR attempts >= max_attempts
-                                          THEN now() END,
-                       lease_owner = NULL, lease_expires_at = NULL,
-                       last_error_class = :cls, last_error_message = :msg
-                 WHERE {_LIVE}
-                RETURNING id, attempts, state
-            ), kept AS (
-                INSERT INTO event_attempts
-                       (event_id, attempt, step, error_class, error_message, traceback, outcome)
-                SELECT id, attempts, :step, :cls, :msg, :tb,
-                       CASE WHEN state = 'quarantined' THEN 'quarantined' ELSE 'retry' END
-                  FROM failed
-            )
-            SELECT state FROM failed
-            """
-        ),
+        _FAIL.over(c.id, c.id),
         {
             "id": c.id,
             "fence": c.fence,
@@ -371,25 +395,24 @@ def due_within(conn: Connection, horizon: float, slot: float, limit: int = 100) 
     return [float(r.due_in) for r in rows]
 
 
+_EXTEND = DayBounded(
+    """
+    UPDATE events SET lease_expires_at = now() + make_interval(secs => :lease)
+     WHERE (id, fence) IN (SELECT * FROM unnest(CAST(:ids AS bigint[]),
+                                                CAST(:fences AS bigint[])))
+       AND id >= {lo} AND id < {hi}
+       AND state = 'processing' AND lease_expires_at > now()
+    """
+)
+
+
 def extend(conn: Connection, claims: list[Claim], lease_seconds: float) -> int:
     """Extend the live leases among ``claims`` (a batch still waiting its turn)."""
     if not claims:
         return 0
+    ids = [c.id for c in claims]
     result = conn.execute(
-        text(
-            """
-            UPDATE events SET lease_expires_at = now() + make_interval(secs => :lease)
-             WHERE (id, fence) IN (SELECT * FROM unnest(CAST(:ids AS bigint[]),
-                                                        CAST(:fences AS bigint[])))
-               AND id BETWEEN :lo AND :hi
-               AND state = 'processing' AND lease_expires_at > now()
-            """
-        ),
-        {
-            "lease": lease_seconds,
-            "ids": [c.id for c in claims],
-            "fences": [c.fence for c in claims],
-            **span(claims),
-        },
+        _EXTEND.spanning(ids),
+        {"lease": lease_seconds, "ids": ids, "fences": [c.fence for c in claims]},
     )
     return int(result.rowcount)

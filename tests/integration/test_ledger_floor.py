@@ -31,13 +31,17 @@ def test_the_claim_is_planned_over_the_days_from_the_floor_only(engine, make_sou
     add_day(engine, made_days, old, src)  # a finished old day
     floor = _floor(engine)
     assert floor >= ledger.bounds(old + dt.timedelta(days=1))[0]
-    params = {"owner": "w", "limit": 10, "per_tenant": 10, "lease": 30, "floor": floor}
-    plan = _plan(engine, queue._CLAIM.text, params)
-    scanned = set(_SCANNED.findall(plan))
-    assert scanned and ledger.partition_name("events", old) not in scanned, plan
-    assert all(
-        n == "events_default" or ledger.day_of_partition("events", n) >= old for n in scanned
-    )
+    with engine.connect() as conn:
+        bounds = conn.execute(queue._CLAIM_BOUNDS).one()
+    assert bounds.floor == floor
+    params = {"owner": "w", "limit": 10, "per_tenant": 10, "lease": 30}
+    plan = _plan(engine, queue._CLAIM.over(floor, bounds.tomorrow).text, params)
+    scanned = {ledger.day_of_partition("events", n) for n in _SCANNED.findall(plan)}
+    # from the floor's day to tomorrow's: not the old day, not the week ahead, not DEFAULT
+    assert scanned == {
+        ledger.day_of(floor) + dt.timedelta(days=n)
+        for n in range((ledger.day_of(bounds.tomorrow) - ledger.day_of(floor)).days + 1)
+    }, plan
 
 
 def test_the_floor_stays_at_the_oldest_unfinished_event(engine, make_source, made_days):
@@ -73,7 +77,7 @@ def test_a_replayed_old_dead_letter_lowers_the_floor_and_is_claimed(engine, make
 
 def test_a_batchs_statements_are_planned_over_its_days_only(engine, make_source, made_days):
     """Loading and completing a claimed batch name events by a list of ids: bounded by the
-    batch's lowest and highest id, they are planned over those days alone."""
+    days of the batch's lowest and highest id, they are planned over those days alone."""
     import json
 
     from inbox.store import batch
@@ -83,10 +87,9 @@ def test_a_batchs_statements_are_planned_over_its_days_only(engine, make_source,
     add_day(engine, made_days, old, src)
     day = today(engine) + dt.timedelta(days=2)  # made ahead, with its neighbours
     ids = [ledger.make_id(day, 1), ledger.make_id(day, 2)]
-    bounds = {"lo": min(ids), "hi": max(ids)}
     plans = {
-        "load": (batch._LOAD_MANY.text, {"ids": ids, "fences": [1, 1], **bounds}),
-        "complete": (batch._COMPLETE_MANY.text, {"rows": json.dumps([]), **bounds}),
+        "load": (batch._LOAD_MANY.spanning(ids).text, {"ids": ids, "fences": [1, 1]}),
+        "complete": (batch._COMPLETE_MANY.spanning(ids).text, {"rows": json.dumps([])}),
     }
     for name, (sql, params) in plans.items():
         plan = _plan(engine, sql, params)
