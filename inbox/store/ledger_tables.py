@@ -15,7 +15,11 @@ partitions with the same bounds as their parent and retention drops a whole day
 A unique index of a partitioned table must include the partition key, so ``public_id``
 is indexed, not unique: an event's public id carries its day and 64 random bits, a
 delivery's is derived from its event, step and endpoint (and written once per step).
-Foreign keys from a child to its parent stay (same day, dropped together); the ones that
+A child's foreign key into its parent is kept day by day, not on the table: each day's
+partition of ``steps`` and ``event_attempts`` references that day's ``events`` partition,
+``delivery_attempts`` that day's ``deliveries`` (``inbox_link_partition``, migration 0014;
+the DEFAULT partitions each other). A key into the whole partitioned table is checked by
+a generic plan that locks every day's partition for each row it checks. The keys that
 would cross days (``deliveries.event_id``, ``effects``, ``idempotency_conflicts``) are
 gone: a day of events may be dropped while a later day's delivery or a business effect
 that outlives it still names it.
@@ -212,7 +216,7 @@ idempotency_conflicts = Table(
 steps = Table(
     "steps",
     metadata,
-    Column("event_id", BigInteger, ForeignKey("events.id", ondelete="CASCADE"), primary_key=True),
+    Column("event_id", BigInteger, primary_key=True),  # its day's events (see the top)
     Column("name", Text, primary_key=True),
     Column("result", JSONB),
     Column("attempt", Integer, nullable=False),
@@ -228,12 +232,7 @@ steps = Table(
 event_attempts = Table(
     "event_attempts",
     metadata,
-    Column(
-        "event_id",
-        BigInteger,
-        ForeignKey("events.id", ondelete="CASCADE"),
-        primary_key=True,
-    ),
+    Column("event_id", BigInteger, primary_key=True),  # its day's events (see the top)
     _serial_id("event_attempts_id_seq"),
     Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("attempt", Integer, nullable=False),
@@ -312,12 +311,7 @@ deliveries = Table(
 delivery_attempts = Table(
     "delivery_attempts",
     metadata,
-    Column(
-        "delivery_id",
-        BigInteger,
-        ForeignKey("deliveries.id", ondelete="CASCADE"),
-        primary_key=True,
-    ),
+    Column("delivery_id", BigInteger, primary_key=True),  # its day's deliveries (see the top)
     _serial_id("delivery_attempts_id_seq"),
     Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("status", Integer),

@@ -9,7 +9,8 @@ Every ledger table also has a DEFAULT partition, so an insert never fails when b
 been down. A day's partition cannot be created while its DEFAULT holds rows of that day,
 so ``make_day`` first moves them: the rows are copied into a new table, deleted from the
 DEFAULT partition, and the table is attached as the day's partition, all in one
-transaction, parents before children (each child's foreign key is checked on attach).
+transaction; then each child's day gets its key into its parent's day
+(``inbox_link_partition``, checked as it is added).
 
 ``retire`` drops a day: children first (``DROP_ORDER``), each DETACHed, then DROPped.
 Not ``DETACH ... CONCURRENTLY``: PostgreSQL refuses it on a table with a DEFAULT
@@ -96,7 +97,7 @@ def make_day(conn: Connection, day: dt.date) -> Made:
             made.created.append(ledger.partition_name(t, day))
         return made
     # Rows landed in DEFAULT (beat was down): copy them out, delete them there (children
-    # first, so no cascade runs), then attach parents first (children's keys are checked).
+    # first, so no cascade runs), attach, then link each child's day to its parent's.
     for t in missing:
         name = ledger.partition_name(t, day)
         like = f"LIKE {t} INCLUDING DEFAULTS INCLUDING CONSTRAINTS"
@@ -114,6 +115,8 @@ def make_day(conn: Connection, day: dt.date) -> Made:
         span = f"FROM ({lo}) TO ({hi})"
         conn.execute(text(f"ALTER TABLE {t} ATTACH PARTITION {name} FOR VALUES {span}"))
         made.created.append(name)
+    for t in missing:
+        conn.execute(text("SELECT inbox_link_partition(:t, :d)"), {"t": t, "d": day})
     log.warning("partitions: %d rows of %s moved out of the DEFAULT partitions", made.moved, day)
     return made
 
