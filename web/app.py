@@ -11,8 +11,8 @@ from inbox.infra import broker
 from inbox.infra.config import Settings
 from inbox.infra.logs import configure_logging
 from inbox.infra.ratelimit import RateLimiter
-from inbox.store.claims import Claims
 from inbox.store.engine import make_engine
+from inbox.store.group_commit import Claims
 from web.api import api
 from web.errors import register_error_handlers
 from web.health import health

@@ -12,8 +12,9 @@ from sqlalchemy.dialects.postgresql import insert
 from inbox.domain.intake import Prepared
 from inbox.domain.records import Source
 from inbox.domain.states import FINISHED
-from inbox.store.claims import Claimed, Claims, Copy, autocommit, execute, row
+from inbox.store.claims import Claimed, Copy, autocommit, execute, row
 from inbox.store.engine import watchdog
+from inbox.store.group_commit import Claims
 from inbox.store.tables import event_keys, idempotency_conflicts
 
 Outcome = Literal["accepted", "duplicate", "conflict", "in_flight"]

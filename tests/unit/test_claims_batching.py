@@ -17,7 +17,7 @@ import pytest
 from inbox.domain.intake import Prepared
 from inbox.domain.records import Source, SourceId, TenantId
 from inbox.domain.sources import SourceOptions
-from inbox.store.claims import Claims
+from inbox.store.group_commit import Claims
 from tests.unit.fake_store import InMemoryStore
 
 SOURCE = Source(
