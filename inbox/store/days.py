@@ -21,6 +21,15 @@ from sqlalchemy import TextClause, text
 
 from inbox.domain import ledger
 
+# The claims' day bounds, as columns of a SELECT: the floor (``ledger_floor``: at most the
+# lowest id of an unfinished event or delivery) and the first id of tomorrow by the
+# database's clock (ids are made by it, so nothing has a later day; tomorrow's covers a
+# claim that runs across midnight).
+OPEN_DAYS = """
+    coalesce((SELECT max(floor) FROM ledger_floor), 0) AS floor,
+    (floor(extract(epoch FROM now()) / 86400)::bigint + 1) << 40 AS tomorrow
+"""
+
 # Texts kept per statement: a batch spans one or two days; replays of old events add a
 # few pairs. Past this, the cache starts again (each text is cheap to make).
 _KEPT = 32

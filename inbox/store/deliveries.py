@@ -12,6 +12,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain import callbacks, ledger
 from inbox.domain.callbacks import Outgoing
+from inbox.store.days import OPEN_DAYS, DayBounded
 
 
 def enqueue(
@@ -86,8 +87,9 @@ class Claimed:
 # is one "in-flight slot" (its deliveries go out one after another over one
 # connection), and an endpoint never has more than max_in_flight live slots. A slow
 # or dead endpoint therefore holds at most that many worker threads, and no other
-# endpoint waits behind it.
-_CLAIM = text(
+# endpoint waits behind it. ``{lo}`` and ``{hi}`` (inbox.store.days): from the floor's
+# day to tomorrow's, constants in the text, so no plan of it spans a year of days.
+_CLAIM = DayBounded(
     """
     WITH ep AS (
         SELECT id, CASE WHEN failing THEN 1 ELSE max_in_flight END AS slots
@@ -95,12 +97,14 @@ _CLAIM = text(
     ), slots AS (
         SELECT count(DISTINCT lease_owner) AS busy FROM deliveries
          WHERE endpoint_id = :e AND state = 'sending' AND lease_expires_at > now()
+           AND id >= {lo} AND id < {hi}
     ), picked AS (
         -- The endpoint id is the parameter itself (not a join with `ep`), so the due
         -- index gives the rows in order without sorting the endpoint's whole backlog;
         -- the slot check is a one-time filter.
         SELECT d.id FROM deliveries d
          WHERE d.endpoint_id = :e AND d.state = 'pending' AND d.available_at <= now()
+           AND d.id >= {lo} AND d.id < {hi}
            AND EXISTS (SELECT 1 FROM ep, slots WHERE slots.busy < ep.slots)
          ORDER BY d.available_at, d.id
          LIMIT :limit
@@ -110,17 +114,20 @@ _CLAIM = text(
        SET state = 'sending', lease_owner = :owner,
            lease_expires_at = now() + make_interval(secs => :lease),
            fence = d.fence + 1, attempts = d.attempts + 1
-     WHERE d.id = ANY(ARRAY(SELECT id FROM picked))
+     WHERE d.id = ANY(ARRAY(SELECT id FROM picked)) AND d.id >= {lo} AND d.id < {hi}
     RETURNING d.id, d.fence, d.public_id, d.body, d.attempts, d.replay
     """
 )
+_OPEN_DAYS = text(f"SELECT {OPEN_DAYS}")
 
 
 def claim(
     conn: Connection, endpoint_id: int, owner: str, limit: int, lease: float
 ) -> list[Claimed]:
+    days = conn.execute(_OPEN_DAYS).one()
     rows = conn.execute(
-        _CLAIM, {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease}
+        _CLAIM.over(int(days.floor), int(days.tomorrow)),
+        {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease},
     ).fetchall()
     return sorted(
         (Claimed(r.id, r.fence, r.public_id, bytes(r.body), r.attempts, r.replay) for r in rows),
@@ -128,12 +135,12 @@ def claim(
     )
 
 
-_LIVE = "id = :id AND fence = :fence AND state = 'sending'"
+_LIVE = "id = :id AND id >= {lo} AND id < {hi} AND fence = :fence AND state = 'sending'"
 
 
 # One round's results at once: every delivery still leased to this courier gets its
 # new state; every attempt is recorded (it happened, whether or not the lease held).
-_FINISH_MANY = text(
+_FINISH_MANY = DayBounded(
     """
     WITH input AS (
         SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS i(
@@ -147,6 +154,7 @@ _FINISH_MANY = text(
                lease_owner = NULL, lease_expires_at = NULL
           FROM input i
          WHERE d.id = i.id AND d.fence = i.fence AND d.state = 'sending'
+           AND d.id >= {lo} AND d.id < {hi}
         RETURNING d.id
     ), attempts AS (
         INSERT INTO delivery_attempts (delivery_id, at, status, error_class, latency_ms, excerpt)
@@ -195,7 +203,8 @@ def finish_many(conn: Connection, sent: Sequence[_SentLike]) -> set[int]:
         }
         for s in sent
     ]
-    return {int(r.id) for r in conn.execute(_FINISH_MANY, {"rows": json.dumps(rows)})}
+    stmt = _FINISH_MANY.spanning([s.claim.id for s in sent])
+    return {int(r.id) for r in conn.execute(stmt, {"rows": json.dumps(rows)})}
 
 
 def set_failing(conn: Connection, endpoint_id: int, failing: bool) -> None:
@@ -206,20 +215,23 @@ def set_failing(conn: Connection, endpoint_id: int, failing: bool) -> None:
     )
 
 
+_RELEASE = DayBounded(
+    f"""
+    UPDATE deliveries
+       SET state = 'pending', attempts = attempts - 1,
+           available_at = now() + make_interval(secs => :delay),
+           lease_owner = NULL, lease_expires_at = NULL
+     WHERE {_LIVE}
+    """
+)
+
+
 def release(conn: Connection, claims: list[Claimed], delay: float) -> None:
     """Give back claimed deliveries that were not attempted (their attempt is not counted)."""
     if not claims:
         return
     conn.execute(
-        text(
-            f"""
-            UPDATE deliveries
-               SET state = 'pending', attempts = attempts - 1,
-                   available_at = now() + make_interval(secs => :delay),
-                   lease_owner = NULL, lease_expires_at = NULL
-             WHERE {_LIVE}
-            """
-        ),
+        _RELEASE.spanning([c.id for c in claims]),
         [{"id": c.id, "fence": c.fence, "delay": delay} for c in claims],
     )
 
@@ -360,6 +372,8 @@ _REPLAY = text(
                last_error = NULL
          WHERE public_id = ANY(CAST(:ids AS text[])) AND state = 'failed'
         RETURNING id, public_id, endpoint_id
+    ), lowered AS (  -- the couriers' claim looks no lower than the floor (inbox.store.queue)
+        UPDATE ledger_floor SET floor = least(floor, (SELECT min(id) FROM moved))
     ), audited AS (
         INSERT INTO audit_log (actor, action, subject_kind, subject_id, detail)
         SELECT :actor, 'replay', 'delivery', id,

@@ -16,7 +16,7 @@ from inbox.domain import failures
 from inbox.domain.errors import LeaseLost
 from inbox.domain.records import Claim, LoadedEvent
 from inbox.domain.states import EventState
-from inbox.store.days import DayBounded
+from inbox.store.days import OPEN_DAYS, DayBounded
 
 # Fair across tenants: tenants are visited in random order and each gives at most
 # :per_tenant due events, so one tenant's backlog cannot fill every batch; what is
@@ -73,19 +73,14 @@ _CLAIM = DayBounded(
 
 
 def floor(conn: Connection) -> int:
-    """At most the lowest id of an unfinished event (0 when the row is missing)."""
+    """At most the lowest id of an unfinished event or delivery (0 when the row is missing)."""
     return int(conn.execute(text("SELECT coalesce(max(floor), 0) FROM ledger_floor")).scalar_one())
 
 
-# What the claim is sized and bounded by, in one round trip: the tenants it visits, the
-# floor, and the first id of tomorrow by the database's clock (ids are made by it, so no
-# event has a later day; tomorrow's covers a claim that runs across midnight).
+# What the claim is sized and bounded by, in one round trip: the tenants it visits, and
+# the days it looks at (inbox.store.days.OPEN_DAYS).
 _CLAIM_BOUNDS = text(
-    """
-    SELECT (SELECT count(*) FROM tenants WHERE NOT disabled) AS tenants,
-           coalesce((SELECT max(floor) FROM ledger_floor), 0) AS floor,
-           (floor(extract(epoch FROM now()) / 86400)::bigint + 1) << 40 AS tomorrow
-    """
+    f"SELECT (SELECT count(*) FROM tenants WHERE NOT disabled) AS tenants, {OPEN_DAYS}"
 )
 
 
@@ -97,16 +92,17 @@ def claim(conn: Connection, owner: str, limit: int, lease_seconds: float) -> lis
     return sorted((Claim(r.id, r.fence) for r in rows), key=lambda c: c.id)
 
 
-# Raising the floor: the row is locked first, so a replay in flight (which lowers it in
-# its own statement, holding that lock until it commits) is seen by the next statement's
-# snapshot. No higher than the start of the day an hour ago: an event whose id was made
-# just before midnight may commit just after, unseen by this snapshot, and ids are made
-# from the database's clock; no transaction is open for an hour (statement_timeout).
+# Raising the floor: the row is locked first, so a replay in flight (of an event or a
+# delivery: it lowers the floor in its own statement, holding that lock until it commits)
+# is seen by the next statement's snapshot. No higher than the start of the day an hour
+# ago: a row whose id was made just before midnight may commit just after, unseen by this
+# snapshot, and ids are made from the database's clock; no transaction is open for an
+# hour (statement_timeout).
 _RAISE_FLOOR = text(
     """
     UPDATE ledger_floor SET floor = least(
-        coalesce((SELECT min(id) FROM events WHERE state IN ('received', 'processing')),
-                 9223372036854775807),
+        (SELECT min(id) FROM events WHERE state IN ('received', 'processing')),
+        (SELECT min(id) FROM deliveries WHERE state IN ('pending', 'sending')),
         floor(extract(epoch FROM now() - interval '1 hour') / 86400)::bigint << 40)
     """
 )

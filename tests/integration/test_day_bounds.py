@@ -11,16 +11,17 @@ however many days the ledger holds.
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
 
 from inbox.domain import ledger
-from inbox.store import batch, queue
+from inbox.store import batch, deliveries, queue
 from inbox.store.batch import Completion
-from tests.integration.ledger_support import put_event
+from tests.integration.ledger_support import put_delivery, put_event
 from tests.integration.test_partitions import add_day, today
 
-LEDGER = ("events", "steps", "event_attempts")
+LEDGER = ("events", "steps", "event_attempts", "deliveries", "delivery_attempts")
 
 
 def _old_days(engine, made_days, src, n: int = 12) -> list[dt.date]:
@@ -115,3 +116,45 @@ def test_one_event_at_a_time_locks_only_its_day(engine, make_source, made_days):
     day = today(engine)
     assert locked["events"] <= {day, day + dt.timedelta(days=1)}, locked
     assert locked["steps"] <= {day} and locked["event_attempts"] <= {day}, locked
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """One attempt's result, as the courier hands it to ``finish_many``."""
+
+    claim: deliveries.Claimed
+    at: dt.datetime
+    state: str = "pending"
+    status: int | None = 503
+    error: str | None = "HTTP 503"
+    delay: float = 0.0
+    latency_ms: float = 5.0
+    excerpt: str | None = None
+
+
+def test_a_couriers_round_locks_only_its_days(engine, make_source, made_days):
+    src = make_source()
+    old = _old_days(engine, made_days, src)
+    day = today(engine)
+    with engine.begin() as conn:
+        event_id, _ = put_event(conn, day, 902, src, "completed")
+        webhook_id = put_delivery(conn, day, 902, src, event_id, "pending")
+        endpoint_id = conn.execute(
+            text("SELECT endpoint_id FROM deliveries WHERE public_id = :p"), {"p": webhook_id}
+        ).scalar_one()
+    with engine.begin() as conn:
+        queue.raise_floor(conn)
+    now = dt.datetime.now(dt.UTC)
+
+    def work(conn: Connection) -> None:
+        [c] = deliveries.claim(conn, endpoint_id, "c", 8, 30)
+        assert c.public_id == webhook_id
+        assert deliveries.finish_many(conn, [_Sent(c, now)]) == {c.id}  # retry at once
+        again = deliveries.claim(conn, endpoint_id, "c", 8, 30)
+        assert [a.id for a in again] == [c.id]
+        deliveries.release(conn, again, 0.0)
+
+    locked = _in_generic_transaction(engine, work)
+    assert locked["deliveries"] and locked["deliveries"] <= {day, day + dt.timedelta(days=1)}
+    assert locked["delivery_attempts"] <= {day}, locked  # the attempt written, its key checked
+    assert not any(d in old for days in locked.values() for d in days), locked

@@ -9,7 +9,7 @@ import re
 from sqlalchemy import Engine, text
 
 from inbox.domain import ledger
-from inbox.store import operator, queue
+from inbox.store import deliveries, operator, queue
 from tests.integration.test_partitions import _plan, add_day, today
 
 _SCANNED = re.compile(r"\bevents_(?:p\d{8}|default)\b")
@@ -98,3 +98,43 @@ def test_a_batchs_statements_are_planned_over_its_days_only(engine, make_source,
             ledger.partition_name("events", day),
             ledger.partition_name("steps", day),
         }, (name, plan)
+
+
+def _delivery(engine, event_id: int) -> tuple[int, str, int]:
+    """The delivery ``add_day`` made for ``event_id``: its id, webhook-id and endpoint."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT id, public_id, endpoint_id FROM deliveries WHERE event_id = :e"),
+            {"e": event_id},
+        ).one()
+    return int(row.id), str(row.public_id), int(row.endpoint_id)
+
+
+def _sent(engine, endpoint_id: int) -> list[int]:
+    with engine.begin() as conn:
+        return [c.id for c in deliveries.claim(conn, endpoint_id, "c", 8, 30)]
+
+
+def test_the_floor_stays_at_the_oldest_waiting_delivery(engine, make_source, made_days):
+    src = make_source()
+    old = today(engine) - dt.timedelta(days=12)
+    event_id = add_day(engine, made_days, old, src, delivery_state="pending")  # a retry, due
+    delivery_id, _, endpoint_id = _delivery(engine, event_id)
+    assert _floor(engine) == delivery_id  # its event finished long ago: the delivery keeps it
+    assert _sent(engine, endpoint_id) == [delivery_id]
+
+
+def test_a_replayed_old_failed_delivery_lowers_the_floor_and_is_sent(
+    engine, make_source, made_days
+):
+    src = make_source()
+    old = today(engine) - dt.timedelta(days=30)
+    event_id = add_day(engine, made_days, old, src, delivery_state="failed")
+    delivery_id, webhook_id, endpoint_id = _delivery(engine, event_id)
+    assert _floor(engine) > delivery_id  # a failed delivery is finished: the courier looks above
+    assert _sent(engine, endpoint_id) == []
+    with engine.begin() as conn:
+        assert deliveries.replay(conn, [webhook_id], "op") == [(webhook_id, endpoint_id)]
+    with engine.connect() as conn:
+        assert queue.floor(conn) == delivery_id
+    assert _sent(engine, endpoint_id) == [delivery_id]
