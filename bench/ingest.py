@@ -48,8 +48,6 @@ import psycopg
 
 from bench.common import baselines, cpu, load, procs
 from dev.embedded import PrivatePostgres
-from inbox.infra.config import Settings
-from web import serve
 from web.keepalive import keepalive_requests
 
 SECRET = "benchsecret"
@@ -82,21 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=1, help="runs, receivers alternating")
     p.add_argument("--receivers", default="inbox,handwritten", help="which, comma-separated")
     p.add_argument("--workloads", default=",".join(WORKLOADS), help="unique,storm")
-    deployed = serve.server_settings(os.environ)  # one worker per core, 24 threads
-    p.add_argument("--workers", type=int, default=deployed.workers)
-    p.add_argument("--threads", type=int, default=deployed.threads)
-    p.add_argument(
-        "--pool-size",
-        type=int,
-        default=int(os.environ.get("INBOX_DB_POOL_SIZE") or Settings.pool_size),
-        help="database connections per worker process, every receiver",
-    )
-    p.add_argument(
-        "--pg-url",
-        default=os.environ.get("BENCH_PG_URL"),
-        help="a maintenance database on a server of your own (default: a private cluster,"
-        " initdb/pg_ctl, PostgreSQL's default settings, so that all of its CPU is the run's)",
-    )
+    procs.server_arguments(p)
     p.add_argument("--out", type=Path, default=procs.RESULTS / "ingest.json")
     args = p.parse_args(argv)
     args.receiver_list = [r for r in args.receivers.split(",") if r]

@@ -5,6 +5,7 @@ session with its output in ``.data/``, and the waits until they answer.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import http.client
 import os
@@ -187,3 +188,26 @@ def wait_progress(
             stalled(now)
             since = time.monotonic()
         time.sleep(0.2)
+
+
+def server_arguments(p: argparse.ArgumentParser) -> None:
+    """The receiver's server flags (``python -m web``'s defaults: one worker per core, 24
+    threads) and its database pool, and a server of one's own for the databases."""
+    from inbox.infra.config import Settings
+    from web import serve
+
+    deployed = serve.server_settings(os.environ)
+    p.add_argument("--workers", type=int, default=deployed.workers)
+    p.add_argument("--threads", type=int, default=deployed.threads)
+    p.add_argument(
+        "--pool-size",
+        type=int,
+        default=int(os.environ.get("INBOX_DB_POOL_SIZE") or Settings.pool_size),
+        help="database connections per worker process",
+    )
+    p.add_argument(
+        "--pg-url",
+        default=os.environ.get("BENCH_PG_URL"),
+        help="a maintenance database on a server of your own (default: a private cluster,"
+        " initdb/pg_ctl, PostgreSQL's default settings, so that all of its CPU is the run's)",
+    )

@@ -45,8 +45,6 @@ import psycopg
 from bench.common import cpu, load, procs
 from bench.scale import fill, ledger, phases
 from dev.embedded import PrivatePostgres
-from inbox.infra.config import Settings
-from web import serve
 
 RATIO_MIN = 0.9  # the filled ledger's throughput against the empty one's
 P99_RATIO_MAX = 1.1  # ... and its ingest p99
@@ -72,20 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--fill-jobs", type=int, default=2, help="processes filling days at once")
     p.add_argument("--drain-events", type=int, default=50_000, help="pending events drained")
-    deployed = serve.server_settings(os.environ)
-    p.add_argument("--workers", type=int, default=deployed.workers)
-    p.add_argument("--threads", type=int, default=deployed.threads)
-    p.add_argument(
-        "--pool-size",
-        type=int,
-        default=int(os.environ.get("INBOX_DB_POOL_SIZE") or Settings.pool_size),
-    )
-    p.add_argument(
-        "--pg-url",
-        default=os.environ.get("BENCH_PG_URL"),
-        help="a maintenance database on a server of your own (default: a private cluster,"
-        " PostgreSQL's default settings)",
-    )
+    procs.server_arguments(p)
     p.add_argument("--skip", default="", help="comma-separated: ingest,drain,drop")
     p.add_argument(
         "--keep",
