@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import TextClause, text
+from sqlalchemy import Connection, TextClause, text
 
 from inbox.domain import ledger
 
@@ -28,6 +28,23 @@ from inbox.domain import ledger
 OPEN_DAYS = """
     coalesce((SELECT max(floor) FROM ledger_floor), 0) AS floor,
     (floor(extract(epoch FROM now()) / 86400)::bigint + 1) << 40 AS tomorrow
+"""
+
+_OPEN_DAYS = text(f"SELECT {OPEN_DAYS}")
+
+
+def open_days(conn: Connection) -> tuple[int, int]:
+    """The floor and the first id of tomorrow (``OPEN_DAYS``)."""
+    row = conn.execute(_OPEN_DAYS).one()
+    return int(row.floor), int(row.tomorrow)
+
+
+# A replay's CTE that lowers the floor to the lowest id it moved (rows named ``moved``
+# with an ``id``), in the replay's own statement: the claims never look past it. Nothing
+# moved: the floor's row is neither written nor locked.
+LOWER_FLOOR = """
+    UPDATE ledger_floor SET floor = least(floor, (SELECT min(id) FROM moved))
+     WHERE EXISTS (SELECT 1 FROM moved)
 """
 
 # Texts kept per statement: a batch spans one or two days; replays of old events add a

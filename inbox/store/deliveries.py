@@ -12,7 +12,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain import callbacks, ledger
 from inbox.domain.callbacks import Outgoing
-from inbox.store.days import OPEN_DAYS, DayBounded
+from inbox.store.days import LOWER_FLOOR, DayBounded, open_days
 
 
 def enqueue(
@@ -118,15 +118,13 @@ _CLAIM = DayBounded(
     RETURNING d.id, d.fence, d.public_id, d.body, d.attempts, d.replay
     """
 )
-_OPEN_DAYS = text(f"SELECT {OPEN_DAYS}")
 
 
 def claim(
     conn: Connection, endpoint_id: int, owner: str, limit: int, lease: float
 ) -> list[Claimed]:
-    days = conn.execute(_OPEN_DAYS).one()
     rows = conn.execute(
-        _CLAIM.over(int(days.floor), int(days.tomorrow)),
+        _CLAIM.over(*open_days(conn)),
         {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease},
     ).fetchall()
     return sorted(
@@ -365,15 +363,15 @@ def _with_history(conn: Connection, out: dict[str, Any]) -> dict[str, Any]:
 
 
 _REPLAY = text(
-    """
+    f"""
     WITH moved AS (
         UPDATE deliveries
            SET state = 'pending', attempts = 0, available_at = now(), finished_at = NULL,
                last_error = NULL
          WHERE public_id = ANY(CAST(:ids AS text[])) AND state = 'failed'
         RETURNING id, public_id, endpoint_id
-    ), lowered AS (  -- the couriers' claim looks no lower than the floor (inbox.store.queue)
-        UPDATE ledger_floor SET floor = least(floor, (SELECT min(id) FROM moved))
+    ), lowered AS (  -- the couriers' claim looks no lower than the floor
+        {LOWER_FLOOR}
     ), audited AS (
         INSERT INTO audit_log (actor, action, subject_kind, subject_id, detail)
         SELECT :actor, 'replay', 'delivery', id,

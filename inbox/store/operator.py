@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.store import ledger_reads
+from inbox.store.days import LOWER_FLOOR
 from inbox.store.ledger_reads import EVENT_ROW, KEYS_JOIN
 
 
@@ -135,7 +136,7 @@ def event_detail(conn: Connection, public_id: str) -> dict[str, Any] | None:
 # steps are kept, so the playbook resumes. The replay number goes up by one; the
 # attempts restart, and what they were is kept in the audit row.
 _REPLAY = text(
-    """
+    f"""
     WITH moved AS (
         UPDATE events e
            SET state = 'received', attempts = 0, available_at = now(), finished_at = NULL,
@@ -153,9 +154,8 @@ _REPLAY = text(
                                   'attempts_before', attempts, 'error_before', last_error_class)
                || CAST(:extra AS jsonb)
           FROM moved
-    ), lowered AS (  -- the workers' claim looks no lower than the floor (inbox.store.queue)
-        UPDATE ledger_floor SET floor = least(floor, (SELECT min(id) FROM moved))
-         WHERE EXISTS (SELECT 1 FROM moved)
+    ), lowered AS (  -- the workers' claim looks no lower than the floor
+        {LOWER_FLOOR}
     )
     SELECT public_id FROM moved
     """

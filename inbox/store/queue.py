@@ -16,7 +16,7 @@ from inbox.domain import failures
 from inbox.domain.errors import LeaseLost
 from inbox.domain.records import Claim, LoadedEvent
 from inbox.domain.states import EventState
-from inbox.store.days import OPEN_DAYS, DayBounded
+from inbox.store.days import OPEN_DAYS, DayBounded, open_days
 
 # Fair across tenants: tenants are visited in random order and each gives at most
 # :per_tenant due events, so one tenant's backlog cannot fill every batch; what is
@@ -74,7 +74,7 @@ _CLAIM = DayBounded(
 
 def floor(conn: Connection) -> int:
     """At most the lowest id of an unfinished event or delivery (0 when the row is missing)."""
-    return int(conn.execute(text("SELECT coalesce(max(floor), 0) FROM ledger_floor")).scalar_one())
+    return open_days(conn)[0]
 
 
 # What the claim is sized and bounded by, in one round trip: the tenants it visits, and
