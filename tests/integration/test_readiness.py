@@ -4,30 +4,13 @@ a receiver's 503 names its cause class."""
 from __future__ import annotations
 
 import socket
-import uuid
-from collections.abc import Iterator
 from dataclasses import replace
-
-import psycopg
-import pytest
 
 from inbox.infra.config import Settings
 from inbox.store import migrate
 from inbox.store.engine import make_engine
-from tests.conftest import _with_db
 from tests.helpers import body_of, hmac_headers
 from web import create_app
-
-
-@pytest.fixture
-def bare_db(pg_server_url: str) -> Iterator[str]:
-    """A database of its own, not migrated."""
-    name = f"inbox_bare_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield _with_db(pg_server_url, name)
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def ready(settings: Settings) -> tuple[int, dict]:
@@ -40,20 +23,20 @@ def ready(settings: Settings) -> tuple[int, dict]:
         engine.dispose()
 
 
-def test_a_database_without_migrations_is_not_ready(bare_db):
-    status, body = ready(Settings(database_url=bare_db))
+def test_a_database_without_migrations_is_not_ready(empty_db):
+    status, body = ready(Settings(database_url=empty_db))
     assert status == 503
     assert body["cause"] == "schema" and body["checks"]["database"] == "ok"
     assert "inbox migrate" in body["checks"]["schema"]
 
 
-def test_a_schema_behind_the_code_is_not_ready_until_migrated(bare_db):
-    migrate.upgrade(bare_db, "0001")
-    status, body = ready(Settings(database_url=bare_db))
+def test_a_schema_behind_the_code_is_not_ready_until_migrated(empty_db):
+    migrate.upgrade(empty_db, "0001")
+    status, body = ready(Settings(database_url=empty_db))
     assert status == 503 and body["cause"] == "schema"
     assert body["checks"]["schema"].startswith("at 0001, the code needs")
-    migrate.upgrade(bare_db)
-    status, body = ready(Settings(database_url=bare_db))
+    migrate.upgrade(empty_db)
+    status, body = ready(Settings(database_url=empty_db))
     assert status == 200 and body["checks"]["schema"] == "ok", body
 
 
@@ -74,9 +57,9 @@ def test_a_database_that_is_down_is_the_cause():
     assert status == 503 and body["cause"] == "database"
 
 
-def test_the_receivers_503_names_the_schema_as_its_cause(bare_db, make_source):
+def test_the_receivers_503_names_the_schema_as_its_cause(empty_db, make_source):
     src = make_source()  # a source in the test database; this receiver's has no tables
-    s = Settings(database_url=bare_db)
+    s = Settings(database_url=empty_db)
     engine = make_engine(s)
     try:
         client = create_app(s, engine=engine, doorbell=lambda: None).test_client()
