@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from flask import Flask, redirect
 from sqlalchemy import Engine
 
-from inbox.infra import broker
+from inbox.infra import broker, metrics
 from inbox.infra.config import Settings
 from inbox.infra.logs import configure_logging
 from inbox.infra.ratelimit import RateLimiter
@@ -25,6 +26,27 @@ from web.ui import ui
 from web.validate import register as register_edge_checks
 
 
+class InboxFlask(Flask):
+    """Flask, with ``ensure_sync`` remembered per function: Flask asks ``inspect`` whether
+    each view and hook is a coroutine function on every call, twice per delivery."""
+
+    def __init__(self, import_name: str) -> None:
+        super().__init__(import_name)
+        self._sync: dict[Callable[..., Any], Callable[..., Any]] = {}
+
+    def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        try:
+            return self._sync[func]
+        except (KeyError, TypeError):  # TypeError: an unhashable callable, not remembered
+            pass
+        sync = super().ensure_sync(func)
+        try:
+            self._sync[func] = sync
+        except TypeError:
+            pass
+        return sync
+
+
 def create_app(
     settings: Settings | None = None,
     engine: Engine | None = None,
@@ -33,7 +55,7 @@ def create_app(
 ) -> Flask:
     settings = settings or Settings.from_env()
     configure_logging(settings.log_level)
-    app = Flask(__name__)
+    app = InboxFlask(__name__)
     engine = engine or make_engine(settings)
     rings = broker.Rings()
     if doorbell is None:
@@ -48,6 +70,7 @@ def create_app(
             engine,
             timeout_s=settings.db_timeout_ms / 1000,
             max_statements=settings.claim_statements,
+            counted=metrics.record_claims,
         ),
         limiter=RateLimiter(settings.redis_url),
         backlog=Backlog(engine, settings.max_backlog),

@@ -12,13 +12,12 @@ import functools
 import json
 import logging
 import re
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from inbox.domain import jsonpath, ledger, ordering
+from inbox.domain import jsonpath, ledger, ordering, random_ids
 from inbox.domain.errors import BadRequest, Unauthorized, UnsupportedMediaType
 from inbox.domain.idempotency import business_key_digest, key_digest, validate_key
 from inbox.domain.records import Source
@@ -266,7 +265,7 @@ def prepare(
 
     # The day of receipt in the id: a lookup by public id prunes to its partitions.
     day = dt.datetime.fromtimestamp(now, dt.UTC).date()
-    public_id = ledger.public_id("evt_", day, secrets.token_hex(8))
+    public_id = ledger.public_id("evt_", day, random_ids.token_hex(8))
     status = scheme.accept_status
     response = f'{{"id":"{public_id}","status":"accepted"}}'  # the id is hex: nothing to escape
     return Prepared(

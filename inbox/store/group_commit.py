@@ -14,6 +14,9 @@ decides, as it does across processes). A row that PostgreSQL refuses (bad data, 
 source deleted meanwhile) fails only itself: the others are retried one by one. A
 statement chosen as a deadlock victim is sent again (``ATTEMPTS``), within the deadline.
 Every wait in the queue ends by the request's deadline, as the statement's does.
+
+A committed statement's outcomes (accepted, copies) are counted once per statement
+(``counted``, the receiver's metrics), before any of its claimants is answered.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from inbox.store.claims import (
     RETRIED,
     Claimed,
     ClaimTimeout,
+    Copy,
     insert,
     row,
 )
@@ -71,6 +75,7 @@ class _Ticket:
         "error",
         "event_id",
         "key",
+        "label",
         "lead",
         "public_id",
         "row",
@@ -78,8 +83,11 @@ class _Ticket:
         "wake",
     )
 
-    def __init__(self, row: tuple[Any, ...], key: tuple[Any, ...] | None, until: float) -> None:
+    def __init__(
+        self, row: tuple[Any, ...], key: tuple[Any, ...] | None, until: float, label: Label
+    ) -> None:
         self.row = row
+        self.label = label
         self.key = key
         self.until = until
         self.public_id: str = row[0]
@@ -90,6 +98,13 @@ class _Ticket:
         self.event_id: Claimed | None = None
         self.error: BaseException | None = None
 
+
+# A claim's (tenant, source) names, for the counts.
+Label = tuple[str, str]
+# Told, before the requests hear of it, how many claims of a statement were accepted and
+# how many were copies, by (outcome, tenant, source): ``inbox.infra.metrics``' counters,
+# bumped once per statement and label instead of once per request.
+Counted = Callable[[dict[tuple[str, str, str], int]], None]
 
 # Runs one claiming INSERT for the rows, committed by the current deadline
 # (``inbox.store.engine.deadline``); the public ids that went in.
@@ -112,12 +127,14 @@ class Claims:
         max_statements: int = STATEMENTS,
         *,
         send: Send | None = None,
+        counted: Counted | None = None,
     ) -> None:
         if send is None:
             if engine is None:
                 raise ValueError("Claims needs an engine or a send function")
             send = partial(insert, engine)
         self._send = send
+        self._counted = counted
         self._max_rows = max_rows
         self._timeout_s = timeout_s
         self._mutex = threading.Lock()
@@ -136,7 +153,8 @@ class Claims:
         this is a copy of it (counted and committed); None when the key is taken otherwise
         (another body, a synchronous source)."""
         key = None if ev.key_digest is None else (source.tenant_id, source.id, ev.key_digest)
-        ticket = _Ticket(row(source, ev), key, current_deadline(self._timeout_s))
+        label = (source.tenant, source.name)
+        ticket = _Ticket(row(source, ev), key, current_deadline(self._timeout_s), label)
         with self._mutex:
             self._queue.append(ticket)
             lead = self._out < self._max_out
@@ -152,7 +170,9 @@ class Claims:
             self._lead(ticket)
         if ticket.alone:
             with deadline_at(ticket.until):
-                return self._send([ticket.row]).get(ticket.public_id)
+                ticket.event_id = self._send([ticket.row]).get(ticket.public_id)
+            self._count([ticket])
+            return ticket.event_id
         if ticket.error is not None:
             own = ticket.error if lead else _own_copy(ticket.error)
             if own is ticket.error:
@@ -245,7 +265,23 @@ class Claims:
                 return
             for ticket in batch:
                 ticket.event_id = inserted.get(ticket.public_id)
+            self._count(batch)
             return
+
+    def _count(self, tickets: list[_Ticket]) -> None:
+        """The committed claims' outcomes, to ``counted``; a failure there is not theirs."""
+        if self._counted is None:
+            return
+        counts: dict[tuple[str, str, str], int] = {}
+        for t in tickets:
+            if t.event_id is not None:
+                outcome = "duplicate" if isinstance(t.event_id, Copy) else "accepted"
+                key = (outcome, *t.label)
+                counts[key] = counts.get(key, 0) + 1
+        try:
+            self._counted(counts)
+        except Exception as exc:
+            log.warning("claim counts not recorded: %s", type(exc).__name__)
 
     @staticmethod
     def _fail(batch: list[_Ticket], exc: BaseException) -> None:

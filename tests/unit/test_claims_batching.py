@@ -17,6 +17,7 @@ import pytest
 from inbox.domain.intake import Prepared
 from inbox.domain.records import Source, SourceId, TenantId
 from inbox.domain.sources import SourceOptions
+from inbox.store.claims import Copy
 from inbox.store.group_commit import Claims
 from tests.unit.fake_store import InMemoryStore
 
@@ -165,3 +166,42 @@ def test_an_outage_reaches_every_claimant_as_an_error_of_its_own() -> None:
 def test_claims_needs_a_way_to_send() -> None:
     with pytest.raises(ValueError):
         Claims(None)
+
+
+def test_the_committed_claims_are_counted_once_per_statement_before_anyone_hears() -> None:
+    """Accepted claims and copies, by (outcome, tenant, source), one call per statement,
+    made before any claimant of it returns; a key taken otherwise is not counted here
+    (the web counts what its duplicate path decides)."""
+    h = Harness()
+    calls: list[dict[tuple[str, str, str], int]] = []
+    returned_before: list[set[str]] = []
+
+    def counted(counts: dict[tuple[str, str, str], int]) -> None:
+        returned_before.append(set(h.results))
+        calls.append(dict(counts))
+
+    h.claims._counted = counted
+    h.start("evt_a", b"k1")  # the first statement, held at the gate
+    for public_id, key in (("evt_b", b"k2"), ("evt_c", None), ("evt_d", b"k3")):
+        h.start(public_id, key)
+    h.finish()
+    assert calls == [{("accepted", "acme", "orders"): 1}, {("accepted", "acme", "orders"): 3}]
+    # each statement's count came before any of its claimants returned
+    assert returned_before[0] == set()
+    assert not returned_before[1] & {"evt_b", "evt_c", "evt_d"}
+    copy = Claims(None, send=lambda rows: {rows[0][0]: Copy(7, "evt_a", 202, b"{}")})
+    copy._counted = counted
+    assert isinstance(copy.claim(SOURCE, prepared("evt_e", b"k1")), Copy)
+    taken = Claims(None, send=lambda rows: {})
+    taken._counted = counted
+    assert taken.claim(SOURCE, prepared("evt_f", b"k1")) is None
+    assert calls[2:] == [{("duplicate", "acme", "orders"): 1}, {}]
+
+
+def test_a_failing_count_fails_no_claim() -> None:
+    def broken(counts: dict[tuple[str, str, str], int]) -> None:
+        raise OSError("metrics directory gone")
+
+    store = InMemoryStore()
+    claims = Claims(None, send=store.insert, counted=broken)
+    assert claims.claim(SOURCE, prepared("evt_a", b"k1")) is not None

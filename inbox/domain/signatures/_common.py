@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
+import functools
 import hmac
 import re
 from collections.abc import Callable, Iterable
@@ -76,12 +76,30 @@ def try_decode(decode: Callable[[str], bytes], texts: Iterable[str]) -> list[byt
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def _keyed(key: bytes, algorithm: str) -> hmac.HMAC:
+    return hmac.new(key, digestmod=algorithm)
+
+
+def hmac_of(key: bytes, algorithm: str, message: bytes) -> bytes:
+    """HMAC of ``message``, from an HMAC keyed once per key and copied per message.
+
+    Not ``hmac.digest``: that one-shot C call lets go of the interpreter lock for every
+    message, however short; under load another thread then takes it, and each signature
+    check cost the request a wait for the lock and two context switches (perf's
+    sched_switch trace, bench/README.md). ``update`` lets go of it only for messages of
+    2 KiB and more, where hashing costs more than the switch."""
+    mac = _keyed(key, algorithm).copy()
+    mac.update(message)
+    return mac.digest()
+
+
 def hmac_sha256(secret: str, message: bytes) -> bytes:
-    return hmac.new(secret.encode("utf-8"), message, hashlib.sha256).digest()
+    return hmac_of(secret.encode("utf-8"), "sha256", message)
 
 
 def hmac_sha1(secret: str, message: bytes) -> bytes:
-    return hmac.new(secret.encode("utf-8"), message, hashlib.sha1).digest()
+    return hmac_of(secret.encode("utf-8"), "sha1", message)
 
 
 def require_match(

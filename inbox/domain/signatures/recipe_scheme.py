@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import hmac
 import json
 import re
 import time
@@ -14,13 +13,14 @@ from typing import Any
 
 from inbox.domain import jsonpath
 
-from ._common import decode_b64, decode_hex, require_match, try_decode
+from ._common import decode_b64, decode_hex, hmac_of, require_match, try_decode
 from .base import Answer, Scheme, SchemeConfig, SignatureError, SignedRequest, Verified
 from .recipe import Recipe
 from .template import Context, parse_template
 from .twilio import signed_url
 
 _DIGESTS = {"sha1": hashlib.sha1, "sha256": hashlib.sha256, "sha512": hashlib.sha512}
+
 _DEFAULT_TOLERANCE = 300  # SchemeConfig's default: a source that did not set its own
 _RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
 
@@ -177,8 +177,7 @@ class RecipeScheme(Scheme):
         return text.encode("utf-8")
 
     def _mac(self, secret: str, message: bytes) -> bytes:
-        # hmac.digest is the one-shot C path (no HMAC object per request).
-        return hmac.digest(self._key(secret), message, self.recipe.algorithm)
+        return hmac_of(self._key(secret), self.recipe.algorithm, message)
 
     def _basic(self, req: SignedRequest, cfg: SchemeConfig) -> str:
         value = req.headers.get("authorization", "")
