@@ -43,12 +43,17 @@ def _read_body(limit: int) -> bytes:
     directly, exactly that many bytes: what werkzeug's stream would do, without building
     it per request. Without one, werkzeug decides what may be read (a chunked body only
     from a server that says the input ends, ``wsgi.input_terminated``)."""
-    length = request.content_length
+    environ = request.environ
+    raw = environ.get("CONTENT_LENGTH")
+    if raw and raw.isascii() and raw.isdigit() and "HTTP_TRANSFER_ENCODING" not in environ:
+        length: int | None = int(raw)  # the usual case, as werkzeug would read it
+    else:
+        length = request.content_length
     if length is not None:
         if length > limit:
             raise PayloadTooLarge(limit_bytes=limit)
         try:
-            body = request.environ["wsgi.input"].read(length) if length else b""
+            body = environ["wsgi.input"].read(length) if length else b""
         except (OSError, ValueError):  # as werkzeug's stream: the sender went away
             raise ClientDisconnected() from None
     else:
@@ -60,18 +65,34 @@ def _read_body(limit: int) -> bytes:
 
 
 _BODY_HEADERS = {"CONTENT_TYPE": "content-type", "CONTENT_LENGTH": "content-length"}
+_BODY_NAMES = frozenset(_BODY_HEADERS.values())
+# An environ key's header name ("" for a key that is no header), for the keys seen so far:
+# the same few dozen recur on every request. Bounded, as a stranger can send any names.
+_NAMES: dict[str, str] = {}
+_MAX_NAMES = 4096
+
+
+def _header_name(key: str) -> str:
+    if key.startswith("HTTP_"):
+        if key in ("HTTP_CONTENT_TYPE", "HTTP_CONTENT_LENGTH"):
+            return ""
+        return key[5:].replace("_", "-").lower()
+    return _BODY_HEADERS.get(key, "")
 
 
 def _headers() -> dict[str, str]:
     """Lower-cased request headers, read from the WSGI environ as werkzeug's
     ``request.headers`` does, without building its title-cased names first."""
     out: dict[str, str] = {}
+    names = _NAMES
     for key, value in request.environ.items():
-        if key.startswith("HTTP_"):
-            if key not in ("HTTP_CONTENT_TYPE", "HTTP_CONTENT_LENGTH"):
-                out[key[5:].replace("_", "-").lower()] = value
-        elif key in _BODY_HEADERS and value:
-            out[_BODY_HEADERS[key]] = value
+        name = names.get(key)
+        if name is None:
+            name = _header_name(key)
+            if len(names) < _MAX_NAMES:
+                names[key] = name
+        if name and (value or name not in _BODY_NAMES):  # an empty CONTENT_TYPE: none sent
+            out[name] = value
     return out
 
 

@@ -35,12 +35,12 @@ def validate_key(raw: str) -> str:
 
 def _digest(*parts: str | int) -> bytes:
     """SHA-256 over length-prefixed parts, so no two different tuples collide."""
-    h = hashlib.sha256()
+    chunks = []
     for part in parts:
         data = str(part).encode("utf-8", "surrogatepass")
-        h.update(len(data).to_bytes(4, "big"))
-        h.update(data)
-    return h.digest()
+        chunks.append(len(data).to_bytes(4, "big"))
+        chunks.append(data)
+    return hashlib.sha256(b"".join(chunks)).digest()
 
 
 def key_digest(tenant_id: int, source_id: int, key: str) -> bytes:

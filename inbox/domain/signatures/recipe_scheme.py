@@ -65,6 +65,10 @@ class RecipeScheme(Scheme):
         self.signs_url = "{url}" in recipe.signed
         self.accept_status = recipe.accept_status
         self._signed = parse_template(recipe.signed, "signed")
+        # Locations as (kind, arg, as written), split once rather than per request.
+        self._signature_at = tuple((*loc.partition(":")[::2], loc) for loc in recipe.signature)
+        ts = recipe.timestamp
+        self._timestamp_at = ts.source.partition(":")[::2] if ts is not None else ("", "")
         self._digest = _DIGESTS[recipe.algorithm]
         self.event_id_from = recipe.event_id
         self.event_type_from = recipe.event_type
@@ -112,8 +116,7 @@ class RecipeScheme(Scheme):
         return require_match(candidates, cfg, lambda s: self._mac(s, message))
 
     def _signature_value(self, ctx: Context) -> tuple[str, str]:
-        for location in self.recipe.signature:
-            kind, _, arg = location.partition(":")
+        for kind, arg, location in self._signature_at:
             value = ctx.lookup(kind, arg)
             if value:
                 if not value.isascii():
@@ -145,7 +148,7 @@ class RecipeScheme(Scheme):
     ) -> str:
         ts = self.recipe.timestamp
         assert ts is not None
-        kind, _, arg = ts.source.partition(":")
+        kind, arg = self._timestamp_at
         if kind == "signature":
             found = items.get(arg, [])
             if len(found) != 1:
