@@ -29,7 +29,7 @@ test: lint
 	$(BIN)/python -m pytest -q
 
 bench: setup
-	$(BIN)/python -m bench.ingest --seconds 10 --repeats 3
+	$(BIN)/python -m bench.ingest --seconds 10 --repeats 5
 	$(BIN)/python -m bench.drain --repeats 1
 	$(BIN)/python -m bench.deliver
 

@@ -1,7 +1,7 @@
 """Ingest benchmark: Webhook Inbox's receiver beside the hand-written one a user would write.
 
 Receivers, each under the project's web server (``python -m web``, the same workers,
-threads and pool size), one after the other against one fresh database:
+threads and pool size), all up at once against one fresh database and loaded in turn:
 
 - ``inbox``: Webhook Inbox (``web.wsgi:app``), without a broker (its doorbell is then a
   no-op: ingest alone is measured);
@@ -17,10 +17,11 @@ Workloads, driven by wrk (``bench/common/load.py``), signed 1 KiB JSON events:
 - ``storm``: every second request repeats the previous key, on another connection.
 
 Per receiver and workload: 2xx answers/s, p50/p99, answers by status, CPU ms per 2xx
-answer for the receiver and for PostgreSQL. With ``--repeats N`` the receivers alternate
-(ABAB...), and the targets are judged on the medians of the per-run ratios:
+answer for the receiver and for PostgreSQL. Per run and workload each receiver takes its
+turn, the order alternating from run to run (AB, BA, ...), so the two levels of a pair are
+measured seconds apart; the targets are judged on the medians of the per-run ratios:
 
-    .venv/bin/python -m bench.ingest --seconds 10 --repeats 3
+    .venv/bin/python -m bench.ingest --seconds 10 --repeats 5
 
 Targets at 32 senders: unique keys >= 1.2x handwritten with p99 <= 50 ms; the storm
 >= 1.0x handwritten with p99 <= 100 ms and no 5xx. It also checks that every first answer
@@ -138,47 +139,77 @@ def _statements(db_url: str, reset: bool = False) -> list[dict[str, Any]]:
     ]
 
 
-def drive(name: str, args: argparse.Namespace, db_url: str, tag: str) -> list[dict[str, Any]]:
-    """Every workload against one receiver."""
-    receiver, port = start_receiver(name, args, db_url)
+def measure(
+    name: str,
+    workload: str,
+    receivers: dict[str, tuple[procs.Proc, int]],
+    args: argparse.Namespace,
+    db_url: str,
+    tag: str,
+) -> dict[str, Any]:
+    """One level: ``workload`` against receiver ``name`` while the others stand idle (their
+    CPU is counted apart, under ``idle``, and is about nothing)."""
+    proc, port = receivers[name]
+    idle = {f"idle-{n}": p.pid for n, (p, _) in receivers.items() if n != name}
     sampler = cpu.Sampler(
-        {"receiver": receiver.pid, "load": os.getpid()},
+        {"receiver": proc.pid, **idle, "load": os.getpid()},
         cpu.postmaster_of(db_url),
         db_url.rsplit("/", 1)[1].split("?")[0],
     )
     url = f"http://{HOST}:{port}/"
-    levels = []
+    script = procs.RESULTS / f"wrk-{tag}-{name}-{workload}.lua"
+    script.write_text(
+        load.wrk_script(f"/hooks/{TENANT}/{SOURCE}", SECRET.encode(), workload == "storm")
+    )
+    # No level pays for the last one's dirty pages, or plans on stale statistics: a fresh
+    # table not yet analyzed sends the duplicate path's UPDATE through the wrong index (a
+    # scan of the source's rows; bench/README.md).
+    _sql(db_url, "ANALYZE", autocommit=True)
+    _sql(db_url, "CHECKPOINT", autocommit=True)
+    rows_before = int(_sql(db_url, ROWS_SQL[name]))
+    _statements(db_url, reset=True)
+    warm = load.run_wrk(url, script, args.senders, args.warmup, f"{tag}-{workload}-w")
+    before = sampler.sample()
+    run = load.run_wrk(url, script, args.senders, args.seconds, f"{tag}-{workload}-m")
+    after = sampler.sample()
+    script.unlink()
+    top = _statements(db_url)
+    rows = int(_sql(db_url, ROWS_SQL[name])) - rows_before
+    lv = _level(name, workload, args.senders, warm, run, before, after, rows)
+    lv["statements"] = top
+    print(
+        f"  {name:11} {workload:6}: {lv['ok_per_s']:7.0f} 2xx/s  p50 {lv['p50_ms']:6.1f}"
+        f"  p99 {lv['p99_ms']:6.1f} ms  {lv['statuses']}  cpu ms/2xx: receiver"
+        f" {c_fmt(lv['cpu_ms']['receiver'])} postgres {c_fmt(lv['cpu_ms']['postgres'])}",
+        flush=True,
+    )
+    return lv
+
+
+def drive(
+    args: argparse.Namespace, db_url: str, tag: str, probes: list[str]
+) -> list[dict[str, Any]]:
+    """Every receiver up at once, then per run and workload each receiver in turn (the
+    order alternating from run to run), so the two levels of a pair are measured a few
+    seconds apart: this machine's speed drifts over minutes (the speed probes), and a
+    ratio of levels measured far apart would carry that drift."""
+    receivers: dict[str, tuple[procs.Proc, int]] = {}
+    levels: list[dict[str, Any]] = []
     try:
-        for workload in args.workload_list:
-            script = procs.RESULTS / f"wrk-{tag}-{name}-{workload}.lua"
-            script.write_text(
-                load.wrk_script(f"/hooks/{TENANT}/{SOURCE}", SECRET.encode(), workload == "storm")
-            )
-            # No level pays for the last one's dirty pages, or plans on stale statistics:
-            # a fresh table not yet analyzed sends the duplicate path's UPDATE through
-            # the wrong index (a scan of the source's rows; bench/README.md).
-            _sql(db_url, "ANALYZE", autocommit=True)
-            _sql(db_url, "CHECKPOINT", autocommit=True)
-            rows_before = int(_sql(db_url, ROWS_SQL[name]))
-            _statements(db_url, reset=True)
-            warm = load.run_wrk(url, script, args.senders, args.warmup, f"{tag}-{workload}-w")
-            before = sampler.sample()
-            run = load.run_wrk(url, script, args.senders, args.seconds, f"{tag}-{workload}-m")
-            after = sampler.sample()
-            script.unlink()
-            top = _statements(db_url)
-            rows = int(_sql(db_url, ROWS_SQL[name])) - rows_before
-            levels.append(_level(name, workload, args.senders, warm, run, before, after, rows))
-            lv = levels[-1]
-            lv["statements"] = top
-            print(
-                f"  {name:11} {workload:6}: {lv['ok_per_s']:7.0f} 2xx/s  p50 {lv['p50_ms']:6.1f}"
-                f"  p99 {lv['p99_ms']:6.1f} ms  {lv['statuses']}  cpu ms/2xx: receiver"
-                f" {c_fmt(lv['cpu_ms']['receiver'])} postgres {c_fmt(lv['cpu_ms']['postgres'])}",
-                flush=True,
-            )
+        for name in args.receiver_list:
+            receivers[name] = start_receiver(name, args, db_url)
+        for run in range(1, args.repeats + 1):
+            order = args.receiver_list if run % 2 else args.receiver_list[::-1]
+            for workload in args.workload_list:
+                for name in order:
+                    probes.append(cpu.shown(cpu.probe_cpus()))
+                    print(f"run {run} {workload} {name} (speed probe {probes[-1]} us)", flush=True)
+                    lv = measure(name, workload, receivers, args, db_url, f"{tag}-{run}")
+                    lv["run"] = run
+                    levels.append(lv)
     finally:
-        receiver.stop()
+        for proc, _ in receivers.values():
+            proc.stop()
     return levels
 
 
@@ -323,15 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         src = ["--tenant", TENANT, "--name", SOURCE, "--scheme", "hmac", "--secret", SECRET]
         for cmd in (["tenants", "create", TENANT], ["sources", "create", *src]):
             subprocess.run(inbox + cmd, env=env, cwd=procs.ROOT, check=True, capture_output=True)
-        levels: list[dict[str, Any]] = []
-        for run in range(1, args.repeats + 1):
-            order = args.receiver_list if run % 2 else args.receiver_list[::-1]
-            for receiver in order:
-                probes.append(cpu.shown(cpu.probe_cpus()))
-                print(f"run {run} {receiver} (speed probe {probes[-1]} us)", flush=True)
-                for lv in drive(receiver, args, db_url, f"{tag}-{run}"):
-                    lv["run"] = run
-                    levels.append(lv)
+        levels = drive(args, db_url, tag, probes)
         levels.sort(key=lambda lv: (lv["run"], lv["workload"], lv["receiver"]))
         report = {
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
