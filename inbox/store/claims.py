@@ -200,11 +200,21 @@ def execute(
     be. A row missing from the answer found its key taken otherwise (see ``statement``)."""
     driver = pooled.driver_connection
     assert isinstance(driver, psycopg.Connection)
+    return execute_on(driver, pooled.info, rows, until)
+
+
+def execute_on(
+    driver: psycopg.Connection[Any],
+    info: dict[Any, Any],
+    rows: list[tuple[Any, ...]],
+    until: float | None = None,
+) -> dict[str, Claimed]:
+    """``execute`` on a driver connection and its info dict (``claim_connections``)."""
     ordered = sorted(rows, key=_lock_order) if len(rows) > 1 else rows
     params = [value for r in ordered for value in r]
-    cur = _cursor(driver, pooled.info)
+    cur = _cursor(driver, info)
     if until is None:
-        until = current_deadline(pooled.info.get(TIMEOUT_INFO, DEFAULT_TIMEOUT_S))
+        until = current_deadline(info.get(TIMEOUT_INFO, DEFAULT_TIMEOUT_S))
     with watchdog.guard(driver, until):
         found = cur.execute(statement(len(rows)), params).fetchall()
     return {

@@ -27,7 +27,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import psycopg
@@ -35,6 +34,7 @@ from sqlalchemy import Engine
 
 from inbox.domain.intake import Prepared
 from inbox.domain.records import Source
+from inbox.store.claim_connections import for_engine
 from inbox.store.claims import (
     ATTEMPTS,
     MAX_ROWS,
@@ -42,7 +42,6 @@ from inbox.store.claims import (
     Claimed,
     ClaimTimeout,
     Copy,
-    insert,
     row,
 )
 from inbox.store.engine import DEFAULT_TIMEOUT_S, current_deadline, deadline_at
@@ -114,8 +113,9 @@ Send = Callable[[list[tuple[Any, ...]]], dict[str, Claimed]]
 class Claims:
     """Group commit for one process's claims (one per app; thread-safe).
 
-    ``send`` runs each statement (``insert`` on ``engine`` unless given): the queueing and
-    batching here are tested against an in-memory one. ``timeout_s`` bounds a claim made
+    ``send`` runs each statement (unless given: the claiming INSERT on ``engine``'s claim
+    connections, ``inbox.store.claim_connections``): the queueing and batching here are
+    tested against an in-memory one. ``timeout_s`` bounds a claim made
     outside any ``deadline`` (the settings' database timeout).
     """
 
@@ -132,7 +132,7 @@ class Claims:
         if send is None:
             if engine is None:
                 raise ValueError("Claims needs an engine or a send function")
-            send = partial(insert, engine)
+            send = for_engine(engine).insert
         self._send = send
         self._counted = counted
         self._max_rows = max_rows
