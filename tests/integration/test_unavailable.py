@@ -8,6 +8,7 @@ import time
 from sqlalchemy import text
 
 from inbox.infra.config import Settings
+from inbox.store.claim_connections import for_engine
 from inbox.store.engine import make_engine
 from tests.helpers import body_of, hmac_headers
 from web import create_app
@@ -89,20 +90,26 @@ def test_a_timed_out_claim_returns_its_connection_in_transaction_mode(
     one.dispose()
 
 
-def test_a_claim_whose_connection_dies_is_503_and_the_pool_recovers(settings, make_source, engine):
+def test_a_claim_whose_connection_dies_is_503_and_the_next_claim_reconnects(
+    settings, make_source, engine
+):
     src = make_source()
     one, client, body = _receiver(settings, src, pool_size=1)
-    with one.connect() as conn:
-        pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
-    with engine.connect() as conn:
-        assert conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar_one()
-    # the pooled connection is dead: this claim fails on it, and is never a 2xx
-    resp = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "k1"))
-    assert resp.status_code == 503 and resp.headers["Retry-After"]
-    # the dead connection was dropped from the pool: the sender's retry is accepted
-    retry = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "k1"))
-    one.dispose()
-    assert retry.status_code == 202
+    try:
+        (held,) = for_engine(one)._idle  # the claims' own connection, made by the first
+        pid = held.driver.info.backend_pid
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar_one()
+        # the claims' connection is dead: this claim fails on it, and is never a 2xx
+        resp = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "k1"))
+        assert resp.status_code == 503 and resp.headers["Retry-After"]
+        # the dead connection was dropped: the sender's retry is accepted on a new one
+        retry = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "k1"))
+        assert retry.status_code == 202
+        assert for_engine(one).opened == 2
+    finally:
+        for_engine(one).close()
+        one.dispose()
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM events")).scalar_one() == 2
 
