@@ -3,7 +3,7 @@
 A claiming statement is the receiver's one round trip per batch. Through the pool, each
 one also paid a checkout and a checkin (with its reset) and two autocommit switches,
 about as much client CPU as the statement's own execution for a batch of a few rows
-(py-spy of ``inbox.store.claims.insert``). So the claims keep a few connections of their
+(py-spy of the claiming statement's client side). So the claims keep a few connections of their
 own: made by the engine (its connect arguments, timeouts and hooks), detached from its
 pool at once, and switched to autocommit for good. A process holds as many as it has
 statements out at most (``INBOX_CLAIM_STATEMENTS``, one by default), beside the pool.
@@ -61,7 +61,12 @@ class Connections:
         weakref.finalize(self, _close_all, self._idle, self._pid)
 
     def insert(self, rows: list[tuple[Any, ...]], until: float | None = None) -> dict[str, Claimed]:
-        """``inbox.store.claims.insert`` on one of these connections."""
+        """Run the claiming INSERT for ``rows`` on one of these connections, in autocommit;
+        the public ids that went in (``inbox.store.claims.execute``).
+
+        The driver directly: SQLAlchemy's Connection/Result machinery plus separate BEGIN
+        and COMMIT round trips cost much of the receiver's CPU per event. Driver errors
+        (psycopg.Error) reach the caller unwrapped; the web maps them to 503."""
         if until is None:
             until = current_deadline(DEFAULT_TIMEOUT_S)
         held = self._take(until)

@@ -240,19 +240,3 @@ def autocommit(engine: Engine, until: float) -> Iterator[PoolProxiedConnection]:
                 driver.autocommit = False
     finally:
         pooled.close()  # the pool drops a connection that died
-
-
-def insert(
-    engine: Engine, rows: list[tuple[Any, ...]], until: float | None = None
-) -> dict[str, Claimed]:
-    """Run the claiming INSERT for ``rows`` in autocommit; the public ids that went in.
-
-    This goes to the driver directly, on a connection from the engine's pool: SQLAlchemy's
-    Connection/Result machinery plus separate BEGIN and COMMIT round trips cost much of
-    the receiver's CPU per event. Driver errors (psycopg.Error) reach the caller
-    unwrapped; the web maps them to 503.
-    """
-    if until is None:
-        until = current_deadline(DEFAULT_TIMEOUT_S)
-    with autocommit(engine, until) as pooled:
-        return execute(pooled, rows, until)

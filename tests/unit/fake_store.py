@@ -397,8 +397,9 @@ class InMemoryStore:
     # -- the claiming INSERT, as a ``Claims`` send function -------------------------------------
 
     def insert(self, rows: list[tuple[Any, ...]]) -> dict[str, int]:
-        """``claims.insert`` in memory: ON CONFLICT on (tenant, source, key) does nothing;
-        one refused row fails the whole statement, as in PostgreSQL."""
+        """The claiming INSERT (``claim_connections.Connections.insert``) in memory: ON
+        CONFLICT on (tenant, source, key) does nothing; one refused row fails the whole
+        statement, as in PostgreSQL."""
         import psycopg  # only its error classes: what the real statement raises
 
         with self._lock:

@@ -20,7 +20,6 @@ from .template import Context, parse_template
 from .twilio import signed_url
 
 _DIGESTS = {"sha1": hashlib.sha1, "sha256": hashlib.sha256, "sha512": hashlib.sha512}
-
 _DEFAULT_TOLERANCE = 300  # SchemeConfig's default: a source that did not set its own
 _RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
 
