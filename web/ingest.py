@@ -27,6 +27,7 @@ from inbox.store.events import stored_response
 from inbox.store.intake import IngestResult, claim, ingest, replay
 from web import overload, validate
 from web.errors import error_response
+from web.responses import BufferedResponse
 from web.services import Services, services
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ def _answer(result: IngestResult) -> Response:
         return error_response(IdempotencyConflict())
     if result.outcome == "in_flight":
         return error_response(InFlight())
-    resp = Response(result.body, status=result.status, content_type="application/json")
+    resp = BufferedResponse(result.body, status=result.status, content_type="application/json")
     if result.outcome == "duplicate":
         resp.headers["Idempotent-Replayed"] = "true"
     return resp
@@ -195,6 +196,6 @@ def _handshake(answer: core.Handshake) -> Response:
         resp = jsonify(answer.body)
         resp.status_code = answer.status
         return resp
-    resp = Response(answer.body or "", status=answer.status, mimetype="text/plain")
+    resp = BufferedResponse(answer.body or "", status=answer.status, mimetype="text/plain")
     resp.headers["X-Content-Type-Options"] = "nosniff"
     return resp
