@@ -63,7 +63,7 @@ def create_app(
     engine = engine or make_engine(settings)
     rings = broker.Rings()
     if doorbell is None:
-        doorbell = broker.default_doorbell(settings)
+        doorbell = broker.default_doorbell(settings, background=True)
         rings = broker.rings(settings)
     app.extensions["inbox"] = Services(
         settings=settings,

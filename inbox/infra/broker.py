@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,6 +59,57 @@ def make_doorbell(redis_url: str, send: Callable[[], None]) -> Callable[[], None
             send()
 
     return ring
+
+
+class Ringer:
+    """A doorbell that rings from a thread of its own: a request never waits on Redis or
+    the broker (when Redis stalls, that would be up to its socket timeout per event), and
+    the rings of one process coalesce.
+
+    ``__call__`` (after a commit) marks a ring as wanted and returns. The thread rings
+    ``ring`` (``make_doorbell``'s: the flag, then the drain task) once per batch of wants,
+    each ring starting after the wants it answers, so every committed event is followed by a
+    ring; then it pauses ``gap`` seconds, so a process rings at most 1/gap times a second
+    however fast events arrive. A forked child starts a thread of its own on first use."""
+
+    def __init__(self, ring: Callable[[], None], gap: float = 0.005) -> None:
+        self._ring = ring
+        self._gap = gap
+        self._cond = threading.Condition()
+        self._wanted = False
+        self._pid = 0
+        self.rings = 0  # rings made, for tests
+        ref = weakref.ref(self)
+
+        def forget() -> None:  # a lock a parent's thread held at the fork stays held here
+            me = ref()
+            if me is not None:
+                me._cond, me._wanted, me._pid = threading.Condition(), False, 0
+
+        os.register_at_fork(after_in_child=forget)
+
+    def __call__(self) -> None:
+        with self._cond:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                name = "inbox-doorbell"
+                threading.Thread(target=self._run, name=name, daemon=True).start()
+            self._wanted = True
+            self._cond.notify()
+
+    def _run(self) -> None:
+        cond = self._cond
+        while True:
+            with cond:
+                while not self._wanted:
+                    cond.wait()
+                self._wanted = False
+            try:
+                self._ring()
+                self.rings += 1
+            except Exception as exc:  # the sweeper re-rings; the next event rings again
+                log.warning("doorbell failed: %s", exc.__class__.__name__)
+            time.sleep(self._gap)
 
 
 class FlagClearer:
@@ -183,11 +237,15 @@ class BeatLease:
             pass  # it lapses on its own
 
 
-def default_doorbell(settings: Settings) -> Callable[[], None]:
+def default_doorbell(settings: Settings, background: bool = False) -> Callable[[], None]:
+    """The doorbell of ``settings``' Redis and broker; ``background``: rung by a
+    ``Ringer`` (the web's: a short-lived process, the CLI, rings in line, as it may exit
+    right after)."""
     if not settings.redis_url or not settings.broker_url:
         return lambda: None  # no broker configured: the sweeper finds the events
     app = sender(settings.broker_url)
-    return make_doorbell(settings.redis_url, lambda: app.send_task(DRAIN))
+    ring = make_doorbell(settings.redis_url, lambda: app.send_task(DRAIN))
+    return Ringer(ring) if background else ring
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,134 @@
+"""The web's doorbell rings from a thread of its own (``broker.Ringer``): a request never
+waits on Redis or the broker, the rings of a process coalesce, and every want is followed
+by a ring that started after it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from inbox.infra.broker import Ringer
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.005)
+
+
+def test_a_want_returns_at_once_and_is_rung_by_the_thread() -> None:
+    release = threading.Event()
+    callers: list[str] = []
+
+    def ring() -> None:
+        callers.append(threading.current_thread().name)
+        release.wait(30)  # a stalled Redis
+
+    ringer = Ringer(ring, gap=0)
+    started = time.monotonic()
+    ringer()
+    assert time.monotonic() - started < 1.0  # the request did not wait on the stall
+    wait_for(lambda: callers == ["inbox-doorbell"])
+    release.set()
+    wait_for(lambda: ringer.rings == 1)
+
+
+def test_wants_during_a_ring_coalesce_into_one_more_ring() -> None:
+    release = threading.Event()
+    entered = threading.Event()
+
+    def ring() -> None:
+        entered.set()
+        release.wait(30)
+
+    ringer = Ringer(ring, gap=0)
+    ringer()
+    assert entered.wait(30)
+    for _ in range(200):  # the events committed while the first ring is out
+        ringer()
+    release.set()
+    wait_for(lambda: ringer.rings == 2)
+    time.sleep(0.2)  # nothing more is wanted: no third ring comes
+    assert ringer.rings == 2
+
+
+def test_every_want_is_followed_by_a_ring_that_started_after_it() -> None:
+    wanted = 0
+    seen_at_start: list[int] = []
+    lock = threading.Lock()
+
+    def ring() -> None:
+        with lock:
+            seen_at_start.append(wanted)
+        time.sleep(0.001)
+
+    ringer = Ringer(ring, gap=0.002)
+
+    def want() -> None:
+        nonlocal wanted
+        for _ in range(300):
+            with lock:
+                wanted += 1  # the commit
+            ringer()  # then the ring
+            time.sleep(0.0002)
+
+    senders = [threading.Thread(target=want) for _ in range(4)]
+    for t in senders:
+        t.start()
+    for t in senders:
+        t.join()
+    # The last commit's ring has started after it: some ring saw every commit.
+    wait_for(lambda: bool(seen_at_start) and seen_at_start[-1] == 1200)
+    assert len(seen_at_start) < 1200  # and they coalesced
+
+
+def test_a_failing_ring_is_logged_and_the_next_want_rings_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[int] = []
+
+    def ring() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("redis is down")
+
+    ringer = Ringer(ring, gap=0)
+    with caplog.at_level(logging.WARNING, logger="inbox.infra.broker"):
+        ringer()
+        wait_for(lambda: len(calls) == 1)
+        wait_for(lambda: "doorbell failed: ConnectionError" in caplog.text)
+    ringer()
+    wait_for(lambda: ringer.rings == 1 and len(calls) == 2)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_rings_from_a_thread_of_its_own() -> None:
+    read, write = os.pipe()
+
+    def ring() -> None:
+        os.write(write, str(os.getpid()).encode() + b"\n")
+
+    ringer = Ringer(ring, gap=0)
+    ringer()  # the parent's thread exists now
+    wait_for(lambda: ringer.rings == 1)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            ringer()
+            deadline = time.monotonic() + 30
+            while ringer.rings < 2 and time.monotonic() < deadline:
+                time.sleep(0.005)
+        finally:
+            os._exit(0 if ringer.rings == 2 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    os.close(write)
+    with os.fdopen(read) as lines:
+        pids = [int(line) for line in lines]
+    assert pids == [os.getpid(), pid]
