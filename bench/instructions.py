@@ -1,0 +1,200 @@
+"""Instructions per request of the receiver: the one repeatable measure on a noisy machine.
+
+Throughput on the 2-core benchmark machine drifts by half within minutes (bench/README.md),
+so a change worth a few percent cannot be told from the noise with wrk. This counts what the
+receiver's own code executes instead: the real app (``web.create_app``, its routes from a
+real database) called as a WSGI app in a loop on one thread, with the claims answered in
+memory (no statement: the database's share is the ingest benchmark's), under valgrind's
+cachegrind, which counts every instruction the process runs. A run of N requests less a run
+of none, over N, is the count per request; with ``PYTHONHASHSEED=0`` two runs agree to
+about 0.01 %.
+
+    .venv/bin/python -m bench.instructions [--requests 2000] [--views receiver,floor]
+
+``receiver`` is the whole request (the ``hooks.receive`` view, signed 1 KiB JSON events of
+the ``hmac`` scheme, a new Idempotency-Key each); ``floor`` is the same app whose view
+answers a constant 202 (what Flask, werkzeug and the app's hooks cost). Caveats: valgrind
+hashes without the CPU's SHA instructions (SHA-256 of 1 KiB is about 31k instructions
+here), so hashing weighs more than it does on the CPU; and the count says nothing of system
+calls, context switches or waits for the interpreter lock (``perf`` and ``strace`` on a
+loaded receiver do). Needs valgrind (``apt-get install valgrind``). JSON goes to
+bench/results/instructions.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import io
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.common import procs
+
+TENANT, SOURCE, SECRET = "bench", "own", "benchsecret"
+VIEWS = ("receiver", "floor")
+WARM = 200
+_REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__)
+    p.add_argument("--requests", type=int, default=2000, help="requests per counted run")
+    p.add_argument("--views", default=",".join(VIEWS), help="receiver,floor")
+    p.add_argument("--pg-url", default=os.environ.get("BENCH_PG_URL"), help="a server of yours")
+    p.add_argument("--out", type=Path, default=procs.RESULTS / "instructions.json")
+    p.add_argument("--child", nargs=2, metavar=("VIEW", "N"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.view_list = [v for v in args.views.split(",") if v]
+    if set(args.view_list) - set(VIEWS):
+        p.error("unknown view")
+    return args
+
+
+# -- the counted process -----------------------------------------------------------------
+
+
+def _environ(body: bytes, key: str, base: dict[str, str]) -> dict[str, Any]:
+    """What granian hands the app: the process environment, then the request's keys."""
+    ts = str(int(time.time()))
+    sig = hmac.new(SECRET.encode(), ts.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return {
+        **base,
+        "REQUEST_METHOD": "POST",
+        "SCRIPT_NAME": "",
+        "PATH_INFO": f"/hooks/{TENANT}/{SOURCE}",
+        "QUERY_STRING": "",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "8000",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1",
+        "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.errors": sys.stderr,
+        "wsgi.input_terminated": True,
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": False,
+        "wsgi.run_once": False,
+        "wsgi.version": (1, 0),
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(body)),
+        "HTTP_HOST": "127.0.0.1:8000",
+        "HTTP_USER_AGENT": "wrk",
+        "HTTP_X_TIMESTAMP": ts,
+        "HTTP_X_SIGNATURE": sig,
+        "HTTP_IDEMPOTENCY_KEY": key,
+    }
+
+
+def child(view: str, n: int) -> None:
+    """Build the app, warm it, then run ``n`` requests (valgrind counts the process)."""
+    import dataclasses
+
+    from flask import Response
+
+    from inbox.infra import metrics
+    from inbox.store.group_commit import Claims
+    from web import create_app
+
+    app = create_app()
+    ids = itertools.count(1)
+    ext = app.extensions["inbox"]
+    app.extensions["inbox"] = dataclasses.replace(
+        ext,
+        claims=Claims(
+            None, send=lambda rows: {r[0]: next(ids) for r in rows}, counted=metrics.record_claims
+        ),
+    )
+    if view == "floor":
+        answer = b'{"id":"evt_x","status":"accepted"}'
+        app.view_functions["hooks.receive"] = lambda tenant, source: Response(
+            answer, status=202, content_type="application/json"
+        )
+    body = json.dumps({"type": "bench.event", "data": "x" * 960}).encode()
+    base = dict(os.environ)
+    statuses: list[str] = []
+
+    def start_response(status: str, headers: Any, exc_info: Any = None) -> Any:
+        statuses.append(status)
+        return lambda data: None  # the WSGI write callable, unused
+
+    for i in range(WARM + n):
+        out = app(_environ(body, f"k-{os.getpid()}-{i}", base), start_response)
+        b"".join(out)
+        if i == WARM - 1 and not statuses[-1].startswith("202"):
+            raise SystemExit(f"the warm-up was answered {statuses[-1]}")
+
+
+# -- the driver --------------------------------------------------------------------------
+
+
+def count(view: str, n: int, env: dict[str, str]) -> int:
+    """Instructions valgrind counted in a child process running ``n`` requests."""
+    cmd = [
+        *("valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"),
+        *(sys.executable, "-m", "bench.instructions", "--child", view, str(n)),
+    ]
+    done = subprocess.run(cmd, env=env, cwd=procs.ROOT, capture_output=True, text=True)
+    found = _REFS.search(done.stderr)
+    if done.returncode != 0 or found is None:
+        raise RuntimeError(f"the counted run failed:\n{done.stderr[-2000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        child(args.child[0], int(args.child[1]))
+        return 0
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    from dev.embedded import PrivatePostgres
+
+    procs.use_own_kek()
+    procs.RESULTS.mkdir(parents=True, exist_ok=True)
+    cluster = None
+    if args.pg_url is None:
+        cluster = PrivatePostgres()
+        args.pg_url = cluster.url
+    name, db_url = procs.create_database(args.pg_url, "inbox_instructions")
+    metrics_dir = tempfile.mkdtemp(prefix="inbox-instructions-metrics-")
+    try:
+        env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "BROKER_URL")}
+        env.update(DATABASE_URL=db_url, PYTHONHASHSEED="0", PROMETHEUS_MULTIPROC_DIR=metrics_dir)
+        cli = [sys.executable, "-m", "inbox.cli"]
+        src = ["--tenant", TENANT, "--name", SOURCE, "--scheme", "hmac", "--secret", SECRET]
+        for cmd in (["tenants", "create", TENANT], ["sources", "create", *src]):
+            subprocess.run(cli + cmd, env=env, cwd=procs.ROOT, check=True, capture_output=True)
+        per_request: dict[str, int] = {}
+        for view in args.view_list:
+            none, some = count(view, 0, env), count(view, args.requests, env)
+            per_request[view] = (some - none) // args.requests
+            print(f"{view:9} {per_request[view]:>9,} instructions per request", flush=True)
+        report = {
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "requests": args.requests,
+            "instructions_per_request": per_request,
+        }
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.out}")
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        procs.drop_database(args.pg_url, name)
+        if cluster is not None:
+            cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
