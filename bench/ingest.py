@@ -37,7 +37,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -48,7 +47,6 @@ from typing import Any
 import psycopg
 
 from bench.common import baselines, cpu, load, procs
-from dev.embedded import PrivatePostgres
 from web.keepalive import keepalive_requests
 
 SECRET = "benchsecret"
@@ -341,19 +339,12 @@ def main(argv: list[str] | None = None) -> int:
     busy = cpu.machine_cpu()[0]
     time.sleep(1.0)
     background = cpu.machine_cpu()[0] - busy
-    cluster = None
-    if args.pg_url is None:
-        cluster = PrivatePostgres(settings={"shared_preload_libraries": "pg_stat_statements"})
-        args.pg_url = cluster.url
-    name, db_url = procs.create_database(args.pg_url)
-    _sql(db_url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements", autocommit=True)
     probes: list[str] = []
-    try:
-        inbox = [sys.executable, "-m", "inbox.cli"]
-        env = {**os.environ, "DATABASE_URL": db_url}
-        src = ["--tenant", TENANT, "--name", SOURCE, "--scheme", "hmac", "--secret", SECRET]
-        for cmd in (["tenants", "create", TENANT], ["sources", "create", *src]):
-            subprocess.run(inbox + cmd, env=env, cwd=procs.ROOT, check=True, capture_output=True)
+    preload = {"shared_preload_libraries": "pg_stat_statements"}
+    with procs.source_database(
+        args.pg_url, "inbox_bench", (TENANT, SOURCE, SECRET), preload
+    ) as db_url:
+        _sql(db_url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements", autocommit=True)
         levels = drive(args, db_url, tag, probes)
         levels.sort(key=lambda lv: (lv["run"], lv["workload"], lv["receiver"]))
         report = {
@@ -379,10 +370,6 @@ def main(argv: list[str] | None = None) -> int:
         print_report(report)
         args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
         print(f"\nwrote {args.out}")
-    finally:
-        procs.drop_database(args.pg_url, name)
-        if cluster is not None:
-            cluster.stop()
     return 0
 
 

@@ -159,40 +159,31 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
-    from dev.embedded import PrivatePostgres
-
     procs.use_own_kek()
     procs.RESULTS.mkdir(parents=True, exist_ok=True)
-    cluster = None
-    if args.pg_url is None:
-        cluster = PrivatePostgres()
-        args.pg_url = cluster.url
-    name, db_url = procs.create_database(args.pg_url, "inbox_instructions")
     metrics_dir = tempfile.mkdtemp(prefix="inbox-instructions-metrics-")
+    source = (TENANT, SOURCE, SECRET)
     try:
-        env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "BROKER_URL")}
-        env.update(DATABASE_URL=db_url, PYTHONHASHSEED="0", PROMETHEUS_MULTIPROC_DIR=metrics_dir)
-        cli = [sys.executable, "-m", "inbox.cli"]
-        src = ["--tenant", TENANT, "--name", SOURCE, "--scheme", "hmac", "--secret", SECRET]
-        for cmd in (["tenants", "create", TENANT], ["sources", "create", *src]):
-            subprocess.run(cli + cmd, env=env, cwd=procs.ROOT, check=True, capture_output=True)
-        per_request: dict[str, int] = {}
-        for view in args.view_list:
-            none, some = count(view, 0, env), count(view, args.requests, env)
-            per_request[view] = (some - none) // args.requests
-            print(f"{view:9} {per_request[view]:>9,} instructions per request", flush=True)
-        report = {
-            "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "requests": args.requests,
-            "instructions_per_request": per_request,
-        }
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.out}")
+        with procs.source_database(args.pg_url, "inbox_instructions", source) as db_url:
+            env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "BROKER_URL")}
+            env.update(
+                DATABASE_URL=db_url, PYTHONHASHSEED="0", PROMETHEUS_MULTIPROC_DIR=metrics_dir
+            )
+            per_request = {
+                view: (count(view, args.requests, env) - count(view, 0, env)) // args.requests
+                for view in args.view_list
+            }
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
-        procs.drop_database(args.pg_url, name)
-        if cluster is not None:
-            cluster.stop()
+    for view, n in per_request.items():
+        print(f"{view:9} {n:>9,} instructions per request")
+    report = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "requests": args.requests,
+        "instructions_per_request": per_request,
+    }
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
     return 0
 
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,49 @@ def create_database(pg_url: str, prefix: str = "inbox_bench") -> tuple[str, str]
     url = base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
     migrate.upgrade(url)
     return name, url
+
+
+@contextlib.contextmanager
+def source_database(
+    pg_url: str | None,
+    prefix: str,
+    source: tuple[str, str, str],
+    cluster_settings: dict[str, str] | None = None,
+) -> Iterator[str]:
+    """A fresh migrated database with one tenant and one ``hmac`` source made by the
+    project's CLI (``source``: tenant, name, secret), on ``pg_url``'s server or else on a
+    private cluster started with ``cluster_settings``; its url. Dropped afterwards (and the
+    cluster stopped). Signing secrets need ``INBOX_KEK`` (``use_own_kek``)."""
+    from dev.embedded import PrivatePostgres
+
+    cluster = None
+    if pg_url is None:
+        cluster = PrivatePostgres(settings=cluster_settings)
+        pg_url = cluster.url
+    try:
+        name, db_url = create_database(pg_url, prefix)
+        try:
+            tenant, source_name, secret = source
+            env = {**os.environ, "DATABASE_URL": db_url}
+            cli = [sys.executable, "-m", "inbox.cli"]
+            made = [
+                "--tenant",
+                tenant,
+                "--name",
+                source_name,
+                "--scheme",
+                "hmac",
+                "--secret",
+                secret,
+            ]
+            for cmd in (["tenants", "create", tenant], ["sources", "create", *made]):
+                subprocess.run([*cli, *cmd], env=env, cwd=ROOT, check=True, capture_output=True)
+            yield db_url
+        finally:
+            drop_database(pg_url, name)
+    finally:
+        if cluster is not None:
+            cluster.stop()
 
 
 def drop_database(pg_url: str, name: str) -> None:
