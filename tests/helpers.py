@@ -1,4 +1,5 @@
-"""Signing helpers for tests: what a tenant's own system sends to an `hmac` source."""
+"""Helpers for tests: what a tenant's own system sends to an `hmac` source, the rows as
+they read, and a wait on a condition."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import hashlib
 import hmac
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from inbox.store.ledger_reads import EVENT_ROW, KEYS_JOIN
@@ -60,3 +62,11 @@ def keyed_insert(insert_events: str, returning: str = "id") -> str:
     )
     SELECT {returning} FROM e
     """
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> None:
+    """Until ``condition()`` holds; fails the test past ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.005)

@@ -7,8 +7,6 @@ next claimants queue behind it, as they do behind a round trip to PostgreSQL.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -19,6 +17,7 @@ from inbox.domain.records import Source, SourceId, TenantId
 from inbox.domain.sources import SourceOptions
 from inbox.store.claims import Copy
 from inbox.store.group_commit import Claims
+from tests.helpers import wait_for
 from tests.unit.fake_store import InMemoryStore
 
 SOURCE = Source(
@@ -48,13 +47,6 @@ def prepared(public_id: str, key: bytes | None = None) -> Prepared:
         response_body=b"{}",
         wait_seconds=None,
     )
-
-
-def wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.005)
 
 
 class Harness:

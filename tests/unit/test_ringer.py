@@ -8,18 +8,11 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
 from inbox.infra.broker import Ringer
-
-
-def wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.005)
+from tests.helpers import wait_for
 
 
 def test_a_want_returns_at_once_and_is_rung_by_the_thread() -> None:
