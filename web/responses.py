@@ -23,6 +23,9 @@ class BufferedResponse(Response):
             return super().__call__(environ, start_response)
         headers = self.get_wsgi_headers(environ)
         status = self.status_code
+        # werkzeug's rule in ``get_app_iter``, restated: going through it builds the
+        # closing iterator and the generator this class exists to avoid (1.4 % of the
+        # receiver's instructions per request, bench.instructions).
         empty = environ["REQUEST_METHOD"] == "HEAD" or 100 <= status < 200 or status in (204, 304)
         body = [] if empty else [b"".join(self.iter_encoded())]
         start_response(self.status, headers.to_wsgi_list())

@@ -92,8 +92,7 @@ class Ringer:
         with self._cond:
             if self._pid != os.getpid():
                 self._pid = os.getpid()
-                name = "inbox-doorbell"
-                threading.Thread(target=self._run, name=name, daemon=True).start()
+                threading.Thread(target=self._run, name="inbox-doorbell", daemon=True).start()
             self._wanted = True
             self._cond.notify()
 
