@@ -10,7 +10,7 @@ from sqlalchemy import Engine, text
 
 from inbox.domain import ledger
 from inbox.store import deliveries, operator, queue
-from tests.integration.test_partitions import _plan, add_day, today
+from tests.integration.test_partitions import _plan, add_day, cover_open_days, today
 
 _SCANNED = re.compile(r"\bevents_(?:p\d{8}|default)\b")
 
@@ -27,6 +27,7 @@ def _claimed(engine: Engine) -> list[int]:
 
 def test_the_claim_is_planned_over_the_days_from_the_floor_only(engine, make_source, made_days):
     src = make_source()
+    cover_open_days(engine, made_days)
     old = today(engine) - dt.timedelta(days=20)
     add_day(engine, made_days, old, src)  # a finished old day
     floor = _floor(engine)
