@@ -8,6 +8,7 @@ key can never match tenant B's.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 from inbox.domain.errors import BadRequest
@@ -33,19 +34,33 @@ def validate_key(raw: str) -> str:
     return raw
 
 
-def _digest(*parts: str | int) -> bytes:
-    """SHA-256 over length-prefixed parts, so no two different tuples collide."""
+def _framed(parts: tuple[str | int, ...]) -> bytes:
+    """The parts, each length-prefixed, so no two different tuples frame alike."""
     chunks = []
     for part in parts:
         data = str(part).encode("utf-8", "surrogatepass")
         chunks.append(len(data).to_bytes(4, "big"))
         chunks.append(data)
-    return hashlib.sha256(b"".join(chunks)).digest()
+    return b"".join(chunks)
+
+
+def _digest(*parts: str | int) -> bytes:
+    """SHA-256 over length-prefixed parts, so no two different tuples collide."""
+    return hashlib.sha256(_framed(parts)).digest()
+
+
+@functools.lru_cache(maxsize=1024)
+def _key_prefix(tenant_id: int, source_id: int) -> bytes:
+    return _framed(("key", tenant_id, source_id))
 
 
 def key_digest(tenant_id: int, source_id: int, key: str) -> bytes:
-    """The stored form of a dedup key: unique per tenant and source."""
-    return _digest("key", tenant_id, source_id, key)
+    """The stored form of a dedup key: unique per tenant and source (``_digest`` of
+    ("key", tenant, source, key), its first three parts framed once per source)."""
+    data = key.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(
+        _key_prefix(tenant_id, source_id) + len(data).to_bytes(4, "big") + data
+    ).digest()
 
 
 def business_key_digest(tenant_id: int, values: list[str]) -> bytes:
