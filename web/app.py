@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from flask import Flask, redirect
+from flask import Flask, Request, redirect
 from flask.ctx import RequestContext
 from sqlalchemy import Engine
+from werkzeug.routing import MapAdapter
 
 from inbox.infra import broker, metrics
 from inbox.infra.config import Settings
@@ -19,7 +20,7 @@ from web.api import api
 from web.errors import register_error_handlers
 from web.health import health
 from web.ingest import hooks
-from web.matching import MatchCache, MatchingContext
+from web.matching import BindingCache, MatchCache, MatchingContext, bind, plain
 from web.metrics import metrics_bp
 from web.overload import Backlog
 from web.responses import BufferedResponse
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 class InboxFlask(Flask):
     """Flask, with ``ensure_sync`` remembered per function: Flask asks ``inspect`` whether
     each view and hook is a coroutine function on every call, twice per delivery; and its
-    URL matches remembered per path (``web.matching``). Its responses are
+    URL bindings and matches remembered (``web.matching``). Its responses are
     ``BufferedResponse``s."""
 
     response_class = BufferedResponse
@@ -44,9 +45,15 @@ class InboxFlask(Flask):
         super().__init__(import_name)
         self._sync: dict[Callable[..., Any], Callable[..., Any]] = {}
         self.url_matches = MatchCache()
+        self.url_bindings = BindingCache()
 
     def request_context(self, environ: WSGIEnvironment) -> RequestContext:
         return MatchingContext(self, environ)
+
+    def create_url_adapter(self, request: Request | None) -> MapAdapter | None:
+        if request is None or not plain(self):
+            return super().create_url_adapter(request)
+        return bind(self, request, self.url_bindings)
 
     def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
         try:

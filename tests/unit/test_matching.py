@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from flask import Flask, request
-from werkzeug.routing import MapAdapter
+from flask import Flask, request, url_for
+from werkzeug.routing import Map, MapAdapter
 
 from web.app import InboxFlask
 from web.matching import MatchCache
@@ -99,3 +99,50 @@ def test_host_matching_apps_match_as_werkzeug_does(counted: list[str]) -> None:
     assert client.get("/x", headers={"Host": "a.example"}).text == "a"
     assert client.get("/x", headers={"Host": "b.example"}).status_code == 404
     assert counted == ["/x", "/x"]
+
+
+@pytest.fixture
+def bound(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The hosts werkzeug was asked to bind a request for."""
+    seen: list[str] = []
+    real = Map.bind_to_environ
+
+    def bind_to_environ(self: Map, environ: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(environ.get("HTTP_HOST"))
+        return real(self, environ, *args, **kwargs)
+
+    monkeypatch.setattr(Map, "bind_to_environ", bind_to_environ)
+    return seen
+
+
+def _host_app() -> Flask:
+    app = InboxFlask(__name__)
+
+    @app.route("/where")
+    def where() -> str:
+        return f"{request.host} {url_for('where', _external=True)}"
+
+    return app
+
+
+def test_a_binding_is_made_once_per_host_and_line(bound: list[str]) -> None:
+    client = _host_app().test_client()
+    for _ in range(2):
+        assert client.get("/where", headers={"Host": "a.example"}).text == (
+            "a.example http://a.example/where"
+        )
+        assert client.get("/where", headers={"Host": "b.example:8080"}).text == (
+            "b.example:8080 http://b.example:8080/where"
+        )
+    assert client.get("/where?x=1", headers={"Host": "a.example"}).status_code == 200
+    assert bound == ["a.example", "b.example:8080", "a.example"]
+
+
+def test_trusted_hosts_are_checked_by_werkzeug_every_time(bound: list[str]) -> None:
+    app = _host_app()
+    app.config["TRUSTED_HOSTS"] = ["good.example"]
+    client = app.test_client()
+    for _ in range(2):
+        assert client.get("/where", headers={"Host": "good.example"}).status_code == 200
+        assert client.get("/where", headers={"Host": "evil.example"}).status_code == 400
+    assert bound == ["good.example"] * 2  # not remembered with TRUSTED_HOSTS (evil: refused first)
