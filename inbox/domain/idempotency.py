@@ -57,10 +57,7 @@ def _key_prefix(tenant_id: int, source_id: int) -> bytes:
 def key_digest(tenant_id: int, source_id: int, key: str) -> bytes:
     """The stored form of a dedup key: unique per tenant and source (``_digest`` of
     ("key", tenant, source, key), its first three parts framed once per source)."""
-    data = key.encode("utf-8", "surrogatepass")
-    return hashlib.sha256(
-        _key_prefix(tenant_id, source_id) + len(data).to_bytes(4, "big") + data
-    ).digest()
+    return hashlib.sha256(_key_prefix(tenant_id, source_id) + _framed((key,))).digest()
 
 
 def business_key_digest(tenant_id: int, values: list[str]) -> bytes:
