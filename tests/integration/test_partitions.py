@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import re
+from collections.abc import Iterable
 
 from click.testing import CliRunner
 from sqlalchemy import Engine, text
@@ -31,17 +32,23 @@ def exists(engine: Engine, name: str) -> bool:
         return bool(conn.execute(text("SELECT to_regclass(:n) IS NOT NULL"), {"n": name}).scalar())
 
 
+def unmade(engine: Engine, offsets: Iterable[int]) -> list[dt.date]:
+    """The days ``offsets`` from today that have no partition yet."""
+    start = today(engine)
+    with engine.connect() as conn:
+        had = set(partitions.days(conn))
+    return [d for d in (start + dt.timedelta(days=n) for n in offsets) if d not in had]
+
+
 def cover_open_days(engine: Engine, made_days: list[dt.date]) -> None:
     """A partition for yesterday, today and tomorrow, each that has none: the days a claim
     may look at (within an hour after midnight the floor is yesterday's, and a database
     made today has no partition for it: its rows would be in DEFAULT, rightly scanned)."""
-    start = today(engine)
+    missing = unmade(engine, (-1, 0, 1))
+    made_days += missing
     with engine.begin() as conn:
-        had = set(partitions.days(conn))
-        for day in (start + dt.timedelta(days=n) for n in (-1, 0, 1)):
-            if day not in had:
-                made_days.append(day)
-                partitions.make_day(conn, day)
+        for day in missing:
+            partitions.make_day(conn, day)
 
 
 def add_day(engine, made_days, day, src, n=1, event_state="completed", delivery_state="delivered"):
@@ -62,12 +69,8 @@ def add_day(engine, made_days, day, src, n=1, event_state="completed", delivery_
 
 
 def test_the_partitions_ahead_are_made_once(engine, made_days):
-    start = today(engine)
-    with engine.connect() as conn:
-        had = set(partitions.days(conn))
     # The migration made its day and the 7 after it; the suite may have started yesterday.
-    ahead = [start + dt.timedelta(days=n) for n in range(10)]
-    made_days += [d for d in ahead if d not in had]
+    made_days += unmade(engine, range(10))
     assert len(made_days) >= 2
     made = partitions.ensure_ahead(engine, ahead_days=9)
     assert sorted(made.created) == sorted(
