@@ -45,7 +45,7 @@ def test_a_refused_row_keeps_the_connection(engine: Engine, make_source) -> None
     conns.insert([row(src, _event("a"))])
     before = _pid(conns)
     bad = list(row(src, _event("b")))
-    bad[2] = 10**9  # no such source: the foreign key refuses the row
+    bad[8] = None  # no content type: the NOT NULL constraint refuses the row
     with pytest.raises(psycopg.IntegrityError):
         conns.insert([tuple(bad)])
     assert _pid(conns) == before and conns.opened == 1

@@ -349,3 +349,44 @@ def test_another_body_or_a_synchronous_copy_is_left_to_the_duplicate_path(engine
         counts = conn.execute(text("SELECT sum(duplicate_count) FROM event_keys")).scalar_one()
     assert counts == 0
     assert len(_rows(engine)) == 2
+
+
+def test_a_claim_neither_checks_nor_locks_its_tenant_and_source(engine, make_source):
+    """Claimed rows pay no per-row foreign key into tenants and sources: no lookup, and no
+    KEY SHARE lock on the one source row that every web process's claims would share (a
+    lock writes the locker's transaction id into the row's xmax)."""
+    src = make_source()
+    lockers = text(
+        "SELECT (SELECT xmax FROM tenants WHERE id = :t)::text,"
+        " (SELECT xmax FROM sources WHERE id = :s)::text"
+    )
+    ids = {"t": src.tenant_id, "s": src.id}
+    with engine.connect() as conn:
+        before = tuple(conn.execute(lockers, ids).one())
+    with engine.begin() as conn:
+        execute(conn.connection, [row(src, _event(f"k{i}")) for i in range(3)])
+        mine = conn.execute(text("SELECT (pg_current_xact_id()::text::bigint % 4294967296)::text"))
+        xid = mine.scalar_one()
+        during = tuple(conn.execute(lockers, ids).one())
+    assert xid not in during
+    assert during == before
+    assert len(_rows(engine)) == 3
+
+
+@pytest.mark.parametrize("table", ["sources", "tenants"])
+def test_tenants_and_sources_are_never_deleted(engine, make_source, table):
+    """What the foreign keys guarded, an event naming a tenant or source that is gone,
+    cannot happen: neither is ever deleted, with or without events (disable a source)."""
+    src = make_source()
+    ident = src.id if table == "sources" else src.tenant_id
+    with pytest.raises(Exception, match="never deleted") as raised:
+        with engine.begin() as conn:
+            conn.execute(text(f"DELETE FROM {table} WHERE id = :i"), {"i": ident})
+    assert isinstance(getattr(raised.value, "orig", None), psycopg.errors.RestrictViolation)
+    with engine.connect() as conn:
+        assert (
+            conn.execute(
+                text(f"SELECT count(*) FROM {table} WHERE id = :i"), {"i": ident}
+            ).scalar_one()
+            == 1
+        )
