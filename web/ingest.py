@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
+from itertools import filterfalse
 
 from flask import Blueprint, Response, jsonify, request
 from sqlalchemy.exc import DBAPIError
@@ -67,9 +68,14 @@ def _read_body(limit: int) -> bytes:
 
 _BODY_HEADERS = {"CONTENT_TYPE": "content-type", "CONTENT_LENGTH": "content-length"}
 _BODY_NAMES = frozenset(_BODY_HEADERS.values())
-# An environ key's header name ("" for a key that is no header), for the keys seen so far:
-# the same few dozen recur on every request. Bounded, as a stranger can send any names.
+# An environ key's header name, for the header keys seen so far: the same few dozen recur
+# on every request. Bounded, as a stranger can send any names.
 _NAMES: dict[str, str] = {}
+# The environ keys seen so far that name no header: the server's own and the process
+# environment's, which granian copies into every request's environ (dozens of them, more
+# in a container that gets a variable per neighbouring service). They are passed over by
+# ``filterfalse`` in C, not looked at one by one in Python.
+_NOT_HEADERS: set[str] = set()
 _MAX_NAMES = 4096
 
 
@@ -85,14 +91,20 @@ def _headers() -> dict[str, str]:
     """Lower-cased request headers, read from the WSGI environ as werkzeug's
     ``request.headers`` does, without building its title-cased names first."""
     out: dict[str, str] = {}
-    names = _NAMES
-    for key, value in request.environ.items():
+    names, skipped = _NAMES, _NOT_HEADERS
+    environ = request.environ
+    for key in filterfalse(skipped.__contains__, environ):
         name = names.get(key)
         if name is None:
             name = _header_name(key)
+            if not name:
+                if len(skipped) < _MAX_NAMES:
+                    skipped.add(key)
+                continue
             if len(names) < _MAX_NAMES:
                 names[key] = name
-        if name and (value or name not in _BODY_NAMES):  # an empty CONTENT_TYPE: none sent
+        value = environ[key]
+        if value or name not in _BODY_NAMES:  # an empty CONTENT_TYPE: none sent
             out[name] = value
     return out
 
