@@ -26,7 +26,6 @@ import secrets
 import sys
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -144,14 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, us in per_row.items():
         print(f"{name:17} {us:6.1f} us of backend CPU per claimed row")
     print(f"head / old foreign keys: {per_row['head'] / per_row['old foreign keys']:.2f}")
-    report = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "rows_per_statement": args.rows,
-        "rows_counted": counted,
-        "backend_cpu_us_per_row": per_row,
-    }
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    procs.write_report(
+        args.out,
+        {
+            "rows_per_statement": args.rows,
+            "rows_counted": counted,
+            "backend_cpu_us_per_row": per_row,
+        },
+    )
     return 0
 
 

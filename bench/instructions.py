@@ -36,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -177,13 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(metrics_dir, ignore_errors=True)
     for view, n in per_request.items():
         print(f"{view:9} {n:>9,} instructions per request")
-    report = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "requests": args.requests,
-        "instructions_per_request": per_request,
-    }
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    procs.write_report(
+        args.out, {"requests": args.requests, "instructions_per_request": per_request}
+    )
     return 0
 
 

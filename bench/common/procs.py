@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import json
 import os
 import signal
 import socket
@@ -16,6 +17,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -254,3 +256,10 @@ def server_arguments(p: argparse.ArgumentParser) -> None:
         help="a maintenance database on a server of your own (default: a private cluster,"
         " initdb/pg_ctl, PostgreSQL's default settings, so that all of its CPU is the run's)",
     )
+
+
+def write_report(out: Path, fields: dict[str, Any]) -> None:
+    """A benchmark's JSON: the date first, then ``fields``; says where it went."""
+    report = {"date": datetime.now(UTC).isoformat(timespec="seconds"), **fields}
+    out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(f"wrote {out}")
