@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import json
 import os
 import secrets
 import sys
@@ -31,8 +30,11 @@ from typing import Any
 
 import psycopg
 
-from bench.common import procs
+from bench.common import cpu, procs
 from bench.common.load import make_body
+from inbox.domain.intake import Prepared
+from inbox.domain.records import Source, SourceId, TenantId
+from inbox.domain.sources import SourceOptions
 from inbox.store import claims
 
 # What migration 0016 dropped, put back on the comparison's database.
@@ -55,13 +57,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def backend_cpu_s(pid: int) -> float:
-    """User and system CPU of one backend so far, in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class Claimant:
     """One database with one tenant and source, and one autocommit connection to it."""
 
@@ -75,28 +70,45 @@ class Claimant:
             "INSERT INTO sources (tenant_id, name, scheme) VALUES (%s, 'own', 'hmac') RETURNING id",
             (self.tenant_id,),
         )
-        self.source_id = _one(made)
+        self.source = Source(
+            id=SourceId(_one(made)),
+            tenant_id=TenantId(self.tenant_id),
+            tenant="bench",
+            name="own",
+            scheme="hmac",
+            enabled=True,
+            options=SourceOptions(),
+            secrets=(),
+        )
         self.pid = self.conn.info.backend_pid
         self.info: dict[Any, Any] = {}
         self.body = make_body("claim-cost")
-        self.headers = json.dumps({"content-type": "application/json", "user-agent": "bench"})
 
     def row(self) -> tuple[Any, ...]:
-        """One claim's parameters, in ``inbox.store.claims.row``'s order."""
-        return (
-            f"evt_{secrets.token_hex(12)}",
-            *(self.tenant_id, self.source_id, secrets.token_bytes(32), 72, "bench.event"),
-            *(None, None, "application/json", self.body, hashlib.sha256(self.body).digest()),
-            *(self.headers, 202, b'{"status":"accepted"}', False, 5),
+        """One claim's parameters (``inbox.store.claims.row``): a new key each."""
+        event = Prepared(
+            public_id=f"evt_{secrets.token_hex(12)}",
+            key_digest=secrets.token_bytes(32),
+            key_expires_hours=72,
+            event_type="bench.event",
+            business_key_digest=None,
+            content_type="application/json",
+            body=self.body,
+            body_sha256=hashlib.sha256(self.body).digest(),
+            headers={"content-type": "application/json", "user-agent": "bench"},
+            response_status=202,
+            response_body=b'{"status":"accepted"}',
+            wait_seconds=None,
         )
+        return claims.row(self.source, event)
 
     def round(self, statements: int, rows: int) -> float:
         """The backend's CPU seconds for ``statements`` claims of ``rows`` rows."""
         batches = [[self.row() for _ in range(rows)] for _ in range(statements)]
-        before = backend_cpu_s(self.pid)
+        before = cpu.process_seconds(self.pid)
         for batch in batches:
             claims.execute_on(self.conn, self.info, batch, time.monotonic() + 30)
-        return backend_cpu_s(self.pid) - before
+        return cpu.process_seconds(self.pid) - before
 
 
 def _one(cur: psycopg.Cursor[Any]) -> int:
@@ -122,7 +134,7 @@ def server(pg_url: str | None) -> Iterator[str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     procs.RESULTS.mkdir(parents=True, exist_ok=True)
-    cpu = {name: 0.0 for name in VARIANTS}
+    spent_s = {name: 0.0 for name in VARIANTS}
     with server(args.pg_url) as pg_url:
         made = {name: procs.create_database(pg_url, "inbox_claim_cost") for name in VARIANTS}
         try:
@@ -132,14 +144,14 @@ def main(argv: list[str] | None = None) -> int:
                 for name in names if n % 2 else names[::-1]:
                     spent = who[name].round(args.statements, args.rows)
                     if n:
-                        cpu[name] += spent
+                        spent_s[name] += spent
             for c in who.values():
                 c.conn.close()
         finally:
             for name, _url in made.values():
                 procs.drop_database(pg_url, name)
     counted = args.statements * args.rows * (args.rounds - 1)
-    per_row = {name: spent / counted * 1e6 for name, spent in cpu.items()}
+    per_row = {name: spent / counted * 1e6 for name, spent in spent_s.items()}
     for name, us in per_row.items():
         print(f"{name:17} {us:6.1f} us of backend CPU per claimed row")
     print(f"head / old foreign keys: {per_row['head'] / per_row['old foreign keys']:.2f}")

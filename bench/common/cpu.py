@@ -32,6 +32,12 @@ def _stat(pid: int) -> list[str] | None:
     return raw[raw.rindex(")") + 2 :].split()
 
 
+def process_seconds(pid: int) -> float:
+    """One process's own user and system CPU so far, in seconds (0 if it is gone)."""
+    fields = _stat(pid)
+    return 0.0 if fields is None else (int(fields[11]) + int(fields[12])) / TICK
+
+
 def _table() -> dict[int, tuple[int, float, float]]:
     """pid -> (ppid, own cpu seconds, reaped children's cpu seconds) for every process."""
     out: dict[int, tuple[int, float, float]] = {}
