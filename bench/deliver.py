@@ -42,9 +42,9 @@ from sqlalchemy import Engine, create_engine
 
 from bench.common import procs
 from inbox.domain import callbacks
-from inbox.store import endpoints as estore
-from inbox.store import sources as sstore
-from inbox.store.engine import sqlalchemy_url
+from inbox.store.db.engine import sqlalchemy_url
+from inbox.store.write import endpoints as estore
+from inbox.store.write import sources as sstore
 
 SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS = "redis://127.0.0.1:6379/10"

@@ -42,8 +42,8 @@ from bench.common import baselines as raw
 from bench.common import cpu, load, procs
 from inbox.domain.playbooks import Playbook, StepContext, register
 from inbox.domain.sources import SourceOptions
-from inbox.store import sources as store
-from inbox.store.engine import sqlalchemy_url
+from inbox.store.db.engine import sqlalchemy_url
+from inbox.store.write import sources as store
 
 TENANT, SECRET, EVENT_TYPE = "bench", "bench-drain-secret", "bench.noop"
 TARGET_RATIO, TARGET_RATE, TARGET_P99_MS = 2.0, 2000.0, 250.0

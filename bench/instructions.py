@@ -103,7 +103,7 @@ def child(view: str, n: int) -> None:
     from flask import Response
 
     from inbox.infra import metrics
-    from inbox.store.group_commit import Claims
+    from inbox.store.db.group_commit import Claims
     from web import create_app
 
     app = create_app()

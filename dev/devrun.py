@@ -25,10 +25,10 @@ from dev.supervise import Child, Supervisor
 from inbox.domain.sources import SourceOptions
 from inbox.infra import keyring
 from inbox.infra.config import Settings
-from inbox.store import migrate
-from inbox.store import sources as store
-from inbox.store import tokens as tokens_store
-from inbox.store.engine import make_engine
+from inbox.store.db.engine import make_engine
+from inbox.store.schema import migrate
+from inbox.store.write import sources as store
+from inbox.store.write import tokens as tokens_store
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("INBOX_DEV_DATA") or ROOT / ".data")

@@ -23,10 +23,10 @@ from inbox.domain.records import Source
 from inbox.domain.sources import SourceOptions
 from inbox.infra import keyring
 from inbox.infra.config import Settings
-from inbox.store import migrate
-from inbox.store import sources as store
-from inbox.store.engine import make_engine
-from inbox.store.tables import metadata
+from inbox.store.db.engine import make_engine
+from inbox.store.schema import migrate
+from inbox.store.schema.tables import metadata
+from inbox.store.write import sources as store
 
 ROOT = Path(__file__).resolve().parent.parent
 

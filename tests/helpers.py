@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from inbox.store.ledger_reads import EVENT_ROW, KEYS_JOIN
+from inbox.store.reads.ledger_reads import EVENT_ROW, KEYS_JOIN
 
 # Every event as it reads: its row with its live key's duplicate counters added.
 EVENTS = f"SELECT {EVENT_ROW} FROM events e {KEYS_JOIN}"

@@ -12,11 +12,12 @@ from inbox.domain.idempotency import validate_key
 from inbox.domain.records import Endpoint
 from inbox.services import bulk
 from inbox.services.bulk import NotReplayable
-from inbox.store import admin, bulk_review, operator
-from inbox.store import bulk as bulk_store
-from inbox.store import deliveries as dstore
-from inbox.store import endpoints as estore
-from inbox.store.tokens import Token
+from inbox.store.reads import admin
+from inbox.store.write import bulk as bulk_store
+from inbox.store.write import bulk_review, operator
+from inbox.store.write import deliveries as dstore
+from inbox.store.write import endpoints as estore
+from inbox.store.write.tokens import Token
 from web.api.common import not_found
 from web.services import services
 

@@ -14,8 +14,8 @@ from inbox.infra import broker, metrics
 from inbox.infra.config import Settings
 from inbox.infra.logs import configure_logging
 from inbox.infra.ratelimit import RateLimiter
-from inbox.store.engine import make_engine
-from inbox.store.group_commit import Claims
+from inbox.store.db.engine import make_engine
+from inbox.store.db.group_commit import Claims
 from web.api import api
 from web.errors import register_error_handlers
 from web.health import health

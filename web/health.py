@@ -15,7 +15,7 @@ from flask import Blueprint
 from sqlalchemy import Connection, text
 
 from inbox.infra.config import Settings
-from inbox.store.migrate import head_revision
+from inbox.store.schema.migrate import head_revision
 from web.services import services
 
 health = Blueprint("health", __name__)

@@ -22,10 +22,10 @@ from inbox.domain.errors import (
 from inbox.domain.records import Source
 from inbox.domain.states import EventState
 from inbox.infra import metrics
-from inbox.store.claims import ATTEMPTS, RETRIED
-from inbox.store.engine import deadline_at
-from inbox.store.events import stored_response
-from inbox.store.intake import IngestResult, claim, ingest, replay
+from inbox.store.db.engine import deadline_at
+from inbox.store.reads.events import stored_response
+from inbox.store.write.claims import ATTEMPTS, RETRIED
+from inbox.store.write.intake import IngestResult, claim, ingest, replay
 from web import overload, validate
 from web.errors import error_response
 from web.responses import BufferedResponse

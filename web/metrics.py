@@ -7,7 +7,7 @@ counters of every process.
 
 With ``PROMETHEUS_MULTIPROC_DIR`` set, the counters of every web and Celery process
 writing to that directory are added up; otherwise this process's default registry is
-served. Depth and ages come from the database at scrape time (``inbox.store.stats``).
+served. Depth and ages come from the database at scrape time (``inbox.store.reads.stats``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from inbox.domain import tokens
 from inbox.domain.errors import Unauthorized
 from inbox.domain.states import DeliveryState, EventState
 from inbox.infra.metrics import tenant_label
-from inbox.store import stats
+from inbox.store.reads import stats
 from web import throttle
 from web.errors import error_response
 from web.services import services

@@ -23,7 +23,7 @@ from inbox.domain.errors import TooManyRequests, Unavailable
 from inbox.domain.ratelimit import retry_after
 from inbox.domain.records import Source
 from inbox.infra.ratelimit import RateLimiter
-from inbox.store.backlog import pending_count
+from inbox.store.reads.backlog import pending_count
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import time
 from sqlalchemy import Engine
 
 from inbox.domain.records import Source
-from inbox.store.sources import find_source
+from inbox.store.write.sources import find_source
 
 
 class RouteCache:

@@ -37,7 +37,7 @@ class ServerSettings:
     port: int
     # One worker process per core: a process runs Python on one core at a time (the
     # interpreter lock). 24 threads each: the more requests a process has in flight, the
-    # more claims share each INSERT (inbox/store/group_commit.py); 24 did better than 8 at 32
+    # more claims share each INSERT (inbox/store/db/group_commit.py); 24 did better than 8 at 32
     # senders (bench/README.md). The claims of a process use connections of their own,
     # one per statement out (INBOX_CLAIM_STATEMENTS), so the pool (INBOX_DB_POOL_SIZE) need
     # not be as large.

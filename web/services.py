@@ -10,7 +10,7 @@ from sqlalchemy import Engine
 
 from inbox.infra.config import Settings
 from inbox.infra.ratelimit import RateLimiter
-from inbox.store.group_commit import Claims
+from inbox.store.db.group_commit import Claims
 from web.overload import Backlog
 from web.routes import RouteCache
 

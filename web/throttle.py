@@ -3,7 +3,7 @@
 ``INBOX_AUTH_MAX_FAILURES`` failures (default 10) within ``INBOX_AUTH_WINDOW_SECONDS``
 (default 300) from one address, and every attempt from it is refused until the window
 ends, good credentials included: otherwise a guesser learns when it has guessed right.
-The count lives in the database (``inbox/store/throttle.py`` says why), so it holds
+The count lives in the database (``inbox/store/write/throttle.py`` says why), so it holds
 across web processes and hosts. The address is the TCP peer's; behind a reverse proxy
 set ``INBOX_TRUSTED_PROXIES`` to the number of proxies that append to X-Forwarded-For.
 """
@@ -15,7 +15,7 @@ import logging
 from flask import request
 
 from inbox.domain.errors import TooManyRequests
-from inbox.store import throttle as store
+from inbox.store.write import throttle as store
 from web.services import services
 
 log = logging.getLogger(__name__)

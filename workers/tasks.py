@@ -12,9 +12,10 @@ from inbox.services.bulk import run_bulk_once
 from inbox.services.courier import BATCH, deliver_once
 from inbox.services.drain import drain_once, sweep_once
 from inbox.services.runner import DEFERRED
-from inbox.store import bulk, deliveries, partitions, queue
-from inbox.store.engine import make_engine
-from inbox.store.retention import prune_once
+from inbox.store.db.engine import make_engine
+from inbox.store.schema import partitions
+from inbox.store.write import bulk, deliveries, queue
+from inbox.store.write.retention import prune_once
 from workers.app import app, settings
 
 log = logging.getLogger(__name__)

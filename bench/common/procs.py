@@ -38,7 +38,7 @@ def free_port() -> int:
 
 def create_database(pg_url: str, prefix: str = "inbox_bench") -> tuple[str, str]:
     """A fresh database, migrated to head: (name, url)."""
-    from inbox.store import migrate
+    from inbox.store.schema import migrate
 
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(pg_url, autocommit=True) as conn:

@@ -21,11 +21,11 @@ from sqlalchemy import create_engine
 
 from inbox.domain.ledger import bounds, partition_name
 from inbox.domain.sources import SourceOptions
-from inbox.store import endpoints as endpoints_store
-from inbox.store import partitions
-from inbox.store import sources as sources_store
-from inbox.store.engine import sqlalchemy_url
-from inbox.store.ledger_tables import DROP_ORDER, PARTITIONED
+from inbox.store.db.engine import sqlalchemy_url
+from inbox.store.schema import partitions
+from inbox.store.schema.ledger_tables import DROP_ORDER, PARTITIONED
+from inbox.store.write import endpoints as endpoints_store
+from inbox.store.write import sources as sources_store
 
 TENANT, SOURCE, DRAIN_SOURCE = "bench", "own", "noop"
 PLAYBOOK = "bench-noop"
@@ -211,7 +211,7 @@ def _delete_day(conn: psycopg.Connection, day: dt.date) -> float:
 
 
 def _retire(url: str, day: dt.date) -> float:
-    """Seconds for retention's own drop of ``day`` (``inbox.store.partitions.retire`` with
+    """Seconds for retention's own drop of ``day`` (``inbox.store.schema.partitions.retire`` with
     a window that ``day`` alone is past: the lock, the check that nothing keeps the day,
     DETACH and DROP of every table's partition, children first)."""
     engine = create_engine(sqlalchemy_url(url))

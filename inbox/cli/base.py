@@ -19,7 +19,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from inbox.domain.errors import InboxError
 from inbox.infra.config import Settings
-from inbox.store.engine import make_engine
+from inbox.store.db.engine import make_engine
 
 EXAMPLE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 

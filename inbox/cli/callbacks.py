@@ -12,8 +12,8 @@ from inbox.cli.output import emit_json, fields, json_option, table
 from inbox.domain import callbacks
 from inbox.domain.records import Endpoint
 from inbox.domain.states import DeliveryState
-from inbox.store import deliveries as dstore
-from inbox.store import endpoints as store
+from inbox.store.write import deliveries as dstore
+from inbox.store.write import endpoints as store
 
 
 @main.group()

@@ -15,7 +15,7 @@ from inbox.cli.output import emit_json, fields, json_option, table, when
 from inbox.domain.states import EventState
 from inbox.infra import broker
 from inbox.services import bulk
-from inbox.store import bulk_review, operator
+from inbox.store.write import bulk_review, operator
 
 # Lease bookkeeping: how the workers coordinate, not what happened to the event.
 INTERNAL = ("id", "tenant_id", "source_id", "fence", "lease_owner", "lease_expires_at", "headers")

@@ -13,11 +13,11 @@ from inbox.domain.retention import key_window_hours
 from inbox.infra import metrics
 from inbox.infra.config import Settings
 from inbox.services import reconcile as rec
-from inbox.store import partitions
-from inbox.store import reconcile as rstore
-from inbox.store.engine import make_engine
-from inbox.store.retention import ledger_window, prune_once
-from inbox.store.sources import get_source, list_sources
+from inbox.store.db.engine import make_engine
+from inbox.store.reads import reconcile as rstore
+from inbox.store.schema import partitions
+from inbox.store.write.retention import ledger_window, prune_once
+from inbox.store.write.sources import get_source, list_sources
 
 
 @main.command()

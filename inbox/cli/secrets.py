@@ -6,7 +6,7 @@ import click
 
 from inbox.cli.base import main, transaction
 from inbox.infra import keyring as kr
-from inbox.store import secrets as store
+from inbox.store.write import secrets as store
 
 
 @main.group()

@@ -14,13 +14,13 @@ from inbox.cli.output import emit_json, fields, json_option, table
 from inbox.domain.records import Source
 from inbox.domain.signatures import SCHEMES
 from inbox.domain.sources import OPTION_NAMES, SourceOptions
-from inbox.store import sources as store
+from inbox.store.write import sources as store
 
 
 @main.command()
 def migrate() -> None:
     """Apply the database migrations."""
-    from inbox.store import migrate as mig
+    from inbox.store.schema import migrate as mig
 
     mig.upgrade(settings().database_url)
     click.echo("migrated to head")

@@ -7,7 +7,7 @@ import click
 from inbox.cli.base import main, transaction
 from inbox.cli.output import emit_json, json_option, table
 from inbox.domain.tokens import ROLES
-from inbox.store import tokens as store
+from inbox.store.write import tokens as store
 
 
 @main.group()

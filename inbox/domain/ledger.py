@@ -10,7 +10,7 @@ public id touches one partition, and the primary key (``id``) includes the parti
 so foreign keys into a partitioned table work. 2**40 ids a day leaves 2**23 days (22,000
 years) in a positive bigint.
 
-Nothing here touches the database; ``inbox.store.partitions`` makes the partitions.
+Nothing here touches the database; ``inbox.store.schema.partitions`` makes the partitions.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Three windows, each per source:
   headers, decision, steps and audit trail (the ledger) stay;
 - the same retention bounds the per-attempt receipts of delivered callbacks.
 
-Nothing here touches the database; ``inbox.store.retention`` applies the policy.
+Nothing here touches the database; ``inbox.store.write.retention`` applies the policy.
 """
 
 from __future__ import annotations

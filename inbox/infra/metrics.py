@@ -7,7 +7,7 @@ directory and ``/metrics`` (web/metrics.py) adds up every web and Celery process
 the host. Gauges say how to combine processes (``multiprocess_mode``).
 
 Inbox depth and the age of the oldest pending event are not here: they are read from the
-database at scrape time (``inbox.store.stats`` and the collector in ``web/metrics.py``).
+database at scrape time (``inbox.store.reads.stats`` and the collector in ``web/metrics.py``).
 """
 
 from __future__ import annotations

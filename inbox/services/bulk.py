@@ -7,8 +7,8 @@ with its outcomes, the job's counters and a renewed lease. It stops when the
 items run out, when the job is cancelled, when another runner holds the lease,
 or when its time budget is spent (releasing the lease for the next task).
 
-Replaying an item only moves a dead letter (``inbox.store.operator.replay`` and
-``inbox.store.deliveries.replay`` check the state in their UPDATE), and an item
+Replaying an item only moves a dead letter (``inbox.store.write.operator.replay`` and
+``inbox.store.write.deliveries.replay`` check the state in their UPDATE), and an item
 someone replayed after the job was made is skipped: two jobs over the same
 events, or one request sent twice, move each event at most once.
 """
@@ -30,9 +30,10 @@ from sqlalchemy import Connection, Engine
 
 from inbox.domain.approval import DEFAULT_APPROVAL_MIN
 from inbox.domain.errors import BadRequest, InboxError
-from inbox.store import admin, operator
-from inbox.store import bulk as store
-from inbox.store import deliveries as dstore
+from inbox.store.reads import admin
+from inbox.store.write import bulk as store
+from inbox.store.write import deliveries as dstore
+from inbox.store.write import operator
 
 log = logging.getLogger(__name__)
 

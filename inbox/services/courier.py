@@ -18,8 +18,8 @@ from inbox.domain.records import Endpoint
 from inbox.domain.states import DeliveryState, transition
 from inbox.infra import metrics
 from inbox.outbound.client import Client, DeliveryError
-from inbox.store import deliveries as store
-from inbox.store.endpoints import get_endpoint, set_enabled
+from inbox.store.write import deliveries as store
+from inbox.store.write.endpoints import get_endpoint, set_enabled
 
 BATCH = 50
 _SECRETISH = re.compile(

@@ -21,7 +21,7 @@ from inbox.infra import metrics
 from inbox.infra.config import Settings
 from inbox.services.ports import WorkStore, work_store
 from inbox.services.runner import RunConfig, is_pure, run_claimed, run_in_memory
-from inbox.store.batch import Completion
+from inbox.store.write.batch import Completion
 
 
 def worker_id() -> str:

@@ -1,7 +1,7 @@
 """What the runner, drain and heartbeat need of the store, as a Protocol.
 
 They call the store only through a ``WorkStore``: a transaction (``begin``) and the queue's
-operations, each taking that transaction first. ``inbox.store.work.SqlWorkStore`` is the
+operations, each taking that transaction first. ``inbox.store.write.work.SqlWorkStore`` is the
 PostgreSQL one; the unit tests' in-memory store is another, so the services' logic (recovery
 points, fencing, retries, batching) is tested without a database. Services also accept an
 ``Engine``, which stands for the PostgreSQL store.
@@ -17,9 +17,9 @@ from sqlalchemy import Engine
 from inbox.domain.callbacks import Outgoing
 from inbox.domain.ordering import Position
 from inbox.domain.records import Claim, LoadedEvent
-from inbox.store.batch import Completion
-from inbox.store.staleness import Judgement
-from inbox.store.work import SqlWorkStore
+from inbox.store.write.batch import Completion
+from inbox.store.write.staleness import Judgement
+from inbox.store.write.work import SqlWorkStore
 
 
 class WorkStore(Protocol):

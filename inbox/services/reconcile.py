@@ -34,7 +34,7 @@ from sqlalchemy import Connection
 from inbox.domain.errors import BadRequest
 from inbox.domain.idempotency import key_digest
 from inbox.domain.records import Source
-from inbox.store import reconcile as store
+from inbox.store.reads import reconcile as store
 
 log = logging.getLogger(__name__)
 

@@ -28,13 +28,13 @@ from inbox.domain.states import EventState
 from inbox.infra import metrics
 from inbox.services.heartbeat import Heartbeat
 from inbox.services.ports import WorkStore, work_store
-from inbox.store.batch import Completion
-from inbox.store.staleness import Judgement
+from inbox.store.write.batch import Completion
+from inbox.store.write.staleness import Judgement
 
 log = logging.getLogger(__name__)
 
 # What run_claimed returns for an event put back because another with its business key
-# was running (see inbox.store.staleness).
+# was running (see inbox.store.write.staleness).
 DEFERRED = "deferred"
 
 

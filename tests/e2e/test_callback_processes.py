@@ -12,8 +12,8 @@ from sqlalchemy import text
 
 from inbox.domain import callbacks
 from inbox.domain.sources import SourceOptions
-from inbox.store import endpoints as estore
-from inbox.store import sources as sstore
+from inbox.store.write import endpoints as estore
+from inbox.store.write import sources as sstore
 from tests.brokers import Broker
 from tests.e2e.test_worker_processes import wait_for
 from tests.helpers import body_of, hmac_headers

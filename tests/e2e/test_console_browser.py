@@ -18,7 +18,7 @@ import pytest
 import redis
 from sqlalchemy import text
 
-from inbox.store import tokens as tstore
+from inbox.store.write import tokens as tstore
 from tests.e2e.test_worker_processes import wait_for
 from tests.helpers import body_of, events_by_state, hmac_headers, sink_rows
 from tests.procs import ROOT, CeleryProc, Web

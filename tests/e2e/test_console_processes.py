@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from inbox.store import tokens as tstore
+from inbox.store.write import tokens as tstore
 from tests.procs import Web
 
 pytestmark = pytest.mark.e2e

@@ -22,9 +22,9 @@ from dev.embedded import PrivatePostgres
 from inbox.domain.idempotency import key_digest
 from inbox.domain.sources import SourceOptions
 from inbox.infra.config import Settings
-from inbox.store import migrate
-from inbox.store import sources as store
-from inbox.store.engine import make_engine
+from inbox.store.db.engine import make_engine
+from inbox.store.schema import migrate
+from inbox.store.write import sources as store
 from tests.helpers import body_of, hmac_headers
 from tests.procs import Web
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from inbox.store import migrate
+from inbox.store.schema import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e

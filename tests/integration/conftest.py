@@ -10,7 +10,7 @@ from sqlalchemy import Engine, text
 
 from inbox.domain import ledger
 from inbox.infra.config import Settings
-from inbox.store.tables import DROP_ORDER
+from inbox.store.schema.tables import DROP_ORDER
 from web import create_app
 
 

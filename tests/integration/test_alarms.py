@@ -11,7 +11,7 @@ import tests.sink_playbooks  # noqa: F401  (registers the test playbooks)
 from inbox.infra import broker
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
-from inbox.store import queue
+from inbox.store.write import queue
 from tests.helpers import body_of, hmac_headers
 
 pytestmark = pytest.mark.usefixtures("sink_table")

@@ -13,8 +13,8 @@ from sqlalchemy import text
 from inbox.cli import main
 from inbox.domain import callbacks
 from inbox.domain import tokens as tokenfmt
-from inbox.store import endpoints as estore
-from inbox.store import tokens as tstore
+from inbox.store.write import endpoints as estore
+from inbox.store.write import tokens as tstore
 from tests.helpers import body_of, hmac_headers
 
 Headers = dict[str, str]

@@ -12,7 +12,7 @@ from sqlalchemy import text
 from inbox.cli import main
 from inbox.infra.config import Settings
 from inbox.services.bulk import run_bulk_once
-from inbox.store import bulk as bstore
+from inbox.store.write import bulk as bstore
 from tests.integration.test_api import make_token, quarantine
 from tests.integration.test_bulk_replay import job_id, replays_per_event
 from tests.integration.test_ui import CSRF, grab, new_token, sign_in

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from inbox.services.bulk import run_bulk_once
-from inbox.store import bulk as bstore
+from inbox.store.write import bulk as bstore
 from tests.integration.test_api import make_token, quarantine
 
 
@@ -228,7 +228,7 @@ def test_an_expired_lease_is_taken_over_and_a_budget_releases_it(client, engine,
 
 
 def test_bulk_replay_of_failed_deliveries_rings_the_couriers(client, app, engine, make_source, op):
-    from inbox.store import endpoints as estore
+    from inbox.store.write import endpoints as estore
 
     src = make_source(tenant="acme")
     with engine.begin() as conn:

@@ -20,8 +20,8 @@ from inbox.domain.records import Endpoint
 from inbox.infra.config import Settings
 from inbox.services.courier import deliver_once
 from inbox.services.drain import drain_once
-from inbox.store import deliveries as dstore
-from inbox.store import endpoints as estore
+from inbox.store.write import deliveries as dstore
+from inbox.store.write import endpoints as estore
 from tests.helpers import body_of, hmac_headers
 from tests.sink import Answer, Sink
 

@@ -1,4 +1,4 @@
-"""The claims' own connections (``inbox.store.claim_connections``): kept and reused, out
+"""The claims' own connections (``inbox.store.db.claim_connections``): kept and reused, out
 of the engine's pool; replaced when broken, not when a statement was merely refused."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, text
 
-from inbox.store.claim_connections import Connections, for_engine
-from inbox.store.claims import row
+from inbox.store.db.claim_connections import Connections, for_engine
+from inbox.store.write.claims import row
 from tests.integration.test_claims import _event
 
 

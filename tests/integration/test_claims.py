@@ -1,4 +1,5 @@
-"""Group commit of claims (inbox.store.group_commit, inbox.store.claims) against real PostgreSQL.
+"""Group commit of claims (inbox.store.db.group_commit, inbox.store.write.claims) against real
+PostgreSQL.
 
 To make the batching deterministic, a first claim is held up by another transaction
 (an uncommitted row with its key, or a table lock) while more claims queue behind it.
@@ -21,9 +22,9 @@ from sqlalchemy import Connection, Engine, text
 
 from inbox.domain.intake import Prepared
 from inbox.domain.records import Source
-from inbox.store.claims import Copy, execute, row
-from inbox.store.group_commit import Claims
-from inbox.store.intake import ingest
+from inbox.store.db.group_commit import Claims
+from inbox.store.write.claims import Copy, execute, row
+from inbox.store.write.intake import ingest
 
 
 def _event(key: str | None, event_type: str = "t") -> Prepared:

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from inbox.infra import metrics
-from inbox.store import tokens as tstore
+from inbox.store.write import tokens as tstore
 from web import create_app
 
 

@@ -10,7 +10,7 @@ import secrets
 import pytest
 from sqlalchemy import Engine, text
 
-from inbox.store import tokens as tstore
+from inbox.store.write import tokens as tstore
 from tests.helpers import body_of, hmac_headers
 
 SECRET = "s3cret"

@@ -54,7 +54,7 @@ def test_duplicate_replays_the_stored_response_byte_for_byte(client, make_source
 
 def test_a_duplicate_is_one_hot_update_of_its_key_and_reads_no_event(client, make_source, engine):
     """The duplicate path touches event_keys alone, and without writing an index."""
-    from inbox.store.intake import _DUPLICATE, _duplicate_params
+    from inbox.store.write.intake import _DUPLICATE, _duplicate_params
     from tests.integration.test_claims import _event
 
     src = make_source()
@@ -218,7 +218,7 @@ def test_order_404_405_413_415_401_400(client, make_source, engine, settings):
 
 
 def test_disabled_source_is_404(client, make_source, engine):
-    from inbox.store.sources import set_enabled
+    from inbox.store.write.sources import set_enabled
 
     src = make_source()
     with engine.begin() as conn:

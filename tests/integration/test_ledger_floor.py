@@ -9,7 +9,7 @@ import re
 from sqlalchemy import Engine, text
 
 from inbox.domain import ledger
-from inbox.store import deliveries, operator, queue
+from inbox.store.write import deliveries, operator, queue
 from tests.integration.test_partitions import _plan, add_day, cover_open_days, today
 
 _SCANNED = re.compile(r"\bevents_(?:p\d{8}|default)\b")
@@ -81,7 +81,7 @@ def test_a_batchs_statements_are_planned_over_its_days_only(engine, make_source,
     days of the batch's lowest and highest id, they are planned over those days alone."""
     import json
 
-    from inbox.store import batch
+    from inbox.store.write import batch
 
     src = make_source()
     old = today(engine) - dt.timedelta(days=15)

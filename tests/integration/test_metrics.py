@@ -25,8 +25,8 @@ from sqlalchemy import Engine, text
 
 from inbox.infra import metrics
 from inbox.infra.config import Settings
-from inbox.store import endpoints as estore
-from inbox.store.engine import make_engine
+from inbox.store.db.engine import make_engine
+from inbox.store.write import endpoints as estore
 from tests.helpers import body_of, hmac_headers
 from web import create_app, serve
 from web.metrics import metrics_bp

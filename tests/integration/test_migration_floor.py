@@ -10,9 +10,10 @@ from sqlalchemy import create_engine, text
 
 from inbox.domain import ledger
 from inbox.domain.sources import SourceOptions
-from inbox.store import deliveries, migrate, partitions
-from inbox.store import sources as sstore
-from inbox.store.engine import sqlalchemy_url
+from inbox.store.db.engine import sqlalchemy_url
+from inbox.store.schema import migrate, partitions
+from inbox.store.write import deliveries
+from inbox.store.write import sources as sstore
 from tests.integration.ledger_support import put_delivery, put_event
 
 

@@ -18,12 +18,12 @@ from inbox.domain.records import Source
 from inbox.domain.sources import SourceOptions
 from inbox.domain.states import DeliveryState, EventState
 from inbox.infra.config import Settings
-from inbox.store import migrate
-from inbox.store import sources as sstore
-from inbox.store import tokens as tstore
-from inbox.store.engine import make_engine, sqlalchemy_url
-from inbox.store.partitions import today
-from inbox.store.tables import PARTITIONED
+from inbox.store.db.engine import make_engine, sqlalchemy_url
+from inbox.store.schema import migrate
+from inbox.store.schema.partitions import today
+from inbox.store.schema.tables import PARTITIONED
+from inbox.store.write import sources as sstore
+from inbox.store.write import tokens as tstore
 from tests.helpers import EVENTS, body_of, hmac_headers
 from web import create_app
 

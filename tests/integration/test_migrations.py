@@ -7,13 +7,13 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
 from inbox.domain import ledger
-from inbox.store import migrate
-from inbox.store.engine import sqlalchemy_url
-from inbox.store.tables import PARTITIONED, metadata
+from inbox.store.db.engine import sqlalchemy_url
+from inbox.store.schema import migrate
+from inbox.store.schema.tables import PARTITIONED, metadata
 
 
 def _not_a_partition(name: str | None, type_: str, parent_names: object) -> bool:
-    """A day's partition (or the DEFAULT one) is made by inbox.store.partitions, not in
+    """A day's partition (or the DEFAULT one) is made by inbox.store.schema.partitions, not in
     tables.py: the comparison covers the partitioned parents."""
     if type_ != "table" or name is None:
         return True
@@ -31,7 +31,7 @@ def test_upgrade_matches_tables_then_downgrade_empties(empty_db: str) -> None:
             opts={"include_name": _not_a_partition},
         )
         diff = compare_metadata(context, metadata)
-        assert diff == [], f"migrations and inbox/store/tables.py disagree: {diff}"
+        assert diff == [], f"migrations and inbox/store/schema/tables.py disagree: {diff}"
     migrate.downgrade(empty_db, "base")
     with engine.connect() as conn:
         assert set(inspect(conn).get_table_names()) == {"alembic_version"}

@@ -13,7 +13,7 @@ import tests.sink_playbooks  # noqa: F401
 from inbox.cli import main
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
-from inbox.store import operator
+from inbox.store.write import operator
 from tests.helpers import body_of, hmac_headers, sink_rows
 from tests.sink_playbooks import CRASH_DIR
 

@@ -13,7 +13,8 @@ import pytest
 from sqlalchemy import Engine, event, text
 
 from inbox.domain import ledger
-from inbox.store import history, partitions
+from inbox.store.reads import history
+from inbox.store.schema import partitions
 from tests.integration.ledger_support import put_delivery, put_event
 from tests.integration.ui_support import new_token, sign_in
 

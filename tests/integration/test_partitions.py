@@ -15,9 +15,10 @@ from inbox.cli import main
 from inbox.domain import ledger
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
-from inbox.store import ledger_reads, partitions
-from inbox.store.retention import prune_once
-from inbox.store.tables import PARTITIONED
+from inbox.store.reads import ledger_reads
+from inbox.store.schema import partitions
+from inbox.store.schema.tables import PARTITIONED
+from inbox.store.write.retention import prune_once
 from tests.helpers import EVENTS, body_of, hmac_headers
 from tests.integration.ledger_support import put_delivery, put_event
 

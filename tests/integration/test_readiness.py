@@ -7,8 +7,8 @@ import socket
 from dataclasses import replace
 
 from inbox.infra.config import Settings
-from inbox.store import migrate
-from inbox.store.engine import make_engine
+from inbox.store.db.engine import make_engine
+from inbox.store.schema import migrate
 from tests.helpers import body_of, hmac_headers
 from web import create_app
 

@@ -15,7 +15,7 @@ from inbox.cli import main
 from inbox.domain.errors import BadRequest
 from inbox.domain.idempotency import key_digest
 from inbox.services import reconcile as rec
-from inbox.store import reconcile as rstore
+from inbox.store.reads import reconcile as rstore
 from tests.helpers import body_of, hmac_headers, keyed_insert
 
 

@@ -14,7 +14,7 @@ from inbox.domain.errors import BadRequest
 from inbox.domain.idempotency import key_digest
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
-from inbox.store.retention import prune_once
+from inbox.store.write.retention import prune_once
 from tests.helpers import EVENTS, body_of, hmac_headers, keyed_insert
 
 NOW = datetime(2031, 6, 1, 12, 0, tzinfo=UTC)

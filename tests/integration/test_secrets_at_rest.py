@@ -12,10 +12,10 @@ from sqlalchemy.exc import IntegrityError
 
 from inbox.cli import main
 from inbox.infra import keyring
-from inbox.store import endpoints as estore
-from inbox.store import migrate
-from inbox.store import sources as sstore
-from inbox.store.engine import sqlalchemy_url
+from inbox.store.db.engine import sqlalchemy_url
+from inbox.store.schema import migrate
+from inbox.store.write import endpoints as estore
+from inbox.store.write import sources as sstore
 from tests.helpers import body_of, hmac_headers
 
 CLEAR = "whsec_CLEARVALUE_0123456789"

@@ -67,7 +67,7 @@ def test_the_drain_task_runs_what_the_doorbell_rang_for(
 
 
 def test_the_sweep_task_requeues_an_expired_lease_and_rings(celery_env, make_source, engine):
-    from inbox.store import queue
+    from inbox.store.write import queue
 
     src = make_source()
     with engine.begin() as conn:

@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from inbox.domain import tokens as tokenfmt
 from inbox.services.bulk import run_bulk_once
-from inbox.store import tokens as tstore
+from inbox.store.write import tokens as tstore
 from tests.integration.test_api import audit_count, quarantine, state_of
 from tests.integration.ui_support import (
     CSRF,

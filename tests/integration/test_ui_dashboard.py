@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from inbox.store import dashboard
+from inbox.store.reads import dashboard
 from tests.integration.ui_support import (
     grab,
     make_world,
@@ -198,8 +198,8 @@ def test_an_all_tenants_token_sees_every_tenants_numbers(client, world, scripted
 
 
 def test_the_last_bucket_agrees_with_the_metrics_queries(engine, world, scripted):
-    """The chart's 'now' is what inbox.store.stats (the /metrics gauges) reports."""
-    from inbox.store import stats
+    """The chart's 'now' is what inbox.store.reads.stats (the /metrics gauges) reports."""
+    from inbox.store.reads import stats
 
     with engine.connect() as conn:
         s = dashboard.series(conn, dashboard.WINDOWS["hour"], None)

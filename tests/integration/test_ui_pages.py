@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 import tests.sink_playbooks  # noqa: F401  (registers the test playbooks)
 from inbox.services.bulk import run_bulk_once
-from inbox.store import endpoints as estore
+from inbox.store.write import endpoints as estore
 from tests.integration.test_api import quarantine, state_of
 from tests.integration.test_ui import CSRF, grab, new_token, post, sign_in
 from tests.integration.test_workers import drain_all, send, wsettings  # noqa: F401

@@ -8,8 +8,8 @@ import time
 from sqlalchemy import text
 
 from inbox.infra.config import Settings
-from inbox.store.claim_connections import for_engine
-from inbox.store.engine import make_engine
+from inbox.store.db.claim_connections import for_engine
+from inbox.store.db.engine import make_engine
 from tests.helpers import body_of, hmac_headers
 from web import create_app
 
@@ -121,7 +121,7 @@ def test_a_statement_the_watchdog_cancels_leaves_its_connection_usable(settings)
     the next request a dead connection, and that request a 503 it did not earn."""
     import psycopg
 
-    from inbox.store.engine import deadline
+    from inbox.store.db.engine import deadline
 
     # the server's own timeouts far away: only the client-side deadline can end the sleep
     patient = Settings(database_url=settings.database_url, db_timeout_ms=30_000)

@@ -19,8 +19,8 @@ from inbox.domain.errors import LeaseLost
 from inbox.domain.ordering import Position
 from inbox.domain.records import Claim
 from inbox.services.ports import WorkStore
-from inbox.store.batch import Completion
-from inbox.store.work import SqlWorkStore
+from inbox.store.write.batch import Completion
+from inbox.store.write.work import SqlWorkStore
 from tests.unit.fake_store import InMemoryStore
 
 LEASE = 30.0

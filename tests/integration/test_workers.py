@@ -12,7 +12,7 @@ import tests.sink_playbooks  # noqa: F401  (registers the test playbooks)
 from inbox.domain.errors import LeaseLost
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once, sweep_once
-from inbox.store import queue
+from inbox.store.write import queue
 from tests.helpers import body_of, events_by_state, hmac_headers, sink_rows
 
 pytestmark = pytest.mark.usefixtures("sink_table")
@@ -260,7 +260,7 @@ def test_prefer_wait_times_out_with_the_usual_202(client, make_source, engine):
 
 
 def test_batched_completion_is_fenced_too(client, make_source, engine):
-    from inbox.store import batch
+    from inbox.store.write import batch
 
     src = make_source()
     send(client, src, {"a": 1}, "k1")

@@ -8,7 +8,7 @@ from typing import Any
 from flask.testing import FlaskClient
 from sqlalchemy import text
 
-from inbox.store import tokens as tstore
+from inbox.store.write import tokens as tstore
 from tests.integration.test_api import quarantine
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')

@@ -3,7 +3,7 @@
 ``InMemoryStore`` has the shape of ``inbox.services.ports.WorkStore`` (and ``insert`` is a
 ``Claims`` send function), so the runner, drain, heartbeat and group commit run against it
 without PostgreSQL. It keeps the rules the services rely on, the way the SQL in
-``inbox/store/queue.py`` and ``batch.py`` states them: leases with fence tokens and expiry on
+``inbox/store/write/queue.py`` and ``batch.py`` states them: leases with fence tokens and expiry on
 the store's own clock, attempts counted at claim time, recovery points written once, effects
 claimed once per business key, and every state change checked against
 ``inbox.domain.states.ALLOWED``. A transaction is all or nothing: a failure inside ``begin()``
@@ -28,8 +28,8 @@ from inbox.domain.errors import LeaseLost
 from inbox.domain.ordering import Newer, Position
 from inbox.domain.records import Claim, EventId, LoadedEvent, TenantId
 from inbox.domain.states import EventState, transition
-from inbox.store.batch import Completion
-from inbox.store.staleness import RETRY_SECONDS, Judgement
+from inbox.store.write.batch import Completion
+from inbox.store.write.staleness import RETRY_SECONDS, Judgement
 
 
 @dataclass
@@ -249,7 +249,7 @@ class InMemoryStore:
 
     def judge(self, tx: Any, c: Claim, tenant_id: int, bk: bytes, mine: Position) -> Judgement:
         """Stale or not against the newest completed event with the key; put back while
-        another event with the key is running (``inbox/store/staleness.py``)."""
+        another event with the key is running (``inbox/store/write/staleness.py``)."""
         self.calls.append("judge")
         row = self._live(c)
         same = [

@@ -6,8 +6,8 @@ from flask import g, request
 
 from inbox.domain import tokens
 from inbox.domain.errors import Forbidden, Unauthorized
-from inbox.store import tokens as store
-from inbox.store.tokens import Token
+from inbox.store.write import tokens as store
+from inbox.store.write.tokens import Token
 from web import throttle
 from web.api import api
 from web.services import services

@@ -8,7 +8,7 @@ from flask import Response, jsonify, request
 
 from inbox.domain.errors import BadRequest
 from inbox.services import bulk
-from inbox.store import bulk as store
+from inbox.store.write import bulk as store
 from web import actions
 from web.api import api, auth
 from web.api.common import jsonable, not_found

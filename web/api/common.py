@@ -12,7 +12,7 @@ from flask import request
 
 from inbox.domain.errors import BadRequest, InboxError, NotFound
 from inbox.services.bulk import parse_time
-from inbox.store.admin import Filter
+from inbox.store.reads.admin import Filter
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500

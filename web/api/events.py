@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from inbox.domain.states import EventState
-from inbox.store import admin
-from inbox.store.tables import STATES
+from inbox.store.reads import admin
+from inbox.store.schema.tables import STATES
 from web import actions
 from web.api import api, auth
 from web.api.common import cursor, jsonable, limit, list_filter, not_found, page

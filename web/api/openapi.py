@@ -9,7 +9,7 @@ from typing import Any
 
 from inbox.domain.approval import BulkStatus
 from inbox.services import bulk
-from inbox.store.tables import DELIVERY_STATES, STATES
+from inbox.store.schema.tables import DELIVERY_STATES, STATES
 from web.api import api
 from web.api.common import DEFAULT_LIMIT, MAX_LIMIT
 

@@ -12,9 +12,9 @@ from werkzeug.wrappers import Response
 
 from inbox.domain.errors import BadRequest
 from inbox.domain.states import DeliveryState, EventState
-from inbox.store import bulk as bstore
-from inbox.store import dashboard as store
-from inbox.store import history, stats
+from inbox.store.reads import dashboard as store
+from inbox.store.reads import history, stats
+from inbox.store.write import bulk as bstore
 from web.services import services
 from web.ui import charts, outcomes, ui
 from web.ui.display import duration

@@ -6,7 +6,7 @@ from __future__ import annotations
 from flask import redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from inbox.store import history, reads
+from inbox.store.reads import history, reads
 from web.services import services
 from web.ui import ui
 from web.ui.session import scope

@@ -10,8 +10,8 @@ from werkzeug.wrappers import Response
 
 from inbox.domain.states import DeliveryState
 from inbox.services.bulk import NotReplayable
-from inbox.store import admin
-from inbox.store.tables import DELIVERY_STATES
+from inbox.store.reads import admin
+from inbox.store.schema.tables import DELIVERY_STATES
 from web import actions
 from web.api.common import cursor, encode_cursor, list_filter, not_found
 from web.services import services

@@ -6,7 +6,7 @@ from __future__ import annotations
 from flask import flash, redirect, render_template, url_for
 from werkzeug.wrappers import Response
 
-from inbox.store import admin, reads
+from inbox.store.reads import admin, reads
 from web import actions
 from web.api.common import not_found
 from web.services import services

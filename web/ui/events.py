@@ -9,8 +9,8 @@ from werkzeug.wrappers import Response
 
 from inbox.domain.states import DeliveryState, EventState
 from inbox.services.bulk import NotReplayable
-from inbox.store import admin, history
-from inbox.store.tables import STATES
+from inbox.store.reads import admin, history
+from inbox.store.schema.tables import STATES
 from web import actions
 from web.api.common import cursor, encode_cursor, list_filter, not_found
 from web.services import services

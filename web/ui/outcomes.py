@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from inbox.store import bulk as store
-from inbox.store.history import Outcomes
+from inbox.store.reads.history import Outcomes
+from inbox.store.write import bulk as store
 
 # The CSS state class for each verdict.
 CSS = {

@@ -11,8 +11,8 @@ from werkzeug.wrappers import Response
 from inbox.domain import approval
 from inbox.domain.errors import BadRequest
 from inbox.services import bulk
-from inbox.store import admin, history
-from inbox.store import bulk as store
+from inbox.store.reads import admin, history
+from inbox.store.write import bulk as store
 from web import actions
 from web.api.common import jsonable, not_found
 from web.services import services

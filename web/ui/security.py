@@ -1,6 +1,6 @@
 """The console's sessions, CSRF tokens and browser policies.
 
-Sessions are held on the server (``inbox/store/sessions.py``): the cookie carries a random
+Sessions are held on the server (``inbox/store/write/sessions.py``): the cookie carries a random
 id and nothing else, so no signing key is needed and every web process sees the same
 sessions without configuration. Signing out deletes the session's row: a copy of the
 cookie taken before is worthless everywhere at once. A session ends after
@@ -27,7 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.datastructures import CallbackDict
 from werkzeug.wrappers import Response
 
-from inbox.store import sessions as store
+from inbox.store.write import sessions as store
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from werkzeug.wrappers import Response
 
 from inbox.domain import tokens
 from inbox.domain.errors import Forbidden, TooManyRequests, Unauthorized
-from inbox.store import sessions as sessions_store
-from inbox.store import tokens as store
-from inbox.store.tokens import Token
+from inbox.store.write import sessions as sessions_store
+from inbox.store.write import tokens as store
+from inbox.store.write.tokens import Token
 from web import throttle
 from web.services import services
 from web.ui import security, ui

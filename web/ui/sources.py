@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import render_template
 
-from inbox.store import reads
+from inbox.store.reads import reads
 from web.services import services
 from web.ui import ui
 from web.ui.session import scope

@@ -1,0 +1,307 @@
+"""Engines: one per process, built from DATABASE_URL; and a deadline on every wait.
+
+A request that needs the database has one deadline (``deadline``), and every wait of it
+is bounded by what is left: the pool's checkout (``_DeadlinePool``), each statement
+(``watchdog``) and, in ``inbox.store.write.claims``, the group-commit queue. The server's own
+``statement_timeout`` and ``lock_timeout`` cut a slow statement on a live server; they
+do nothing when the server has stopped answering (a frozen host, a stalled disk, a
+network partition: the kernel still acknowledges every packet, so TCP keepalives and
+``tcp_user_timeout`` stay quiet too). The watchdog is the client-side deadline for that
+case: it asks the server to cancel the statement, and if that gets no answer either, it
+shuts the connection's socket, so the waiting thread gets an error at once and the pool
+drops the connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import Any
+
+import psycopg
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.pool import QueuePool
+
+from inbox.infra.config import Settings
+
+_DEADLINE: ContextVar[float | None] = ContextVar("inbox_db_deadline", default=None)
+TIMEOUT_INFO = "inbox_timeout_s"  # a pooled connection's info: its engine's timeout
+DEFAULT_TIMEOUT_S = 2.0  # the settings' default, for a connection not made by make_engine
+
+
+class _Deadline:
+    """``deadline_at``'s context manager: a class, as a request enters a few of them and a
+    generator-based one costs several times as much to enter and leave."""
+
+    __slots__ = ("_token", "until")
+
+    def __init__(self, until: float) -> None:
+        self.until = until
+
+    def __enter__(self) -> float:
+        self._token = _DEADLINE.set(self.until)
+        return self.until
+
+    def __exit__(self, *exc: object) -> None:
+        _DEADLINE.reset(self._token)
+
+
+def deadline_at(until: float) -> _Deadline:
+    """Every database wait inside ends by ``until`` (a time.monotonic() value)."""
+    return _Deadline(until)
+
+
+def deadline(seconds: float) -> contextlib.AbstractContextManager[float]:
+    """Every database wait inside ends by ``seconds`` from now."""
+    return deadline_at(time.monotonic() + seconds)
+
+
+def current_deadline(default_seconds: float) -> float:
+    """The deadline of the work in progress, or ``default_seconds`` from now."""
+    until = _DEADLINE.get()
+    return time.monotonic() + default_seconds if until is None else until
+
+
+class _DeadlinePool(QueuePool):
+    """A QueuePool whose checkout waits at most until the caller's deadline.
+
+    SQLAlchemy's pool takes one timeout for every checkout; QueuePool reads it from
+    ``_timeout`` each time it waits, so that attribute answers with what the current
+    deadline leaves (at least a millisecond: zero would mean "wait forever").
+    """
+
+    @property
+    def _timeout(self) -> float:
+        base = self._base_timeout
+        until = _DEADLINE.get()
+        if until is None:
+            return base
+        return max(0.001, min(base, until - time.monotonic()))
+
+    @_timeout.setter
+    def _timeout(self, value: float) -> None:
+        self._base_timeout = value
+
+
+# SQLAlchemy names a pool's logger after its class: keep this one as quiet as its own.
+logging.getLogger(f"{__name__}.{_DeadlinePool.__name__}").setLevel(logging.WARNING)
+
+
+class _Guard:
+    __slots__ = ("driver", "lock", "returned", "until")
+
+    def __init__(self, driver: psycopg.Connection[Any], until: float) -> None:
+        self.driver = driver
+        self.until = until
+        # Set by the statement's own thread the moment it returns, without a lock: a cut in
+        # progress holds ``lock`` and must still see the return while it waits.
+        self.returned = threading.Event()
+        self.lock = threading.Lock()
+
+
+class Watchdog:
+    """Cuts statements that run past their deadline (one thread per process).
+
+    The thread looks at the statements in flight ten times a second: a dict insert and a
+    dict pop per statement is all the hot path pays. An overdue statement is handed to a
+    short-lived thread (a rare event), which asks the server to cancel it and, if the
+    server does not answer within ``grace`` seconds, shuts the socket.
+    """
+
+    def __init__(self, tick: float = 0.1, grace: float = 0.3) -> None:
+        self._tick = tick
+        self._grace = grace
+        self._mutex = threading.Lock()
+        self._out: dict[int, _Guard] = {}
+        self._pid = 0  # the process whose thread runs: a forked child starts its own
+
+    def watch(self, driver: psycopg.Connection[Any], until: float) -> _Guard:
+        """A statement on ``driver`` that must be over by ``until`` is starting."""
+        g = _Guard(driver, until)
+        with self._mutex:
+            if self._pid != os.getpid():
+                self._start()
+            self._out[id(g)] = g
+        return g
+
+    def done(self, g: _Guard) -> None:
+        """The statement returned (or failed)."""
+        with self._mutex:
+            self._out.pop(id(g), None)
+        g.returned.set()
+        with g.lock:  # wait for a cut in progress: the connection is ours again after
+            pass
+
+    @contextlib.contextmanager
+    def guard(self, driver: psycopg.Connection[Any], until: float) -> Iterator[None]:
+        g = self.watch(driver, until)
+        try:
+            yield
+        finally:
+            self.done(g)
+
+    def _start(self) -> None:
+        self._pid = os.getpid()
+        self._out.clear()
+        threading.Thread(target=self._watch, name="inbox-db-watchdog", daemon=True).start()
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self._tick)
+            now = time.monotonic()
+            with self._mutex:
+                overdue = [g for g in self._out.values() if g.until <= now]
+                for g in overdue:
+                    del self._out[id(g)]
+            for g in overdue:
+                threading.Thread(target=self._cut, args=(g,), daemon=True).start()
+
+    def _cut(self, g: _Guard) -> None:
+        with g.lock:
+            if g.returned.is_set():
+                return
+            try:
+                g.driver.cancel_safe(timeout=self._grace)
+            except Exception:  # the server does not answer: nothing will come back
+                pass
+            else:
+                # A live server answers the cancel at once: the statement returns with
+                # QueryCanceled and its connection stays good for the next user.
+                if g.returned.wait(self._grace):
+                    return
+            _shut(g.driver)
+
+
+def _shut(driver: psycopg.Connection[Any]) -> None:
+    """Shut the connection's socket: a thread blocked on it reads end-of-file at once."""
+    try:
+        fd = os.dup(driver.fileno())
+    except (OSError, psycopg.Error):
+        return
+    with socket.socket(fileno=fd) as sock:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+watchdog = Watchdog()
+
+
+def _connect_by(until: float, connect: Any) -> Any:
+    """A new connection, or ConnectionTimeout at ``until``.
+
+    libpq's ``connect_timeout`` is whole seconds and psycopg waits at least 2 s, longer
+    than a request may have left; so the connect runs in a thread of its own (connects
+    are rare: the pool keeps its connections) and the caller stops waiting at its
+    deadline. A connection that arrives later is closed.
+    """
+    done = threading.Event()
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append(connect())
+        except BaseException as exc:  # handed to the caller, or dropped if it left
+            box.append(exc)
+        with late:
+            done.set()
+            if abandoned and box and not isinstance(box[0], BaseException):
+                box[0].close()
+
+    late = threading.Lock()
+    abandoned = False
+    threading.Thread(target=run, name="inbox-db-connect", daemon=True).start()
+    done.wait(max(0.0, until - time.monotonic()))
+    with late:
+        if not done.is_set():
+            abandoned = True
+            raise psycopg.errors.ConnectionTimeout("no connection within the deadline")
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
+
+
+def sqlalchemy_url(url: str | None = None) -> str:
+    """DATABASE_URL in the form SQLAlchemy wants, with the psycopg 3 driver."""
+    url = url or os.environ.get("DATABASE_URL", "")
+    if not url:
+        raise RuntimeError("DATABASE_URL is not set (run through `make run` or `make test`).")
+    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def make_engine(settings: Settings, pool_size: int | None = None) -> Engine:
+    """An engine whose checkouts, connects and statements give up by the deadline, so
+    callers can answer 503."""
+    timeout_s = settings.db_timeout_ms / 1000
+    engine = create_engine(
+        sqlalchemy_url(settings.database_url),
+        poolclass=_DeadlinePool,
+        pool_size=pool_size or settings.pool_size,
+        max_overflow=0,
+        pool_timeout=timeout_s,
+        pool_pre_ping=False,
+        # The most recently used connection first: the receiver's claims keep landing on one
+        # warm backend with their statements already prepared (less PostgreSQL CPU per
+        # event than the default FIFO order).
+        pool_use_lifo=True,
+        pool_recycle=1800,
+        connect_args={
+            # whole seconds; psycopg waits at least 2 s for a connection
+            "connect_timeout": max(2, round(timeout_s)),
+            # JIT compiling the claim's plan costs more than running it.
+            "options": f"-c statement_timeout={settings.db_timeout_ms}"
+            f" -c lock_timeout={settings.db_timeout_ms} -c jit=off",
+            "application_name": "webhook-inbox",
+        },
+    )
+    _guard_statements(engine)
+
+    @event.listens_for(engine, "connect")
+    def _connected(dbapi_conn: Any, record: Any) -> None:
+        record.info[TIMEOUT_INFO] = timeout_s
+
+    @event.listens_for(engine, "do_connect")
+    def _connect(dialect: Any, record: Any, cargs: Any, cparams: Any) -> Any:
+        until = _DEADLINE.get()
+        if until is None:
+            return None  # SQLAlchemy connects as usual, within connect_timeout
+        return _connect_by(until, lambda: dialect.connect(*cargs, **cparams))
+
+    return engine
+
+
+def _guard_statements(engine: Engine) -> None:
+    """A statement sent inside a ``deadline`` is watched until it returns. Others (the
+    workers, retention, the CLI) keep the server's ``statement_timeout`` alone, which a
+    transaction may raise for a long statement of its own."""
+    out: dict[int, _Guard] = {}
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _before(conn: Any, cursor: Any, *args: Any) -> None:
+        until = _DEADLINE.get()
+        if until is not None:
+            out[id(cursor)] = watchdog.watch(cursor.connection, until)
+
+    @event.listens_for(engine, "after_cursor_execute")
+    def _after(conn: Any, cursor: Any, *args: Any) -> None:
+        g = out.pop(id(cursor), None)
+        if g is not None:
+            watchdog.done(g)
+
+    @event.listens_for(engine, "handle_error")
+    def _failed(ctx: Any) -> None:
+        # SQLAlchemy 2.1 leaves ExceptionContext.cursor unset; the execution context
+        # still holds the cursor. A statement never marked done is cut later, on a
+        # connection already back in the pool (the next request's 503).
+        cursor = getattr(ctx, "cursor", None) or getattr(ctx.execution_context, "cursor", None)
+        g = out.pop(id(cursor), None)
+        if g is not None:
+            watchdog.done(g)

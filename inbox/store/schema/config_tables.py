@@ -1,0 +1,231 @@
+"""The configuration tables: tenants, sources, endpoints, tokens, sessions, audit, bulk
+replays. Small, never partitioned; the ledger is in ``inbox.store.schema.ledger_tables``."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    LargeBinary,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+
+from inbox.store.schema.metadata import metadata, now_column
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("name", Text, nullable=False, unique=True),
+    Column("disabled", Boolean, nullable=False, server_default=text("false")),
+    now_column(),
+)
+
+sources = Table(
+    "sources",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("tenant_id", BigInteger, ForeignKey("tenants.id"), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("scheme", Text, nullable=False),
+    Column("enabled", Boolean, nullable=False, server_default=text("true")),
+    # Per-source options (see inbox.sources.SourceOptions): tolerance, limits, paths, ...
+    Column("options", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    now_column(),
+    UniqueConstraint("tenant_id", "name"),
+)
+
+source_secrets = Table(
+    "source_secrets",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("source_id", BigInteger, ForeignKey("sources.id"), nullable=False, index=True),
+    # Verifying an HMAC needs the secret itself, so it is kept encrypted (Fernet under
+    # INBOX_KEK, inbox/infra/keyring.py), never in clear: the CHECK refuses a clear value.
+    Column("secret", Text, nullable=False),
+    now_column(),
+    Column("revoked_at", DateTime(timezone=True)),
+    CheckConstraint("secret LIKE 'fernet:%'", name="encrypted"),
+)
+
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("actor", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("subject_kind", Text, nullable=False),
+    Column("subject_id", BigInteger),
+    Column("detail", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+)
+Index("ix_audit_log_subject", audit_log.c.subject_kind, audit_log.c.subject_id)
+
+# Outbound callbacks: a tenant's endpoints, and deliveries written in the same
+# transaction as the step that decides them (a transactional outbox).
+endpoints = Table(
+    "endpoints",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("public_id", Text, nullable=False, unique=True),
+    Column("tenant_id", BigInteger, ForeignKey("tenants.id"), nullable=False),
+    Column("url", Text, nullable=False),
+    # NULL: every event type.
+    Column("event_types", ARRAY(Text)),
+    Column("enabled", Boolean, nullable=False, server_default=text("true")),
+    Column("disabled_reason", Text),
+    Column("max_attempts", Integer, nullable=False, server_default=text("4")),
+    # Seconds before each retry; the last value repeats. Jitter is added.
+    Column("retry_schedule", ARRAY(Integer), nullable=False, server_default=text("'{5,30,120}'")),
+    Column("timeout_ms", Integer, nullable=False, server_default=text("5000")),
+    Column("max_in_flight", Integer, nullable=False, server_default=text("4")),
+    # Unreachable at its last attempt: one courier at a time until it answers again.
+    Column("failing", Boolean, nullable=False, server_default=text("false")),
+    now_column(),
+)
+
+endpoint_secrets = Table(
+    "endpoint_secrets",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("endpoint_id", BigInteger, ForeignKey("endpoints.id"), nullable=False, index=True),
+    Column("secret", Text, nullable=False),  # encrypted, as source_secrets.secret
+    now_column(),
+    Column("revoked_at", DateTime(timezone=True)),
+    CheckConstraint("secret LIKE 'fernet:%'", name="encrypted"),
+)
+
+# The admin API: bearer tokens (stored only as SHA-256 digests) and bulk replays.
+TOKEN_ROLES = ("viewer", "operator")
+
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("name", Text, nullable=False, unique=True),
+    Column("token_digest", LargeBinary, nullable=False, unique=True),
+    Column("role", Text, nullable=False),
+    # NULL: every tenant.
+    Column("tenant_id", BigInteger, ForeignKey("tenants.id")),
+    now_column(),
+    Column("revoked_at", DateTime(timezone=True)),
+    Column("last_used_at", DateTime(timezone=True)),
+    CheckConstraint("role IN ('viewer', 'operator')", name="role"),
+)
+
+# Console sessions, held on the server: the cookie carries a random id, this table its
+# SHA-256 (a stolen dump cannot be replayed as a cookie). Signing out deletes the row, so
+# the session ends for every web process at once; idle and absolute limits are checked
+# against these times on each request.
+console_sessions = Table(
+    "console_sessions",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("sid_digest", LargeBinary, nullable=False, unique=True),
+    Column(
+        "token_id",
+        BigInteger,
+        ForeignKey("api_tokens.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    Column("data", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    now_column(),
+    Column("last_seen_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# Failed sign-ins and bearer tokens per client address, in fixed windows: in the database,
+# so every web process on every host counts against the same limit.
+auth_failures = Table(
+    "auth_failures",
+    metadata,
+    Column("kind", Text, primary_key=True),
+    Column("client", Text, primary_key=True),
+    Column("window_started", DateTime(timezone=True), nullable=False),
+    Column("failures", Integer, nullable=False),
+)
+
+# inbox.domain.approval.BulkStatus; the CHECK below lists the same states.
+BULK_STATUSES = ("awaiting_approval", "queued", "running", "completed", "cancelled", "rejected")
+
+bulk_replays = Table(
+    "bulk_replays",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("public_id", Text, nullable=False, unique=True),
+    Column("kind", Text, nullable=False),
+    # The requesting token's tenant scope (NULL: every tenant); the filter as given.
+    Column("tenant_id", BigInteger, ForeignKey("tenants.id")),
+    Column("filter", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("rate", Integer, nullable=False),
+    Column("actor", Text, nullable=False),
+    # SHA-256 over (scope, actor, Idempotency-Key), and over the request it named.
+    Column("idempotency_digest", LargeBinary),
+    Column("request_sha256", LargeBinary, nullable=False),
+    Column("status", Text, nullable=False, server_default=text("'queued'")),
+    Column("total", Integer, nullable=False, server_default=text("0")),
+    Column("done", Integer, nullable=False, server_default=text("0")),
+    Column("moved", Integer, nullable=False, server_default=text("0")),
+    Column("skipped", Integer, nullable=False, server_default=text("0")),
+    # The two-person rule: who approved or rejected a job that needed approval, when, and why.
+    Column("reviewer", Text),
+    Column("reviewed_at", DateTime(timezone=True)),
+    Column("review_note", Text),
+    # One runner at a time: the owner renews its lease with every batch it commits.
+    Column("lease_owner", Text),
+    Column("lease_expires_at", DateTime(timezone=True)),
+    now_column(),
+    Column("started_at", DateTime(timezone=True)),
+    Column("finished_at", DateTime(timezone=True)),
+    CheckConstraint("kind IN ('events', 'deliveries')", name="kind"),
+    CheckConstraint(
+        "status IN ('awaiting_approval', 'queued', 'running', 'completed', 'cancelled',"
+        " 'rejected')",
+        name="status",
+    ),
+    Index(
+        "uq_bulk_replays_idempotency",
+        "idempotency_digest",
+        unique=True,
+        postgresql_where=text("idempotency_digest IS NOT NULL"),
+    ),
+    Index(
+        "ix_bulk_replays_live",
+        "lease_expires_at",
+        postgresql_where=text("status IN ('queued', 'running')"),
+    ),
+)
+
+# The ids a bulk replay matched when it was created, and what became of each.
+bulk_replay_items = Table(
+    "bulk_replay_items",
+    metadata,
+    Column(
+        "job_id", BigInteger, ForeignKey("bulk_replays.id", ondelete="CASCADE"), primary_key=True
+    ),
+    # events.id or deliveries.id, after the job's kind.
+    Column("subject_id", BigInteger, primary_key=True),
+    Column("public_id", Text, nullable=False),
+    # NULL until replayed: 'moved', or 'skipped' (no longer a dead letter, or replayed since).
+    Column("outcome", Text),
+    Column("done_at", DateTime(timezone=True)),
+    CheckConstraint("outcome IN ('moved', 'skipped')", name="outcome"),
+    Index(
+        "ix_bulk_replay_items_pending",
+        "job_id",
+        "subject_id",
+        postgresql_where=text("outcome IS NULL"),
+    ),
+)

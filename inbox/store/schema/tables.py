@@ -1,0 +1,70 @@
+"""The schema, as SQLAlchemy Core tables. Migrations create exactly this; a test checks it.
+
+Two modules hold them: ``config_tables`` (tenants, sources, endpoints, tokens, sessions,
+audit, bulk replays: small) and ``ledger_tables`` (the dedup keys, and the tables
+partitioned by day). Import them from here.
+"""
+
+from __future__ import annotations
+
+from inbox.store.schema.config_tables import (
+    BULK_STATUSES,
+    TOKEN_ROLES,
+    api_tokens,
+    audit_log,
+    auth_failures,
+    bulk_replay_items,
+    bulk_replays,
+    console_sessions,
+    endpoint_secrets,
+    endpoints,
+    source_secrets,
+    sources,
+    tenants,
+)
+from inbox.store.schema.ledger_tables import (
+    DELIVERY_STATES,
+    DROP_ORDER,
+    PARTITIONED,
+    STATES,
+    deliveries,
+    delivery_attempts,
+    effects,
+    event_attempts,
+    event_keys,
+    events,
+    idempotency_conflicts,
+    ledger_floor,
+    steps,
+)
+from inbox.store.schema.metadata import metadata
+
+__all__ = [
+    "BULK_STATUSES",
+    "DELIVERY_STATES",
+    "DROP_ORDER",
+    "PARTITIONED",
+    "STATES",
+    "TOKEN_ROLES",
+    "api_tokens",
+    "audit_log",
+    "auth_failures",
+    "bulk_replay_items",
+    "bulk_replays",
+    "console_sessions",
+    "deliveries",
+    "delivery_attempts",
+    "effects",
+    "endpoint_secrets",
+    "endpoints",
+    "event_attempts",
+    "event_keys",
+    "events",
+    "idempotency_conflicts",
+    "ledger_floor",
+    "metadata",
+    "source_secrets",
+    "sources",
+    "steps",
+    "tenants",
+]

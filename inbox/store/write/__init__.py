@@ -1,0 +1,1 @@
+"""The commands: the statements that change the inbox's rows."""

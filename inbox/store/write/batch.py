@@ -1,0 +1,95 @@
+"""Whole-batch statements for the drain: load a claimed batch, complete many events at once.
+
+Playbooks whose steps have no outside effect need no recovery point between steps:
+their results and completions for a whole batch go in one fenced statement.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+
+from inbox.domain.records import Claim, LoadedEvent
+from inbox.store.db.days import DayBounded
+from inbox.store.write.queue import LOAD_COLUMNS, to_loaded
+
+_LOAD_MANY = DayBounded(
+    LOAD_COLUMNS
+    + """
+      FROM unnest(CAST(:ids AS bigint[]), CAST(:fences AS bigint[])) AS c(id, fence)
+      JOIN events e ON e.id = c.id AND e.fence = c.fence AND e.state = 'processing'
+           AND e.id >= {lo} AND e.id < {hi}
+      JOIN tenants t ON t.id = e.tenant_id
+      JOIN sources s ON s.id = e.source_id
+    """
+)
+
+
+def load_many(conn: Connection, claims: list[Claim]) -> dict[int, LoadedEvent]:
+    """The claimed events (those whose lease is still ours), by id."""
+    if not claims:
+        return {}
+    ids = [c.id for c in claims]
+    rows = conn.execute(_LOAD_MANY.spanning(ids), {"ids": ids, "fences": [c.fence for c in claims]})
+    return {row.id: to_loaded(row) for row in rows}
+
+
+@dataclass(frozen=True)
+class Completion:
+    claim: Claim
+    steps: dict[str, Any]
+    outcome: str
+    decision: dict[str, Any]
+    sync_response: str | None
+
+
+# Every row is fenced like queue.complete: an event whose lease was lost or taken
+# over is not in `done`, gets no step rows, and is reported back as lost.
+_COMPLETE_MANY = DayBounded(
+    """
+    WITH input AS (
+        SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+            AS i(id bigint, fence bigint, steps jsonb, outcome text, decision jsonb, resp text)
+    ), done AS (
+        UPDATE events e
+           SET state = 'completed', outcome = i.outcome, decision = i.decision,
+               finished_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+               last_error_class = NULL, last_error_message = NULL,
+               response_status = CASE WHEN i.resp IS NULL THEN e.response_status ELSE 200 END,
+               response_body = coalesce(convert_to(i.resp, 'UTF8'), e.response_body)
+          FROM input i
+         WHERE e.id = i.id AND e.fence = i.fence AND e.state = 'processing'
+           AND e.id >= {lo} AND e.id < {hi} AND e.lease_expires_at > now()
+        RETURNING e.id, e.attempts, e.replay
+    ), recorded AS (
+        INSERT INTO steps (event_id, name, result, attempt, replay)
+        SELECT done.id, s.name, s.result, done.attempts, done.replay
+          FROM done JOIN input i ON i.id = done.id, jsonb_each(i.steps) AS s(name, result)
+        ON CONFLICT (event_id, name) DO NOTHING
+    )
+    SELECT id FROM done
+    """
+)
+
+
+def complete_many(conn: Connection, completions: list[Completion]) -> set[int]:
+    """Record the steps and complete every event still leased to us; returns their ids."""
+    if not completions:
+        return set()
+    rows = [
+        {
+            "id": x.claim.id,
+            "fence": x.claim.fence,
+            "steps": x.steps,
+            "outcome": x.outcome,
+            "decision": x.decision,
+            "resp": x.sync_response,
+        }
+        for x in completions
+    ]
+    stmt = _COMPLETE_MANY.spanning([x.claim.id for x in completions])
+    done = conn.execute(stmt, {"rows": json.dumps(rows)})
+    return {int(r.id) for r in done}

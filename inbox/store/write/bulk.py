@@ -1,0 +1,346 @@
+"""Bulk replays: the job row, the ids it matched, its lease and its progress.
+
+A job snapshots the matching ids when it is created, so what it replays is
+fixed by the request, not by whatever is quarantined when it happens to run.
+One runner at a time holds the job's lease (owner + expiry, by the database
+clock); every batch it commits renews the lease in the same transaction and
+checks that the owner is still this runner and that the job was not cancelled.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from inbox.domain.approval import BulkStatus, initial_status
+from inbox.domain.errors import BadRequest, IdempotencyConflict, InboxError
+from inbox.domain.states import DeliveryState, EventState
+from inbox.store.reads import admin
+
+
+class NotCancellable(InboxError):
+    """This bulk replay has finished already."""
+
+    http_status = 409
+    code = "not_cancellable"
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    public_id: str
+    kind: str
+    tenant_id: int | None
+    filter: dict[str, Any]
+    rate: int
+    actor: str
+    status: str
+    total: int
+    done: int
+    moved: int
+    skipped: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    # The two-person rule: the second operator who approved or rejected the job.
+    reviewer: str | None = None
+    reviewed_at: datetime | None = None
+    review_note: str | None = None
+
+    def public(self) -> dict[str, Any]:
+        """What the API shows: the public id, no row ids."""
+        out = {k: v for k, v in asdict(self).items() if k not in ("id", "tenant_id")}
+        out["id"] = out.pop("public_id")
+        return out
+
+
+@dataclass(frozen=True)
+class Item:
+    subject_id: int
+    public_id: str
+
+
+_JOB = """
+id, public_id, kind, tenant_id, filter, rate, actor, status, total, done, moved, skipped,
+created_at, started_at, finished_at, reviewer, reviewed_at, review_note
+"""
+
+
+def _job(row: Any) -> Job:
+    return Job(**{k: row._mapping[k] for k in Job.__dataclass_fields__})
+
+
+# The snapshot: the dead letters matching the filter, inside the token's scope.
+_SNAPSHOT = {
+    "events": "INSERT INTO bulk_replay_items (job_id, subject_id, public_id)"
+    " SELECT :job, e.id, e.public_id" + admin.EVENTS_WHERE + " ORDER BY e.id LIMIT :cap",
+    "deliveries": "INSERT INTO bulk_replay_items (job_id, subject_id, public_id)"
+    " SELECT :job, d.id, d.public_id" + admin.DELIVERIES_WHERE + " ORDER BY d.id LIMIT :cap",
+}
+DEAD = {"events": EventState.QUARANTINED.value, "deliveries": DeliveryState.FAILED.value}
+
+
+def create_job(
+    conn: Connection,
+    *,
+    kind: str,
+    match: admin.Filter,
+    stored_filter: dict[str, Any],
+    rate: int,
+    scope: int | None,
+    actor: str,
+    idempotency_digest: bytes | None,
+    request_sha256: bytes,
+    max_items: int,
+    approval_min: int,
+) -> tuple[Job, bool]:
+    """Create a job and snapshot its items; or return the job this key already made.
+
+    Returns (job, created). The same key with a different request is a 422. Two
+    requests racing with one key: the second INSERT waits for the first's
+    transaction, finds the key taken, and returns the first's job.
+    """
+    row = conn.execute(
+        text(
+            """
+            INSERT INTO bulk_replays (public_id, kind, tenant_id, filter, rate, actor,
+                                      idempotency_digest, request_sha256)
+            VALUES (:p, :kind, :scope, CAST(:filter AS jsonb), :rate, :actor, :idem, :req)
+            ON CONFLICT (idempotency_digest) WHERE idempotency_digest IS NOT NULL DO NOTHING
+            RETURNING id
+            """
+        ),
+        {
+            "p": "rpl_" + secrets.token_hex(12),
+            "kind": kind,
+            "scope": scope,
+            "filter": _json(stored_filter),
+            "rate": rate,
+            "actor": actor,
+            "idem": idempotency_digest,
+            "req": request_sha256,
+        },
+    ).first()
+    if row is None:
+        prior = conn.execute(
+            text(f"SELECT {_JOB}, request_sha256 FROM bulk_replays WHERE idempotency_digest = :d"),
+            {"d": idempotency_digest},
+        ).one()
+        if bytes(prior.request_sha256) != request_sha256:
+            raise IdempotencyConflict()
+        return _job(prior), False
+    snap = conn.execute(
+        text(_SNAPSHOT[kind]),
+        {
+            **admin.params(scope, replace(match, state=DEAD[kind])),
+            "job": row.id,
+            "cap": max_items + 1,
+        },
+    )
+    if snap.rowcount > max_items:
+        raise BadRequest(f"more than {max_items} items match; narrow the filter", limit=max_items)
+    # Nothing matched: the job is complete as soon as it exists.
+    status = initial_status(snap.rowcount, approval_min)
+    job = conn.execute(
+        text(
+            "UPDATE bulk_replays SET total = :n, status = :status,"
+            " finished_at = CASE WHEN :n = 0 THEN now() END"
+            f" WHERE id = :id RETURNING {_JOB}"
+        ),
+        {"n": snap.rowcount, "id": row.id, "status": str(status)},
+    ).one()
+    detail: dict[str, Any] = {"public_id": job.public_id, "kind": kind, "filter": stored_filter}
+    detail.update(total=job.total, status=job.status, requested_by=actor)
+    if status == BulkStatus.AWAITING_APPROVAL:
+        detail["approval_min"] = approval_min
+    _audit(conn, actor, "bulk_replay", job.id, detail)
+    return _job(job), True
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _audit(conn: Connection, actor: str, action: str, job_id: int, detail: dict[str, Any]) -> None:
+    conn.execute(
+        text(
+            "INSERT INTO audit_log (actor, action, subject_kind, subject_id, detail)"
+            " VALUES (:a, :act, 'bulk_replay', :id, CAST(:d AS jsonb))"
+        ),
+        {"a": actor, "act": action, "id": job_id, "d": _json(detail)},
+    )
+
+
+def get_job(conn: Connection, public_id: str, scope: int | None) -> Job | None:
+    """A job the scope may see: a tenant's token sees only jobs made in that scope."""
+    row = conn.execute(
+        text(f"SELECT {_JOB} FROM bulk_replays WHERE public_id = :p"), {"p": public_id}
+    ).first()
+    if row is None or (scope is not None and row.tenant_id != scope):
+        return None
+    return _job(row)
+
+
+def cancel(conn: Connection, public_id: str, scope: int | None, actor: str) -> Job | None:
+    """Stop a job; the runner notices before its next batch. Cancelling twice is a no-op."""
+    job = get_job(conn, public_id, scope)
+    if job is None:
+        return None
+    row = conn.execute(
+        text(
+            f"""
+            UPDATE bulk_replays
+               SET status = 'cancelled', finished_at = now(),
+                   lease_owner = NULL, lease_expires_at = NULL
+             WHERE id = :id AND status IN ('awaiting_approval', 'queued', 'running')
+            RETURNING {_JOB}
+            """
+        ),
+        {"id": job.id},
+    ).first()
+    if row is None:
+        current = get_job(conn, public_id, scope)
+        if current is not None and current.status == "cancelled":
+            return current
+        raise NotCancellable()
+    _audit(conn, actor, "cancel", job.id, {"public_id": job.public_id, "done": row.done})
+    return _job(row)
+
+
+# SKIP LOCKED: while a runner is committing a batch it holds the row, and a
+# second runner skips it rather than queueing behind it.
+_CLAIM = text(
+    f"""
+    WITH j AS (
+        SELECT id FROM bulk_replays
+         WHERE id = :id AND status IN ('queued', 'running')
+           AND (lease_owner IS NULL OR lease_expires_at <= now())
+           FOR UPDATE SKIP LOCKED
+    )
+    UPDATE bulk_replays b
+       SET status = 'running', lease_owner = :owner,
+           lease_expires_at = now() + make_interval(secs => :lease),
+           started_at = coalesce(b.started_at, now())
+      FROM j WHERE b.id = j.id
+    RETURNING {", ".join("b." + c.strip() for c in _JOB.split(","))}
+    """
+)
+
+
+def claim(conn: Connection, job_id: int, owner: str, lease: float) -> Job | None:
+    row = conn.execute(_CLAIM, {"id": job_id, "owner": owner, "lease": lease}).first()
+    return _job(row) if row is not None else None
+
+
+def renew(conn: Connection, job_id: int, owner: str, lease: float) -> Job | None:
+    """Extend this runner's lease (locking the row for the batch); None if lost or cancelled."""
+    row = conn.execute(
+        text(
+            f"""
+            UPDATE bulk_replays SET lease_expires_at = now() + make_interval(secs => :lease)
+             WHERE id = :id AND lease_owner = :owner AND status = 'running'
+            RETURNING {_JOB}
+            """
+        ),
+        {"id": job_id, "owner": owner, "lease": lease},
+    ).first()
+    return _job(row) if row is not None else None
+
+
+def status(conn: Connection, job_id: int) -> str | None:
+    value = conn.execute(
+        text("SELECT status FROM bulk_replays WHERE id = :id"), {"id": job_id}
+    ).scalar()
+    return str(value) if value is not None else None
+
+
+def next_items(conn: Connection, job_id: int, limit: int) -> list[Item]:
+    rows = conn.execute(
+        text(
+            "SELECT subject_id, public_id FROM bulk_replay_items"
+            " WHERE job_id = :id AND outcome IS NULL ORDER BY subject_id LIMIT :n"
+        ),
+        {"id": job_id, "n": limit},
+    )
+    return [Item(int(r.subject_id), r.public_id) for r in rows]
+
+
+def replayed_since(conn: Connection, kind: str, ids: list[int], since: datetime) -> set[int]:
+    """Items someone replayed after this job was made: asked for twice, replayed once."""
+    subject = {"events": "event", "deliveries": "delivery"}[kind]
+    rows = conn.execute(
+        text(
+            "SELECT DISTINCT subject_id FROM audit_log WHERE subject_kind = :k"
+            " AND action = 'replay' AND subject_id = ANY(:ids) AND at >= :since"
+        ),
+        {"k": subject, "ids": ids, "since": since},
+    )
+    return {int(r.subject_id) for r in rows}
+
+
+def record(conn: Connection, job_id: int, outcomes: dict[int, str]) -> Job:
+    """Store each item's outcome and the job's counters; completes the job when all are done.
+
+    With no outcomes, this completes a job that has nothing (left) to do.
+    """
+    if outcomes:
+        conn.execute(
+            text(
+                "UPDATE bulk_replay_items SET outcome = :o, done_at = now()"
+                " WHERE job_id = :id AND subject_id = :s AND outcome IS NULL"
+            ),
+            [{"id": job_id, "s": s, "o": o} for s, o in outcomes.items()],
+        )
+    moved = sum(1 for o in outcomes.values() if o == "moved")
+    counted = conn.execute(
+        text(
+            "UPDATE bulk_replays SET done = done + :n, moved = moved + :m,"
+            " skipped = skipped + :n - :m WHERE id = :id RETURNING done, total"
+        ),
+        {"id": job_id, "n": len(outcomes), "m": moved},
+    ).one()
+    if outcomes and counted.done < counted.total:
+        sql = f"SELECT {_JOB} FROM bulk_replays WHERE id = :id"
+        return _job(conn.execute(text(sql), {"id": job_id}).one())
+    done = _job(
+        conn.execute(
+            text(
+                "UPDATE bulk_replays SET status = 'completed', finished_at = now(),"
+                f" lease_owner = NULL, lease_expires_at = NULL WHERE id = :id RETURNING {_JOB}"
+            ),
+            {"id": job_id},
+        ).one()
+    )
+    # The end of the story in the audit log: what the job did, for whom, approved by whom.
+    detail: dict[str, Any] = {"public_id": done.public_id, "requested_by": done.actor}
+    detail.update(approved_by=done.reviewer, total=done.total, moved=done.moved)
+    detail.update(skipped=done.skipped)
+    _audit(conn, "inbox", "complete", done.id, detail)
+    return done
+
+
+def release(conn: Connection, job_id: int, owner: str) -> None:
+    """Give the lease back so the next runner can continue at once."""
+    conn.execute(
+        text(
+            "UPDATE bulk_replays SET lease_owner = NULL, lease_expires_at = NULL"
+            " WHERE id = :id AND lease_owner = :owner"
+        ),
+        {"id": job_id, "owner": owner},
+    )
+
+
+def due_jobs(conn: Connection) -> list[int]:
+    """Jobs waiting for a runner: queued, or running with no live lease (for the sweeper)."""
+    rows = conn.execute(
+        text(
+            "SELECT id FROM bulk_replays WHERE status IN ('queued', 'running')"
+            " AND (lease_owner IS NULL OR lease_expires_at <= now()) ORDER BY id"
+        )
+    )
+    return [int(r.id) for r in rows]

@@ -1,0 +1,242 @@
+"""The claiming INSERT: the key and the event in one statement, in autocommit.
+
+A claim is one statement in autocommit: the key into ``event_keys``, and the event only
+where the key went in (``statement``); an id back means the request owns its key and the
+row is committed, so 2xx may be sent. A copy of an earlier delivery (same key, same body)
+is counted and answered in the same statement: a ``Copy``, also committed. One statement
+may carry many requests' rows: ``inbox.store.db.group_commit`` batches a process's
+concurrent claims into it.
+
+One lock order: every statement carries its rows sorted by key. A row whose key another
+statement has inserted but not yet committed waits for that statement; two statements
+(of two processes) that took two keys in opposite orders would wait on each other until
+PostgreSQL's deadlock detector killed one, and every request it carried would hear 503.
+Sorted, a statement only ever waits on keys above all those it holds, so no wait can
+close a circle. A deadlock or serialization failure that happens anyway is retried, a
+few times, within the requests' deadline: such a statement was rolled back whole.
+
+Every wait ends by the request's deadline (``inbox.store.db.engine.deadline``, else the
+settings' database timeout from now): at the pool and in the statement (and in the group
+commit's queue). A claim that runs out of time raises ``ClaimTimeout`` (503): its row may
+still commit, which is safe, as the sender's retry is then answered as a duplicate; a 2xx
+is only ever sent for a row that has committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import psycopg
+from psycopg.errors import DeadlockDetected, SerializationFailure
+from sqlalchemy import Engine
+from sqlalchemy.pool import PoolProxiedConnection
+
+from inbox.domain.intake import Prepared
+from inbox.domain.records import Source
+from inbox.store.db.engine import (
+    DEFAULT_TIMEOUT_S,
+    TIMEOUT_INFO,
+    current_deadline,
+    deadline_at,
+    watchdog,
+)
+
+# One row's parameters, in order, with the type each is cast to: the rows travel in a
+# VALUES list (a CTE), whose columns take no type from the tables they go into.
+_PARAMS = (
+    ("public_id", "text"),
+    ("tenant_id", "bigint"),
+    ("source_id", "bigint"),
+    ("key_digest", "bytea"),
+    ("key_hours", "integer"),
+    ("event_type", "text"),
+    ("business_key_digest", "bytea"),
+    ("ordering_key", "bytea"),
+    ("content_type", "text"),
+    ("body", "bytea"),
+    ("body_sha256", "bytea"),
+    ("headers", "jsonb"),
+    ("response_status", "integer"),
+    ("response_body", "bytea"),
+    ("sync", "boolean"),
+    ("max_attempts", "integer"),
+)
+_EVENT_COLUMNS = ", ".join(
+    ["id", "key_digest"] + [n for n, _ in _PARAMS if n not in ("key_hours", "key_digest")]
+)
+_KEY_COLUMNS = """tenant_id, source_id, key_digest, event_id, public_id, expires_at,
+    body_sha256, response_status, response_body, sync"""
+
+_FIELDS = 16  # parameters per row, in ``row``'s order
+MAX_ROWS = 64  # per statement; a process rarely has more threads than this
+ATTEMPTS = 3  # a statement chosen as a deadlock victim is sent again, at most this often
+# What PostgreSQL rolls back whole and a second attempt may pass (SQLSTATE 40P01, 40001).
+RETRIED = (DeadlockDetected, SerializationFailure)
+
+
+class ClaimTimeout(psycopg.OperationalError):
+    """The claim could not be decided by the request's deadline (the web answers 503)."""
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A claim whose key an earlier delivery with the same body holds: that event, and
+    the answer its first delivery was given (this copy is counted on the key)."""
+
+    event_id: int
+    public_id: str
+    status: int
+    body: bytes
+
+
+Claimed = int | Copy  # the new event's row id, or the copy's answer
+
+
+def _values(first: int) -> str:
+    """One row's VALUES item, with PostgreSQL's own numbered placeholders from ``first``."""
+    p = [f"CAST(${first + i} AS {t})" for i, (_, t) in enumerate(_PARAMS)]
+    return "(" + ", ".join(p) + ")"
+
+
+@lru_cache(maxsize=MAX_ROWS)
+def statement(rows: int) -> str:
+    """The claiming statement for this many rows; it says which events went in and answers
+    each copy of an earlier delivery.
+
+    The keys go into ``event_keys`` first: its primary key decides every race, as the
+    unique index on events did. An event goes in only when its key did (or it has none),
+    in the same statement: one round trip, one commit. Each row's id is made once (``r``
+    is materialized: nextval runs once per row) and carries the statement's day. The keys
+    are inserted in key order (``_lock_order``'s), so two statements that wait on each
+    other's keys cannot close a circle.
+
+    A key that is taken, by a delivery with the same body of an asynchronous source, is a
+    copy: ON CONFLICT counts it on its key (one HOT update: no indexed column changes) and
+    the statement returns the first delivery's answer, so a retry storm costs one round
+    trip per copy, as a first delivery does. Any other taken key (another body: a
+    conflict; a synchronous source, whose answer is the decision) comes back with no row:
+    ``inbox.store.write.intake`` decides it in a transaction of its own. The conflicting key
+    row is locked either way (as ``UPDATE`` would), in the same key order.
+
+    Numbered placeholders, for a ``psycopg.RawCursor``: the driver sends the text as it is.
+    With ``%s`` placeholders it parses the statement on every call once it has more than
+    50 parameters (its cache stops there), a cost per row that shows in a profile.
+    """
+    values = ", ".join(_values(1 + r * _FIELDS) for r in range(rows))
+    names = ", ".join(n for n, _ in _PARAMS)
+    return (
+        f"WITH v ({names}) AS (VALUES {values}),"
+        " r AS MATERIALIZED (SELECT inbox_ledger_id('events_id_seq') AS id, v.* FROM v),"
+        f" k AS (INSERT INTO event_keys AS old ({_KEY_COLUMNS})"
+        " SELECT tenant_id, source_id, key_digest, id, public_id,"
+        " now() + make_interval(hours => key_hours),"  # the database's clock
+        " body_sha256, response_status, response_body, sync"
+        " FROM r WHERE key_digest IS NOT NULL ORDER BY tenant_id, source_id, key_digest"
+        " ON CONFLICT (tenant_id, source_id, key_digest) DO UPDATE"
+        " SET duplicate_count = old.duplicate_count + 1,"
+        " first_duplicate_at = coalesce(old.first_duplicate_at, now()),"
+        " last_duplicate_at = now()"
+        " WHERE old.body_sha256 = EXCLUDED.body_sha256 AND NOT old.sync"
+        " RETURNING tenant_id, source_id, key_digest, event_id, public_id,"
+        " response_status, response_body),"
+        f" e AS (INSERT INTO events ({_EVENT_COLUMNS}) SELECT {_EVENT_COLUMNS} FROM r"
+        " WHERE key_digest IS NULL OR id IN (SELECT event_id FROM k)"
+        " RETURNING id, public_id)"
+        " SELECT public_id, id, NULL::text, NULL::integer, NULL::bytea FROM e"
+        " UNION ALL"
+        " SELECT r.public_id, k.event_id, k.public_id, k.response_status, k.response_body"
+        " FROM k JOIN r USING (tenant_id, source_id, key_digest) WHERE k.event_id <> r.id"
+    )
+
+
+def row(source: Source, ev: Prepared) -> tuple[Any, ...]:
+    """One event's parameters, in ``_COLUMNS``' order."""
+    return (
+        ev.public_id,
+        source.tenant_id,
+        source.id,
+        ev.key_digest,
+        None if ev.key_digest is None else ev.key_expires_hours,
+        ev.event_type,
+        ev.business_key_digest,
+        ev.business_key_digest if source.options.serialize_by_business_key else None,
+        ev.content_type,
+        ev.body,
+        ev.body_sha256,
+        json.dumps(ev.headers),
+        ev.response_status,
+        ev.response_body,
+        ev.wait_seconds is not None,
+        source.options.max_attempts,
+    )
+
+
+def _cursor(driver: psycopg.Connection[Any], info: dict[Any, Any]) -> psycopg.RawCursor[Any]:
+    """The claim's cursor, kept with its connection (``info``: the pool's per-connection
+    dict): making one per statement costs a good share of a one-row claim's CPU."""
+    cur = info.get("inbox_claim_cursor")
+    if cur is None or cur.closed:
+        cur = info["inbox_claim_cursor"] = psycopg.RawCursor(driver)
+    assert isinstance(cur, psycopg.RawCursor)
+    return cur
+
+
+def _lock_order(r: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The unique key's columns (tenant, source, key digest); keyless rows first."""
+    return (r[1], r[2], r[3] or b"")
+
+
+def execute(
+    pooled: PoolProxiedConnection, rows: list[tuple[Any, ...]], until: float | None = None
+) -> dict[str, Claimed]:
+    """The claiming INSERT for ``rows`` on ``pooled`` as it is (autocommit, or inside the
+    caller's transaction), in lock order, cut at ``until`` (default: the current deadline);
+    by each row's public id, the row id it went in with, or the ``Copy`` it turned out to
+    be. A row missing from the answer found its key taken otherwise (see ``statement``)."""
+    driver = pooled.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    return execute_on(driver, pooled.info, rows, until)
+
+
+def execute_on(
+    driver: psycopg.Connection[Any],
+    info: dict[Any, Any],
+    rows: list[tuple[Any, ...]],
+    until: float | None = None,
+) -> dict[str, Claimed]:
+    """``execute`` on a driver connection and its info dict (``claim_connections``)."""
+    ordered = sorted(rows, key=_lock_order) if len(rows) > 1 else rows
+    params = [value for r in ordered for value in r]
+    cur = _cursor(driver, info)
+    if until is None:
+        until = current_deadline(info.get(TIMEOUT_INFO, DEFAULT_TIMEOUT_S))
+    with watchdog.guard(driver, until):
+        found = cur.execute(statement(len(rows)), params).fetchall()
+    return {
+        mine: event_id if first is None else Copy(event_id, first, status, bytes(body))
+        for mine, event_id, first, status, body in found
+    }
+
+
+@contextlib.contextmanager
+def autocommit(engine: Engine, until: float) -> Iterator[PoolProxiedConnection]:
+    """A connection from the engine's pool in autocommit, checked out by ``until``; back
+    to the pool as it came (transactions, for everyone else)."""
+    with deadline_at(until):  # the pool's checkout waits until then at most
+        pooled = engine.raw_connection()
+    driver = pooled.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    try:
+        driver.autocommit = True
+        try:
+            yield pooled
+        finally:
+            if not driver.closed:
+                driver.autocommit = False
+    finally:
+        pooled.close()  # the pool drops a connection that died

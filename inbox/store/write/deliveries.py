@@ -1,0 +1,391 @@
+"""Deliveries: the outbox rows, their leases, attempts, dead letters and replays."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from sqlalchemy import Connection, text
+
+from inbox.domain import callbacks, ledger
+from inbox.domain.callbacks import Outgoing
+from inbox.store.db.days import LOWER_FLOOR, DayBounded, open_days
+
+
+def enqueue(
+    conn: Connection,
+    tenant_id: int,
+    tenant: str,
+    event_id: int | None,
+    event_public_id: str,
+    step: str,
+    messages: list[Outgoing],
+    replay: int = 0,
+) -> set[int]:
+    """Write deliveries in the caller's transaction; returns the endpoint ids to ring.
+
+    ``replay``: the event's replay number while the step ran (sent as ``webhook-replay``).
+    """
+    if not messages:
+        return set()
+    eps = conn.execute(
+        text("SELECT id, event_types FROM endpoints WHERE tenant_id = :t AND enabled ORDER BY id"),
+        {"t": tenant_id},
+    ).fetchall()
+    # A delivery's public id is not unique across days (a partitioned table's unique index
+    # would have to include the id), so a second write of the same delivery is refused
+    # here: it can only be on the event's day or later, which prunes the look to those
+    # days. The step's own row (written in this transaction, fenced) already keeps a step
+    # from running twice; this is the backstop the unique index was.
+    since = ledger.bounds(ledger.day_of(event_id))[0] if event_id is not None else 0
+    rows = []
+    for index, msg in enumerate(messages):
+        for ep in eps:
+            if ep.event_types is not None and msg.event_type not in ep.event_types:
+                continue
+            msg_id = callbacks.delivery_id(event_public_id, step, index, ep.id)
+            body = callbacks.envelope(msg_id, msg.event_type, tenant, msg.data, msg.created_at)
+            rows.append(
+                {
+                    "p": msg_id,
+                    "t": tenant_id,
+                    "e": ep.id,
+                    "ev": event_id,
+                    "type": msg.event_type,
+                    "body": body,
+                    "replay": replay,
+                    "lo": since,
+                }
+            )
+    if rows:
+        conn.execute(
+            text(
+                "INSERT INTO deliveries (public_id, tenant_id, endpoint_id, event_id, event_type,"
+                " body, replay) SELECT CAST(:p AS text), :t, :e, CAST(:ev AS bigint),"
+                " CAST(:type AS text), :body, :replay WHERE NOT EXISTS"
+                " (SELECT FROM deliveries d WHERE d.public_id = :p AND d.id >= :lo)"
+            ),
+            rows,
+        )
+    return {r["e"] for r in rows}
+
+
+@dataclass(frozen=True)
+class Claimed:
+    id: int
+    fence: int
+    public_id: str
+    body: bytes
+    attempts: int
+    replay: int = 0
+
+
+# Claims for one endpoint are serialised by locking the endpoint's row; each claim
+# is one "in-flight slot" (its deliveries go out one after another over one
+# connection), and an endpoint never has more than max_in_flight live slots. A slow
+# or dead endpoint therefore holds at most that many worker threads, and no other
+# endpoint waits behind it. ``{lo}`` and ``{hi}`` (inbox.store.db.days): from the floor's
+# day to tomorrow's, constants in the text, so no plan of it spans a year of days.
+_CLAIM = DayBounded(
+    """
+    WITH ep AS (
+        SELECT id, CASE WHEN failing THEN 1 ELSE max_in_flight END AS slots
+          FROM endpoints WHERE id = :e AND enabled FOR UPDATE
+    ), slots AS (
+        SELECT count(DISTINCT lease_owner) AS busy FROM deliveries
+         WHERE endpoint_id = :e AND state = 'sending' AND lease_expires_at > now()
+           AND id >= {lo} AND id < {hi}
+    ), picked AS (
+        -- The endpoint id is the parameter itself (not a join with `ep`), so the due
+        -- index gives the rows in order without sorting the endpoint's whole backlog;
+        -- the slot check is a one-time filter.
+        SELECT d.id FROM deliveries d
+         WHERE d.endpoint_id = :e AND d.state = 'pending' AND d.available_at <= now()
+           AND d.id >= {lo} AND d.id < {hi}
+           AND EXISTS (SELECT 1 FROM ep, slots WHERE slots.busy < ep.slots)
+         ORDER BY d.available_at, d.id
+         LIMIT :limit
+           FOR UPDATE OF d SKIP LOCKED
+    )
+    UPDATE deliveries d
+       SET state = 'sending', lease_owner = :owner,
+           lease_expires_at = now() + make_interval(secs => :lease),
+           fence = d.fence + 1, attempts = d.attempts + 1
+     WHERE d.id = ANY(ARRAY(SELECT id FROM picked)) AND d.id >= {lo} AND d.id < {hi}
+    RETURNING d.id, d.fence, d.public_id, d.body, d.attempts, d.replay
+    """
+)
+
+
+def claim(
+    conn: Connection, endpoint_id: int, owner: str, limit: int, lease: float
+) -> list[Claimed]:
+    rows = conn.execute(
+        _CLAIM.over(*open_days(conn)),
+        {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease},
+    ).fetchall()
+    return sorted(
+        (Claimed(r.id, r.fence, r.public_id, bytes(r.body), r.attempts, r.replay) for r in rows),
+        key=lambda c: c.id,
+    )
+
+
+_LIVE = "id = :id AND id >= {lo} AND id < {hi} AND fence = :fence AND state = 'sending'"
+
+
+# One round's results at once: every delivery still leased to this courier gets its
+# new state; every attempt is recorded (it happened, whether or not the lease held).
+_FINISH_MANY = DayBounded(
+    """
+    WITH input AS (
+        SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS i(
+            id bigint, fence bigint, at timestamptz, state text, status int, error text,
+            error_class text, delay float8, latency int, excerpt text)
+    ), done AS (
+        UPDATE deliveries d
+           SET state = i.state, last_status = i.status, last_error = i.error,
+               available_at = now() + make_interval(secs => i.delay),
+               finished_at = CASE WHEN i.state IN ('delivered', 'failed') THEN now() END,
+               lease_owner = NULL, lease_expires_at = NULL
+          FROM input i
+         WHERE d.id = i.id AND d.fence = i.fence AND d.state = 'sending'
+           AND d.id >= {lo} AND d.id < {hi}
+        RETURNING d.id
+    ), attempts AS (
+        INSERT INTO delivery_attempts (delivery_id, at, status, error_class, latency_ms, excerpt)
+        SELECT id, at, status, error_class, latency, excerpt FROM input
+    )
+    SELECT id FROM done
+    """
+)
+
+
+class _SentLike(Protocol):
+    """One attempt's result (inbox.courier.Sent)."""
+
+    @property
+    def claim(self) -> Claimed: ...
+    @property
+    def at(self) -> datetime: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def status(self) -> int | None: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def delay(self) -> float: ...
+    @property
+    def latency_ms(self) -> float: ...
+    @property
+    def excerpt(self) -> str | None: ...
+
+
+def finish_many(conn: Connection, sent: Sequence[_SentLike]) -> set[int]:
+    """Record attempts and outcomes; returns the ids whose lease was still ours."""
+    rows = [
+        {
+            "id": s.claim.id,
+            "fence": s.claim.fence,
+            "at": s.at.isoformat(),
+            "state": s.state,
+            "status": s.status,
+            "error": s.error,
+            "error_class": s.error if s.status is None else None,
+            "delay": s.delay,
+            "latency": round(s.latency_ms),
+            "excerpt": s.excerpt,
+        }
+        for s in sent
+    ]
+    stmt = _FINISH_MANY.spanning([s.claim.id for s in sent])
+    return {int(r.id) for r in conn.execute(stmt, {"rows": json.dumps(rows)})}
+
+
+def set_failing(conn: Connection, endpoint_id: int, failing: bool) -> None:
+    """A failing endpoint (unreachable last time) gets one courier until it answers."""
+    conn.execute(
+        text("UPDATE endpoints SET failing = :f WHERE id = :e AND failing IS DISTINCT FROM :f"),
+        {"e": endpoint_id, "f": failing},
+    )
+
+
+_RELEASE = DayBounded(
+    f"""
+    UPDATE deliveries
+       SET state = 'pending', attempts = attempts - 1,
+           available_at = now() + make_interval(secs => :delay),
+           lease_owner = NULL, lease_expires_at = NULL
+     WHERE {_LIVE}
+    """
+)
+
+
+def release(conn: Connection, claims: list[Claimed], delay: float) -> None:
+    """Give back claimed deliveries that were not attempted (their attempt is not counted)."""
+    if not claims:
+        return
+    conn.execute(
+        _RELEASE.spanning([c.id for c in claims]),
+        [{"id": c.id, "fence": c.fence, "delay": delay} for c in claims],
+    )
+
+
+def sweep(conn: Connection) -> list[int]:
+    """Expired leases go back to pending (or fail when out of attempts).
+
+    Returns the endpoints with due deliveries, to ring.
+    """
+    conn.execute(
+        text(
+            """
+            UPDATE deliveries d
+               SET state = CASE WHEN d.attempts >= e.max_attempts THEN 'failed' ELSE 'pending' END,
+                   finished_at = CASE WHEN d.attempts >= e.max_attempts THEN now() END,
+                   last_error = coalesce(d.last_error, 'lease expired'),
+                   lease_owner = NULL, lease_expires_at = NULL, available_at = now()
+              FROM endpoints e
+             WHERE e.id = d.endpoint_id AND d.state = 'sending' AND d.lease_expires_at <= now()
+            """
+        )
+    )
+    rows = conn.execute(
+        text(
+            "SELECT DISTINCT d.endpoint_id FROM deliveries d JOIN endpoints e"
+            " ON e.id = d.endpoint_id WHERE e.enabled AND d.state = 'pending'"
+            " AND d.available_at <= now()"
+        )
+    )
+    return [int(r.endpoint_id) for r in rows]
+
+
+def due_within(
+    conn: Connection, horizon: float, slot: float, limit: int = 200
+) -> list[tuple[int, float]]:
+    """(endpoint, seconds until due) for each retry due in the next ``horizon`` seconds,
+    rounded up to ``slot``; relative to the database clock."""
+    rows = conn.execute(
+        text(
+            """
+            SELECT DISTINCT d.endpoint_id,
+                   ceil(extract(epoch FROM d.available_at - now()) / :slot) * :slot AS due_in
+              FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id
+             WHERE e.enabled AND d.state = 'pending' AND d.available_at > now()
+               AND d.available_at <= now() + make_interval(secs => :horizon)
+             ORDER BY due_in LIMIT :limit
+            """
+        ),
+        {"horizon": horizon, "slot": slot, "limit": limit},
+    )
+    return [(int(r.endpoint_id), float(r.due_in)) for r in rows]
+
+
+_LIST = """
+SELECT d.id, d.public_id, t.name AS tenant, e.public_id AS endpoint, e.url, d.event_type,
+       d.state, d.replay, d.attempts, d.last_status, d.last_error, d.created_at, d.finished_at
+  FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id JOIN tenants t ON t.id = d.tenant_id
+ WHERE (CAST(:state AS text) IS NULL OR d.state = :state)
+   AND (CAST(:tenant AS text) IS NULL OR t.name = :tenant)
+ ORDER BY d.id DESC LIMIT :limit
+"""
+
+
+def list_deliveries(
+    conn: Connection, state: str | None = None, tenant: str | None = None, limit: int = 50
+) -> list[dict[str, Any]]:
+    rows = conn.execute(text(_LIST), {"state": state, "tenant": tenant, "limit": limit})
+    return [dict(r._mapping) for r in rows]
+
+
+# One delivery, or an event's deliveries, in full. A plain equality lookup, not the
+# list's ORDER BY id DESC LIMIT: under that plan PostgreSQL reads each day's partition
+# backwards by id looking for the match, where an equality probes each day's index once.
+_DETAIL = """
+SELECT d.id, d.public_id, t.name AS tenant, e.public_id AS endpoint, e.url, d.event_type,
+       d.state, d.replay, d.attempts, d.last_status, d.last_error, d.created_at, d.finished_at
+  FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id JOIN tenants t ON t.id = d.tenant_id
+ WHERE {where} AND d.id >= :lo
+"""
+
+
+def since_event(event_id: int) -> int:
+    """The lowest id a delivery of ``event_id`` can have: a delivery is made on or after
+    its event's day, so a lookup bounded by it skips every older day's partition when
+    the query is planned."""
+    return ledger.bounds(ledger.day_of(event_id))[0]
+
+
+def delivery_detail(conn: Connection, public_id: str, since: int = 0) -> dict[str, Any] | None:
+    """One delivery by webhook-id (which carries no day: each day's public_id index is
+    probed once), with ids at least ``since`` when its event is known."""
+    row = conn.execute(
+        text(_DETAIL.format(where="d.public_id = :p")), {"p": public_id, "lo": since}
+    ).first()
+    return _with_history(conn, dict(row._mapping)) if row is not None else None
+
+
+def event_deliveries(conn: Connection, event_id: int) -> list[dict[str, Any]]:
+    """The deliveries an event caused, oldest first, each in full; only the partitions
+    of the event's day and later are read."""
+    rows = conn.execute(
+        text(_DETAIL.format(where="d.event_id = :ev") + " ORDER BY d.id"),
+        {"ev": event_id, "lo": since_event(event_id)},
+    )
+    return [_with_history(conn, dict(r._mapping)) for r in rows.fetchall()]
+
+
+def _with_history(conn: Connection, out: dict[str, Any]) -> dict[str, Any]:
+    # delivery_id is a bound value: the attempts' one partition is chosen when planned
+    out["attempts_log"] = [
+        dict(r._mapping)
+        for r in conn.execute(
+            text(
+                "SELECT at, status, error_class, latency_ms, excerpt FROM delivery_attempts"
+                " WHERE delivery_id = :id ORDER BY id"
+            ),
+            {"id": out["id"]},
+        )
+    ]
+    out["audit"] = [
+        dict(r._mapping)
+        for r in conn.execute(
+            text(
+                "SELECT at, actor, action FROM audit_log WHERE subject_kind = 'delivery'"
+                " AND subject_id = :id ORDER BY id"
+            ),
+            {"id": out["id"]},
+        )
+    ]
+    return out
+
+
+_REPLAY = text(
+    f"""
+    WITH moved AS (
+        UPDATE deliveries
+           SET state = 'pending', attempts = 0, available_at = now(), finished_at = NULL,
+               last_error = NULL
+         WHERE public_id = ANY(CAST(:ids AS text[])) AND state = 'failed'
+        RETURNING id, public_id, endpoint_id
+    ), lowered AS (  -- the couriers' claim looks no lower than the floor
+        {LOWER_FLOOR}
+    ), audited AS (
+        INSERT INTO audit_log (actor, action, subject_kind, subject_id, detail)
+        SELECT :actor, 'replay', 'delivery', id,
+               jsonb_build_object('public_id', public_id) || CAST(:extra AS jsonb)
+          FROM moved
+    )
+    SELECT public_id, endpoint_id FROM moved
+    """
+)
+
+
+def replay(
+    conn: Connection, public_ids: list[str], actor: str, detail: dict[str, Any] | None = None
+) -> list[tuple[str, int]]:
+    """Dead letters back to pending, with the same webhook-id; audited (with ``detail``)."""
+    params = {"ids": public_ids, "actor": actor, "extra": json.dumps(detail or {})}
+    return [(r.public_id, int(r.endpoint_id)) for r in conn.execute(_REPLAY, params)]

@@ -1,0 +1,159 @@
+"""A tenant's callback endpoints and their signing secrets (stored encrypted,
+``inbox.infra.keyring``; decrypted when an endpoint is read)."""
+
+from __future__ import annotations
+
+import secrets as pysecrets
+from typing import Any
+
+from sqlalchemy import Connection, Select, func, insert, select, update
+
+from inbox.domain.errors import BadRequest, NotFound
+from inbox.domain.records import Endpoint
+from inbox.infra.keyring import keyring
+from inbox.store.schema.tables import audit_log, endpoint_secrets, endpoints, tenants
+from inbox.store.write.sources import get_tenant
+
+
+def _query() -> Select[Any]:
+    active = (
+        select(func.coalesce(func.array_agg(endpoint_secrets.c.secret), []))
+        .where(
+            endpoint_secrets.c.endpoint_id == endpoints.c.id,
+            endpoint_secrets.c.revoked_at.is_(None),
+        )
+        .scalar_subquery()
+    )
+    return select(endpoints, tenants.c.name.label("tenant"), active.label("secrets")).join(
+        tenants, tenants.c.id == endpoints.c.tenant_id
+    )
+
+
+def _to_endpoint(r: Any) -> Endpoint:
+    return Endpoint(
+        id=r.id,
+        public_id=r.public_id,
+        tenant_id=r.tenant_id,
+        tenant=r.tenant,
+        url=r.url,
+        event_types=tuple(r.event_types) if r.event_types is not None else None,
+        enabled=r.enabled,
+        disabled_reason=r.disabled_reason,
+        max_attempts=r.max_attempts,
+        retry_schedule=tuple(r.retry_schedule),
+        timeout_ms=r.timeout_ms,
+        max_in_flight=r.max_in_flight,
+        secrets=tuple(keyring().decrypt(s) for s in r.secrets or ()),
+        failing=r.failing,
+    )
+
+
+def create_endpoint(
+    conn: Connection,
+    tenant: str,
+    url: str,
+    secret: str,
+    event_types: list[str] | None = None,
+    **options: Any,
+) -> Endpoint:
+    if not url.startswith(("http://", "https://")):
+        raise BadRequest("An endpoint URL starts with http:// or https://.")
+    t = get_tenant(conn, tenant)
+    endpoint_id = conn.execute(
+        insert(endpoints)
+        .values(
+            public_id="ep_" + pysecrets.token_hex(8),
+            tenant_id=t.id,
+            url=url,
+            event_types=event_types or None,
+            **options,
+        )
+        .returning(endpoints.c.id)
+    ).scalar_one()
+    conn.execute(
+        insert(endpoint_secrets).values(endpoint_id=endpoint_id, secret=keyring().encrypt(secret))
+    )
+    return get_endpoint(conn, endpoint_id)
+
+
+def get_endpoint(conn: Connection, ref: int | str) -> Endpoint:
+    cond = endpoints.c.id == ref if isinstance(ref, int) else endpoints.c.public_id == ref
+    row = conn.execute(_query().where(cond)).first()
+    if row is None:
+        raise NotFound(f"No endpoint {ref}.")
+    return _to_endpoint(row)
+
+
+def list_endpoints(conn: Connection, tenant: str | None = None) -> list[Endpoint]:
+    q = _query().order_by(endpoints.c.id)
+    if tenant:
+        q = q.where(tenants.c.name == tenant)
+    return [_to_endpoint(r) for r in conn.execute(q)]
+
+
+def add_secret(conn: Connection, ep: Endpoint, secret: str) -> None:
+    conn.execute(
+        insert(endpoint_secrets).values(endpoint_id=ep.id, secret=keyring().encrypt(secret))
+    )
+
+
+def revoke_secrets_except(conn: Connection, ep: Endpoint, keep: str) -> int:
+    """Every secret but ``keep`` stops signing (compared decrypted: encryption is randomised)."""
+    ring = keyring()
+    rows = conn.execute(
+        select(endpoint_secrets.c.id, endpoint_secrets.c.secret).where(
+            endpoint_secrets.c.endpoint_id == ep.id, endpoint_secrets.c.revoked_at.is_(None)
+        )
+    ).all()
+    ids = [r.id for r in rows if ring.decrypt(r.secret) != keep]
+    if ids:
+        conn.execute(
+            update(endpoint_secrets)
+            .where(endpoint_secrets.c.id.in_(ids))
+            .values(revoked_at=func.now())
+        )
+    return len(ids)
+
+
+def set_enabled(conn: Connection, endpoint_id: int, enabled: bool, reason: str | None) -> None:
+    conn.execute(
+        update(endpoints)
+        .where(endpoints.c.id == endpoint_id)
+        .values(enabled=enabled, disabled_reason=None if enabled else reason)
+    )
+
+
+def finish_rotation(conn: Connection, endpoint_id: int) -> int:
+    """End an overlap: every active secret but the newest stops signing."""
+    newest = (
+        select(endpoint_secrets.c.id)
+        .where(
+            endpoint_secrets.c.endpoint_id == endpoint_id, endpoint_secrets.c.revoked_at.is_(None)
+        )
+        .order_by(endpoint_secrets.c.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    result = conn.execute(
+        update(endpoint_secrets)
+        .where(
+            endpoint_secrets.c.endpoint_id == endpoint_id,
+            endpoint_secrets.c.revoked_at.is_(None),
+            endpoint_secrets.c.id != newest,
+        )
+        .values(revoked_at=func.now())
+    )
+    return int(result.rowcount)
+
+
+def audit(conn: Connection, actor: str, action: str, ep: Endpoint) -> None:
+    """An operator's change to an endpoint, in the audit log (never a secret)."""
+    conn.execute(
+        insert(audit_log).values(
+            actor=actor,
+            action=action,
+            subject_kind="endpoint",
+            subject_id=ep.id,
+            detail={"public_id": ep.public_id},
+        )
+    )

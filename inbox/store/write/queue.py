@@ -1,0 +1,414 @@
+"""Leases over the inbox: claim, record steps, finish, retry, quarantine, sweep.
+
+Every write that advances or finishes an event is fenced: it names the fence
+token its claim returned and applies only while that lease is still live by the
+database clock. A worker whose lease expired, or was taken over, commits nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from inbox.domain import failures
+from inbox.domain.errors import LeaseLost
+from inbox.domain.records import Claim, LoadedEvent
+from inbox.domain.states import EventState
+from inbox.store.db.days import OPEN_DAYS, DayBounded, open_days
+
+# Fair across tenants: tenants are visited in random order and each gives at most
+# :per_tenant due events, so one tenant's backlog cannot fill every batch; what is
+# left of the batch is then filled oldest-first from anyone. SKIP LOCKED lets
+# concurrent drainers take disjoint rows. An event whose source processes one
+# business key at a time (ordering_key) waits while an earlier event with that key
+# is unfinished. The attempt is counted here, in the claiming transaction, so an
+# event that kills its worker every time still runs out of attempts.
+_DUE = """
+    ev.state = 'received' AND ev.available_at <= now()
+    AND (ev.ordering_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM events p
+           WHERE p.tenant_id = ev.tenant_id AND p.ordering_key = ev.ordering_key
+             AND p.id >= {lo} AND p.id < {hi} AND p.id < ev.id
+             AND p.state IN ('received', 'processing')))
+"""
+# ``{lo}`` and ``{hi}`` everywhere events is named (inbox.store.db.days): from the floor's day
+# to tomorrow's, constants in the text, so every plan of the claim (custom or generic)
+# covers those days alone: planning or locking a year of daily partitions costs far more
+# than running the claim.
+_IN_DAYS = "ev.id >= {lo} AND ev.id < {hi}"
+_CLAIM = DayBounded(
+    f"""
+    WITH fair AS (
+        SELECT e.id
+          FROM (SELECT id FROM tenants WHERE NOT disabled ORDER BY random()) t
+         CROSS JOIN LATERAL (
+               SELECT ev.id FROM events ev
+                WHERE ev.tenant_id = t.id AND {_IN_DAYS} AND {_DUE}
+                ORDER BY ev.available_at, ev.id
+                LIMIT :per_tenant
+                FOR UPDATE SKIP LOCKED
+         ) e
+         LIMIT :limit
+    ), fill AS (
+        SELECT ev.id FROM events ev
+         WHERE {_IN_DAYS} AND {_DUE} AND ev.id NOT IN (SELECT id FROM fair)
+         ORDER BY ev.available_at, ev.id
+         LIMIT :limit - (SELECT count(*) FROM fair)
+           FOR UPDATE SKIP LOCKED
+    ), picked AS (
+        SELECT id FROM fair UNION ALL SELECT id FROM fill
+    )
+    UPDATE events ev
+       SET state = 'processing',
+           lease_owner = :owner,
+           lease_expires_at = now() + make_interval(secs => :lease),
+           fence = ev.fence + 1,
+           attempts = ev.attempts + 1
+     WHERE {_IN_DAYS} AND ev.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING ev.id, ev.fence
+    """
+)
+
+
+def floor(conn: Connection) -> int:
+    """At most the lowest id of an unfinished event or delivery (0 when the row is missing)."""
+    return open_days(conn)[0]
+
+
+# What the claim is sized and bounded by, in one round trip: the tenants it visits, and
+# the days it looks at (inbox.store.db.days.OPEN_DAYS).
+_CLAIM_BOUNDS = text(
+    f"SELECT (SELECT count(*) FROM tenants WHERE NOT disabled) AS tenants, {OPEN_DAYS}"
+)
+
+
+def claim(conn: Connection, owner: str, limit: int, lease_seconds: float) -> list[Claim]:
+    bounds = conn.execute(_CLAIM_BOUNDS).one()
+    per_tenant = max(1, -(-limit // max(1, bounds.tenants)))
+    params = {"owner": owner, "limit": limit, "per_tenant": per_tenant, "lease": lease_seconds}
+    rows = conn.execute(_CLAIM.over(int(bounds.floor), int(bounds.tomorrow)), params)
+    return sorted((Claim(r.id, r.fence) for r in rows), key=lambda c: c.id)
+
+
+# Raising the floor: the row is locked first, so a replay in flight (of an event or a
+# delivery: it lowers the floor in its own statement, holding that lock until it commits)
+# is seen by the next statement's snapshot. No higher than the start of the day an hour
+# ago: a row whose id was made just before midnight may commit just after, unseen by this
+# snapshot, and ids are made from the database's clock; no transaction is open for an
+# hour (statement_timeout).
+_RAISE_FLOOR = text(
+    """
+    UPDATE ledger_floor SET floor = least(
+        (SELECT min(id) FROM events WHERE state IN ('received', 'processing')),
+        (SELECT min(id) FROM deliveries WHERE state IN ('pending', 'sending')),
+        floor(extract(epoch FROM now() - interval '1 hour') / 86400)::bigint << 40)
+    """
+)
+
+
+def raise_floor(conn: Connection) -> int:
+    """Set the floor to the lowest unfinished id (the sweep runs it); the new floor. Run it
+    in a transaction of its own: the row stays locked until that commits."""
+    conn.execute(text("INSERT INTO ledger_floor (floor) VALUES (0) ON CONFLICT DO NOTHING"))
+    conn.execute(text("SELECT floor FROM ledger_floor FOR UPDATE"))
+    conn.execute(_RAISE_FLOOR)
+    return floor(conn)
+
+
+LOAD_COLUMNS = """
+    SELECT e.id, e.public_id, e.tenant_id, t.name AS tenant, s.name AS source,
+           s.options AS source_options, e.event_type, e.business_key_digest, e.content_type,
+           e.body, e.attempts, e.max_attempts, e.sync, e.replay,
+           extract(epoch FROM clock_timestamp() - e.received_at) AS age_seconds,
+           coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
+                      WHERE st.event_id = e.id AND st.event_id >= {lo} AND st.event_id < {hi}),
+                    '{}'::jsonb) AS steps
+"""
+# Every statement that names events (or steps) by a claim or a batch of them is bounded by
+# their days, ``{lo}`` and ``{hi}`` (inbox.store.db.days): planned over those days alone, not
+# over every daily partition.
+_LOAD = DayBounded(
+    LOAD_COLUMNS
+    + """
+      FROM events e
+      JOIN tenants t ON t.id = e.tenant_id
+      JOIN sources s ON s.id = e.source_id
+     WHERE e.id = :id AND e.id >= {lo} AND e.id < {hi}
+       AND e.fence = :fence AND e.state = 'processing'
+    """
+)
+
+
+def load(conn: Connection, c: Claim) -> LoadedEvent:
+    row = conn.execute(_LOAD.over(c.id, c.id), {"id": c.id, "fence": c.fence}).first()
+    if row is None:
+        raise LeaseLost()
+    return to_loaded(row)
+
+
+def to_loaded(row: Any) -> LoadedEvent:
+    return LoadedEvent(
+        id=row.id,
+        public_id=row.public_id,
+        tenant_id=row.tenant_id,
+        tenant=row.tenant,
+        source=row.source,
+        source_options=row.source_options,
+        event_type=row.event_type,
+        business_key_digest=(
+            bytes(row.business_key_digest) if row.business_key_digest is not None else None
+        ),
+        content_type=row.content_type,
+        body=bytes(row.body) if row.body is not None else b"",
+        attempts=row.attempts,
+        max_attempts=row.max_attempts,
+        sync=row.sync,
+        replay=row.replay,
+        steps=dict(row.steps),
+        age_seconds=float(row.age_seconds),
+    )
+
+
+# One claim's event, bounded by its day (inbox.store.db.days), while its lease is live.
+_LIVE = (
+    "id = :id AND id >= {lo} AND id < {hi}"
+    " AND fence = :fence AND state = 'processing' AND lease_expires_at > now()"
+)
+
+# Record completed steps (a recovery point) only while the lease is live; extend the
+# lease in the same statement so long playbooks keep it.
+_STEP = DayBounded(
+    f"""
+    WITH live AS (
+        UPDATE events SET lease_expires_at = now() + make_interval(secs => :lease)
+         WHERE {_LIVE}
+        RETURNING id, attempts, replay
+    )
+    INSERT INTO steps (event_id, name, result, attempt, replay)
+    SELECT live.id, s.name, s.result, live.attempts, live.replay
+      FROM live, jsonb_each(CAST(:steps AS jsonb)) AS s(name, result)
+    ON CONFLICT (event_id, name) DO NOTHING
+    RETURNING name
+    """
+)
+
+
+_CHECK_LIVE = DayBounded(f"SELECT 1 FROM events WHERE {_LIVE}")
+
+
+def _check_live(conn: Connection, c: Claim) -> None:
+    live = conn.execute(_CHECK_LIVE.over(c.id, c.id), {"id": c.id, "fence": c.fence})
+    if live.first() is None:
+        raise LeaseLost()
+
+
+def record_steps(conn: Connection, c: Claim, results: dict[str, Any], lease: float) -> None:
+    """Commit step results as recovery points; raises LeaseLost if the lease is gone."""
+    if not results:
+        _check_live(conn, c)
+        return
+    params = {"id": c.id, "fence": c.fence, "lease": lease, "steps": json.dumps(results)}
+    written = conn.execute(_STEP.over(c.id, c.id), params).fetchall()
+    if not written:
+        _check_live(conn, c)  # either no lease, or every step was already recorded
+
+
+def claim_effect(conn: Connection, c: Claim, tenant_id: int, name: str, bk: bytes) -> int:
+    """Claim a once-per-business-key effect; returns the id of the event that owns it."""
+    owner = conn.execute(
+        text(
+            """
+            WITH ins AS (
+                INSERT INTO effects (tenant_id, name, business_key_digest, event_id)
+                VALUES (:tenant_id, :name, :bk, :id)
+                ON CONFLICT DO NOTHING RETURNING event_id
+            )
+            SELECT event_id FROM ins
+            UNION ALL
+            SELECT event_id FROM effects
+             WHERE tenant_id = :tenant_id AND name = :name AND business_key_digest = :bk
+            LIMIT 1
+            """
+        ),
+        {"tenant_id": tenant_id, "name": name, "bk": bk, "id": c.id},
+    ).scalar_one()
+    return int(owner)
+
+
+_COMPLETE = DayBounded(
+    f"""
+    UPDATE events
+       SET state = 'completed', outcome = :outcome, decision = CAST(:decision AS jsonb),
+           duplicate_of = :dup, finished_at = now(),
+           lease_owner = NULL, lease_expires_at = NULL,
+           last_error_class = NULL, last_error_message = NULL,
+           response_status = CASE WHEN CAST(:resp AS bytea) IS NULL
+                                  THEN response_status ELSE 200 END,
+           response_body = coalesce(CAST(:resp AS bytea), response_body)
+     WHERE {_LIVE}
+    """
+)
+
+
+def complete(
+    conn: Connection,
+    c: Claim,
+    outcome: str,
+    decision: dict[str, Any],
+    duplicate_of: int | None,
+    sync_response: bytes | None,
+) -> None:
+    """Finish the event. A synchronous event's stored response becomes the decision."""
+    result = conn.execute(
+        _COMPLETE.over(c.id, c.id),
+        {
+            "id": c.id,
+            "fence": c.fence,
+            "outcome": outcome,
+            "decision": json.dumps(decision),
+            "dup": duplicate_of,
+            "resp": sync_response,
+        },
+    )
+    if result.rowcount != 1:
+        raise LeaseLost()
+
+
+_FAIL = DayBounded(
+    f"""
+    WITH failed AS (
+        UPDATE events
+           SET state = CASE WHEN :permanent OR attempts >= max_attempts
+                            THEN 'quarantined' ELSE 'received' END,
+               available_at = now() + make_interval(secs => :delay),
+               finished_at = CASE WHEN :permanent OR attempts >= max_attempts
+                                  THEN now() END,
+               lease_owner = NULL, lease_expires_at = NULL,
+               last_error_class = :cls, last_error_message = :msg
+         WHERE {_LIVE}
+        RETURNING id, attempts, state
+    ), kept AS (
+        INSERT INTO event_attempts
+               (event_id, attempt, step, error_class, error_message, traceback, outcome)
+        SELECT id, attempts, :step, :cls, :msg, :tb,
+               CASE WHEN state = 'quarantined' THEN 'quarantined' ELSE 'retry' END
+          FROM failed
+    )
+    SELECT state FROM failed
+    """
+)
+
+
+def fail(
+    conn: Connection,
+    c: Claim,
+    error: BaseException,
+    permanent: bool,
+    delay: float,
+    step: str | None = None,
+) -> str:
+    """Retry later (database-scheduled), or quarantine when permanent or out of attempts.
+
+    The attempt is kept in ``event_attempts`` (step, error, redacted traceback), so the
+    history survives the next attempt and any replay.
+    """
+    row = conn.execute(
+        _FAIL.over(c.id, c.id),
+        {
+            "id": c.id,
+            "fence": c.fence,
+            "permanent": permanent,
+            "delay": delay,
+            "cls": type(error).__name__,
+            "msg": failures.redact(str(error), failures.MESSAGE_LIMIT),
+            "step": step,
+            "tb": failures.traceback_excerpt(error),
+        },
+    ).first()
+    if row is None:
+        raise LeaseLost()
+    return str(row.state)
+
+
+def sweep_expired(conn: Connection) -> tuple[int, int]:
+    """Expired leases go back to received, or to quarantine when out of attempts.
+
+    Returns (requeued, quarantined).
+    """
+    rows = conn.execute(
+        text(
+            """
+            WITH swept AS (
+                UPDATE events
+                   SET state = CASE WHEN attempts >= max_attempts
+                                    THEN 'quarantined' ELSE 'received' END,
+                       finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
+                       available_at = now(),
+                       last_error_class = 'LeaseExpired',
+                       last_error_message = 'the worker holding the lease stopped or stalled',
+                       lease_owner = NULL, lease_expires_at = NULL
+                 WHERE state = 'processing' AND lease_expires_at <= now()
+                RETURNING id, attempts, state, last_error_class, last_error_message
+            ), kept AS (
+                INSERT INTO event_attempts (event_id, attempt, error_class, error_message, outcome)
+                SELECT id, attempts, last_error_class, last_error_message,
+                       CASE WHEN state = 'quarantined' THEN 'quarantined' ELSE 'retry' END
+                  FROM swept
+            )
+            SELECT state FROM swept
+            """
+        )
+    ).fetchall()
+    quarantined = sum(1 for r in rows if r.state == EventState.QUARANTINED)
+    return len(rows) - quarantined, quarantined
+
+
+def due_count(conn: Connection) -> int:
+    return int(
+        conn.execute(
+            text("SELECT count(*) FROM events WHERE state = 'received' AND available_at <= now()")
+        ).scalar_one()
+    )
+
+
+def due_within(conn: Connection, horizon: float, slot: float, limit: int = 100) -> list[float]:
+    """Seconds until each retry due in the next ``horizon`` seconds, rounded up to ``slot``
+    (one alarm per slot; relative to the database clock, so no clock needs to agree)."""
+    rows = conn.execute(
+        text(
+            """
+            SELECT DISTINCT ceil(extract(epoch FROM available_at - now()) / :slot) * :slot AS due_in
+              FROM events
+             WHERE state = 'received' AND available_at > now()
+               AND available_at <= now() + make_interval(secs => :horizon)
+             ORDER BY due_in LIMIT :limit
+            """
+        ),
+        {"horizon": horizon, "slot": slot, "limit": limit},
+    )
+    return [float(r.due_in) for r in rows]
+
+
+_EXTEND = DayBounded(
+    """
+    UPDATE events SET lease_expires_at = now() + make_interval(secs => :lease)
+     WHERE (id, fence) IN (SELECT * FROM unnest(CAST(:ids AS bigint[]),
+                                                CAST(:fences AS bigint[])))
+       AND id >= {lo} AND id < {hi}
+       AND state = 'processing' AND lease_expires_at > now()
+    """
+)
+
+
+def extend(conn: Connection, claims: list[Claim], lease_seconds: float) -> int:
+    """Extend the live leases among ``claims`` (a batch still waiting its turn)."""
+    if not claims:
+        return 0
+    ids = [c.id for c in claims]
+    result = conn.execute(
+        _EXTEND.spanning(ids),
+        {"lease": lease_seconds, "ids": ids, "fences": [c.fence for c in claims]},
+    )
+    return int(result.rowcount)
