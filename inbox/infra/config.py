@@ -1,12 +1,20 @@
 """Configuration, read once from the environment.
 
-Every setting is documented in the README's configuration table.
+Each setting is a field of ``Settings`` declared with ``setting(ENV, default, doc)``: its
+environment variable, its default and a one-line description, written once. ``from_env``
+reads the variables from those declarations, and the configuration reference
+(``docs/reference/configuration.md``) is generated from the same declarations when the
+docs are built.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, NamedTuple
+
+_TRUE = {"1", "true", "yes", "on"}
 
 
 def _int(name: str, default: int) -> int:
@@ -18,46 +26,165 @@ def _bool(name: str, default: bool = False) -> bool:
     raw = os.environ.get(name)
     if raw in (None, ""):
         return default
-    return raw.strip().lower() in {"1", "true", "yes", "on"}
+    return raw.strip().lower() in _TRUE
 
 
 def _optional_bool(name: str) -> bool | None:
     return _bool(name) if os.environ.get(name, "") != "" else None
 
 
+def _modules(raw: str) -> tuple[str, ...]:
+    return tuple(m.strip() for m in raw.split(",") if m.strip())
+
+
+def setting(
+    env: str,
+    default: Any,
+    doc: str,
+    *,
+    parse: Callable[[str], Any] | None = None,
+    shown: str | None = None,
+) -> Any:
+    """A field of ``Settings`` read from ``env``; ``doc`` is its line in the reference.
+
+    ``parse`` turns the variable's text into the value (by default: from the default's
+    type); ``shown`` is how the reference shows a default that is not a plain value.
+    """
+    return field(default=default, metadata={"env": env, "doc": doc, "parse": parse, "shown": shown})
+
+
+class Documented(NamedTuple):
+    """One setting as the reference shows it."""
+
+    name: str  # the field's name
+    env: str
+    default: str
+    doc: str
+
+
 @dataclass(frozen=True)
 class Settings:
-    database_url: str = ""
-    redis_url: str = ""
-    broker_url: str = ""
-    max_body_bytes: int = 1024 * 1024
-    key_ttl_hours: int = 24
-    db_timeout_ms: int = 2000
-    pool_size: int = 10
-    claim_statements: int = 1
-    sweep_seconds: int = 30
-    lease_seconds: int = 60
-    batch_size: int = 100
-    retry_base_seconds: float = 2.0
-    playbook_modules: tuple[str, ...] = field(default_factory=tuple)
-    allow_private_targets: bool = False
-    log_level: str = "INFO"
-    secret_key: str = ""
-    # The two-person rule: a bulk replay matching more events than this waits for approval.
-    bulk_approval_min: int = 100
-    public_url: str = ""
-    # Security (issue #19): see the README's security section.
-    metrics_token: str = ""
-    cookie_secure: bool | None = None  # None: Secure when public_url is https
-    session_idle_minutes: int = 30
-    session_hours: int = 12
-    auth_max_failures: int = 10
-    auth_window_seconds: int = 300
-    max_backlog: int = 0  # 0: no limit
-    trusted_proxies: int = 0  # proxies in front that append to X-Forwarded-For
-    # Days of the ledger kept before a whole day is dropped (inbox.domain.retention: never
-    # shorter than the longest key window in use; stretched, and said so, if it is).
-    ledger_retention_days: int = 365
+    database_url: str = setting(
+        "DATABASE_URL",
+        "",
+        "PostgreSQL URL (libpq multi-host URLs work); `make run` starts an embedded one",
+        shown="embedded under `make run`",
+    )
+    redis_url: str = setting(
+        "REDIS_URL",
+        "",
+        "Redis: the doorbell flag and rate limits, and the broker unless `BROKER_URL` is set",
+        shown="embedded under `make run`",
+    )
+    broker_url: str = setting(
+        "BROKER_URL",
+        "",
+        "Celery broker, e.g. `amqp://guest:guest@127.0.0.1:5672//`",
+        shown="the value of `REDIS_URL`",
+    )
+    max_body_bytes: int = setting(
+        "INBOX_MAX_BODY_BYTES", 1024 * 1024, "default body limit (per source: `max_body_bytes`)"
+    )
+    key_ttl_hours: int = setting(
+        "INBOX_KEY_TTL_HOURS", 24, "how long a dedup key is kept (per source: `key_ttl_hours`)"
+    )
+    db_timeout_ms: int = setting(
+        "INBOX_DB_TIMEOUT_MS",
+        2000,
+        "statement and lock timeout; the receiver's deadline for all of a request's "
+        "database waits, past which it answers 503",
+    )
+    pool_size: int = setting("INBOX_DB_POOL_SIZE", 10, "database connections per web process")
+    claim_statements: int = setting(
+        "INBOX_CLAIM_STATEMENTS",
+        1,
+        "group-commit statements one web process may have out at once",
+    )
+    sweep_seconds: int = setting(
+        "INBOX_SWEEP_SECONDS",
+        30,
+        "the lifeline's interval: expired leases requeued, due events and deliveries re-rung",
+    )
+    lease_seconds: int = setting(
+        "INBOX_LEASE_SECONDS",
+        60,
+        "lease length; renewed at each step commit and by a heartbeat during a long step",
+    )
+    batch_size: int = setting("INBOX_BATCH_SIZE", 100, "events per claim")
+    retry_base_seconds: float = setting(
+        "INBOX_RETRY_BASE_SECONDS",
+        2.0,
+        "first retry delay (doubles, with jitter, capped at 1 h)",
+    )
+    playbook_modules: tuple[str, ...] = setting(
+        "INBOX_PLAYBOOKS",
+        (),
+        "comma-separated modules that register playbooks, imported by every process",
+        parse=_modules,
+        shown="none",
+    )
+    allow_private_targets: bool = setting(
+        "INBOX_ALLOW_PRIVATE_TARGETS",
+        False,
+        "let callbacks reach loopback and private addresses (`make run` turns it on)",
+    )
+    log_level: str = setting("INBOX_LOG_LEVEL", "INFO", "level of the JSON logs on stderr")
+    secret_key: str = setting(
+        "INBOX_SECRET_KEY",
+        "",
+        "not needed: console sessions are held in the database; read for compatibility only",
+    )
+    bulk_approval_min: int = setting(
+        "INBOX_BULK_APPROVAL_MIN",
+        100,
+        "a bulk replay matching more events than this waits for a second operator's approval",
+    )
+    public_url: str = setting(
+        "INBOX_PUBLIC_URL",
+        "",
+        "the address the CLI prints for sources; https makes the console cookie `Secure`",
+        shown="`http://127.0.0.1:8000` for the CLI",
+    )
+    metrics_token: str = setting(
+        "INBOX_METRICS_TOKEN", "", "when set, `/metrics` needs `Authorization: Bearer <it>`"
+    )
+    cookie_secure: bool | None = setting(
+        "INBOX_COOKIE_SECURE",
+        None,
+        "1: the console cookie is `Secure` (with the `__Host-` prefix); 0: never",
+        parse=lambda raw: raw.strip().lower() in _TRUE,
+        shown="from `INBOX_PUBLIC_URL`",
+    )
+    session_idle_minutes: int = setting(
+        "INBOX_SESSION_IDLE_MINUTES", 30, "a console session ends after this long without a request"
+    )
+    session_hours: int = setting(
+        "INBOX_SESSION_HOURS", 12, "a console session ends this long after sign-in, however busy"
+    )
+    auth_max_failures: int = setting(
+        "INBOX_AUTH_MAX_FAILURES",
+        10,
+        "failed sign-ins and bearer tokens per client address per window before 429 (0: off)",
+    )
+    auth_window_seconds: int = setting(
+        "INBOX_AUTH_WINDOW_SECONDS", 300, "the window of `INBOX_AUTH_MAX_FAILURES`"
+    )
+    max_backlog: int = setting(
+        "INBOX_MAX_BACKLOG",
+        0,
+        "events received or processing past which new events get 503 + `Retry-After` (0: off)",
+    )
+    trusted_proxies: int = setting(
+        "INBOX_TRUSTED_PROXIES",
+        0,
+        "reverse proxies in front that append to `X-Forwarded-For`",
+    )
+    ledger_retention_days: int = setting(
+        "INBOX_LEDGER_RETENTION_DAYS",
+        365,
+        "days of the ledger kept before a whole day is dropped (never shorter than the "
+        "longest key window in use)",
+    )
 
     @property
     def secure_cookie(self) -> bool:
@@ -66,36 +193,47 @@ class Settings:
         return self.public_url.lower().startswith("https://")
 
     @classmethod
-    def from_env(cls) -> Settings:
-        redis_url = os.environ.get("REDIS_URL", "")
-        return cls(
-            database_url=os.environ.get("DATABASE_URL", ""),
-            redis_url=redis_url,
-            broker_url=os.environ.get("BROKER_URL", "") or redis_url,
-            max_body_bytes=_int("INBOX_MAX_BODY_BYTES", 1024 * 1024),
-            key_ttl_hours=_int("INBOX_KEY_TTL_HOURS", 24),
-            db_timeout_ms=_int("INBOX_DB_TIMEOUT_MS", 2000),
-            pool_size=_int("INBOX_DB_POOL_SIZE", 10),
-            claim_statements=_int("INBOX_CLAIM_STATEMENTS", 1),
-            sweep_seconds=_int("INBOX_SWEEP_SECONDS", 30),
-            lease_seconds=_int("INBOX_LEASE_SECONDS", 60),
-            batch_size=_int("INBOX_BATCH_SIZE", 100),
-            retry_base_seconds=float(os.environ.get("INBOX_RETRY_BASE_SECONDS") or 2.0),
-            playbook_modules=tuple(
-                m.strip() for m in os.environ.get("INBOX_PLAYBOOKS", "").split(",") if m.strip()
-            ),
-            allow_private_targets=_bool("INBOX_ALLOW_PRIVATE_TARGETS"),
-            log_level=os.environ.get("INBOX_LOG_LEVEL", "INFO"),
-            secret_key=os.environ.get("INBOX_SECRET_KEY", ""),
-            bulk_approval_min=_int("INBOX_BULK_APPROVAL_MIN", 100),
-            public_url=os.environ.get("INBOX_PUBLIC_URL", ""),
-            metrics_token=os.environ.get("INBOX_METRICS_TOKEN", ""),
-            cookie_secure=_optional_bool("INBOX_COOKIE_SECURE"),
-            session_idle_minutes=_int("INBOX_SESSION_IDLE_MINUTES", 30),
-            session_hours=_int("INBOX_SESSION_HOURS", 12),
-            auth_max_failures=_int("INBOX_AUTH_MAX_FAILURES", 10),
-            auth_window_seconds=_int("INBOX_AUTH_WINDOW_SECONDS", 300),
-            max_backlog=_int("INBOX_MAX_BACKLOG", 0),
-            trusted_proxies=_int("INBOX_TRUSTED_PROXIES", 0),
-            ledger_retention_days=_int("INBOX_LEDGER_RETENTION_DAYS", 365),
-        )
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            name: str = f.metadata.get("env", "")
+            raw = env.get(name, "") if name else ""
+            if raw != "":
+                values[f.name] = _parse(f.metadata.get("parse"), f.default, name, raw)
+        if not values.get("broker_url"):
+            values["broker_url"] = values.get("redis_url", cls.redis_url)
+        return cls(**values)
+
+
+def _parse(parse: Callable[[str], Any] | None, default: Any, name: str, raw: str) -> Any:
+    if parse is not None:
+        return parse(raw)
+    if isinstance(default, bool):
+        return raw.strip().lower() in _TRUE
+    if isinstance(default, int | float):
+        try:
+            return type(default)(raw)
+        except ValueError:
+            kind = "an integer" if isinstance(default, int) else "a number"
+            raise ValueError(f"{name}={raw!r} is not {kind}") from None
+    return raw
+
+
+def documented() -> Iterator[Documented]:
+    """Every setting, in declaration order, as the configuration reference shows it."""
+    for f in fields(Settings):
+        meta = f.metadata
+        if "env" not in meta:
+            continue
+        shown = meta.get("shown")
+        if shown is None:
+            shown = "none" if f.default in ("", None) else f"`{f.default}`"
+            if isinstance(f.default, bool):
+                shown = "`1`" if f.default else "`0`"
+        yield Documented(f.name, meta["env"], shown, meta["doc"])
+
+
+def undocumented() -> list[str]:
+    """Fields of ``Settings`` declared without ``setting(ENV, default, doc)``."""
+    return [f.name for f in fields(Settings) if not f.metadata.get("doc")]
