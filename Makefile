@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test setup lint bench clean
+.PHONY: run test setup lint docs bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,8 +24,12 @@ lint: setup
 	$(BIN)/mypy inbox web workers dev bench
 	$(BIN)/lint-imports
 
-## make test: lint, type-check, import contracts, then the whole suite
-test: lint
+## the docs site (mkdocs-material, from docs/; the references are generated at build time)
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+## make test: lint, type-check, import contracts, the docs, then the whole suite
+test: lint docs
 	$(BIN)/python -m pytest -q
 
 bench: setup
@@ -34,4 +38,4 @@ bench: setup
 	$(BIN)/python -m bench.deliver
 
 clean:
-	rm -rf $(VENV) .data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .data .pytest_cache .mypy_cache .ruff_cache site

@@ -4,7 +4,7 @@ The HTTP server is granian: its HTTP/1.1 handling is Rust, and each worker proce
 the Flask app in a pool of threads; it took less CPU per request than gunicorn's threaded
 workers on the 2-core benchmark machine (bench/README.md).
 
-Settings come from the environment (the README's table); the flags override them:
+Settings come from the environment (docs/reference/configuration.md); the flags override them:
 
     python -m web [--app MODULE:NAME] [--host H] [--port N] [--workers N] [--threads N]
 

@@ -6,7 +6,8 @@ from dataclasses import fields
 
 import pytest
 
-from dev.docs_hooks import MARKER, on_page_markdown
+from dev.docs_hooks import MARKER, SCHEMES_MARKER, on_page_markdown
+from inbox.domain.signatures import SCHEMES
 from inbox.infra.config import Settings, documented, undocumented
 
 
@@ -67,3 +68,11 @@ def test_the_reference_page_lists_every_variable_with_its_default():
     assert "| `INBOX_BATCH_SIZE` | `100` |" in page
     for s in documented():
         assert f"| `{s.env}` | {s.default} |" in page
+
+
+def test_the_provider_page_lists_every_scheme():
+    page = on_page_markdown(f"# Providers\n\n{SCHEMES_MARKER}\n")
+    assert SCHEMES_MARKER not in page
+    for name, scheme in SCHEMES.items():
+        assert f"| `{name}` | " in page
+        assert scheme.summary.replace("|", "\\|") in page
