@@ -15,10 +15,12 @@ from collections.abc import Mapping
 
 from flask import Flask, Response
 
+from inbox.infra.config import Settings
+
 
 def keepalive_requests(env: Mapping[str, str]) -> int:
     """``WEB_KEEPALIVE_REQUESTS``: requests per connection on average; 0 never closes."""
-    return int(env.get("WEB_KEEPALIVE_REQUESTS") or 100)
+    return Settings.from_env(env).keepalive_requests
 
 
 def close_now_and_then(app: Flask, every: int) -> None:

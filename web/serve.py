@@ -30,6 +30,8 @@ import tempfile
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
 
+from inbox.infra.config import Settings
+
 
 @dataclass(frozen=True)
 class ServerSettings:
@@ -49,13 +51,14 @@ class ServerSettings:
 
 
 def server_settings(env: Mapping[str, str]) -> ServerSettings:
+    s = Settings.from_env(env)
     return ServerSettings(
-        host=env.get("WEB_HOST") or "0.0.0.0",
-        port=int(env.get("PORT") or 8000),
-        workers=int(env.get("WEB_CONCURRENCY") or os.cpu_count() or 1),
-        threads=int(env.get("WEB_THREADS") or 24),
-        backlog=int(env.get("WEB_BACKLOG") or 2048),
-        graceful_seconds=int(env.get("WEB_GRACEFUL_TIMEOUT") or 30),
+        host=s.web_host,
+        port=s.port,
+        workers=s.web_concurrency or os.cpu_count() or 1,
+        threads=s.web_threads,
+        backlog=s.web_backlog,
+        graceful_seconds=s.web_graceful_timeout,
     )
 
 

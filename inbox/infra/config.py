@@ -186,6 +186,35 @@ class Settings:
         "longest key window in use)",
     )
 
+    metrics_tenant_labels: bool = setting(
+        "INBOX_METRICS_TENANT_LABELS",
+        True,
+        "`false`: every `tenant` label of the metrics is empty",
+        parse=lambda raw: raw.strip().lower() not in {"0", "false", "no", "off"},
+    )
+    # The web process (web/serve.py, web/keepalive.py); its flags override them.
+    web_host: str = setting("WEB_HOST", "0.0.0.0", "the address the web server binds")
+    port: int = setting("PORT", 8000, "the port the web server listens on")
+    web_concurrency: int = setting(
+        "WEB_CONCURRENCY", 0, "web worker processes (0: one per core)", shown="one per core"
+    )
+    web_threads: int = setting(
+        "WEB_THREADS",
+        24,
+        "threads per web worker; a process's claims use connections of their own beside "
+        "the pool, so `INBOX_DB_POOL_SIZE` may be smaller",
+    )
+    web_backlog: int = setting("WEB_BACKLOG", 2048, "the listening socket's backlog")
+    web_graceful_timeout: int = setting(
+        "WEB_GRACEFUL_TIMEOUT", 30, "seconds a web worker has to finish its requests at shutdown"
+    )
+    keepalive_requests: int = setting(
+        "WEB_KEEPALIVE_REQUESTS",
+        100,
+        "each answer closes its keep-alive connection with probability 1/n, so connections "
+        "re-spread over the workers (0: never)",
+    )
+
     @property
     def secure_cookie(self) -> bool:
         if self.cookie_secure is not None:

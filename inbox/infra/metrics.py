@@ -21,6 +21,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
 from inbox.domain.states import FINISHED, EventState
+from inbox.infra.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,7 @@ def set_tenant_labels(on: bool | None) -> None:
 def tenant_labels() -> bool:
     global _tenant_labels
     if _tenant_labels is None:
-        raw = os.environ.get("INBOX_METRICS_TENANT_LABELS", "")
-        _tenant_labels = raw.strip().lower() not in {"0", "false", "no", "off"}
+        _tenant_labels = Settings.from_env().metrics_tenant_labels
     return _tenant_labels
 
 
