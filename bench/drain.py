@@ -40,7 +40,7 @@ from sqlalchemy import create_engine
 
 from bench.common import baselines as raw
 from bench.common import cpu, load, procs
-from inbox.domain.playbooks import Playbook, StepContext, register
+from inbox import Playbook, StepContext, register
 from inbox.domain.sources import SourceOptions
 from inbox.store.db.engine import sqlalchemy_url
 from inbox.store.write import sources as store

@@ -12,8 +12,7 @@ from typing import Any
 
 import psycopg
 
-from inbox.domain.errors import PermanentError
-from inbox.domain.playbooks import Playbook, StepContext, register
+from inbox import PermanentError, Playbook, StepContext, register
 
 SINK_DDL = """
 CREATE TABLE IF NOT EXISTS test_sink (

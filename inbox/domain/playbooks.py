@@ -1,6 +1,6 @@
 """The playbook API: named steps run in order, each result a recovery point.
 
-    from inbox.domain.playbooks import Playbook, register
+    from inbox import Playbook, register
 
     deny = Playbook("deny-account")
 

@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import text
 from standardwebhooks import Webhook
 
+from inbox import PermanentError, Playbook, StepContext
 from inbox.domain import callbacks
-from inbox.domain.errors import PermanentError
-from inbox.domain.playbooks import Playbook, Registry, StepContext
+from inbox.domain.playbooks import Registry
 from inbox.infra.config import Settings
 from inbox.services.courier import deliver_once
 from inbox.services.drain import drain_once

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from inbox.domain.playbooks import Playbook, Registry, StepContext, record
+from inbox import Playbook, StepContext
+from inbox.domain.playbooks import Registry, record
 from inbox.domain.states import EventState
 from inbox.infra.config import Settings
 from inbox.services import drain

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from inbox.domain.errors import PermanentError, RetryableError
-from inbox.domain.playbooks import Playbook, Registry, StepContext
+from inbox import PermanentError, Playbook, RetryableError, StepContext
+from inbox.domain.playbooks import Registry
 from inbox.domain.records import Claim
 from inbox.domain.states import EventState
 from inbox.services.runner import RunConfig, run_claimed
