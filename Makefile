@@ -28,9 +28,11 @@ lint: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-## make test: lint, type-check, import contracts, the docs, then the whole suite
+## make test: lint, type-check, import contracts, the docs, then the whole suite on every
+## core (pytest-xdist; each worker has its own database cloned from a migrated template)
+TEST_WORKERS ?= auto
 test: lint docs
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 bench: setup
 	$(BIN)/python -m bench.ingest --seconds 10 --repeats 5

