@@ -64,9 +64,49 @@ def keyed_insert(insert_events: str, returning: str = "id") -> str:
     """
 
 
-def wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> None:
-    """Until ``condition()`` holds; fails the test past ``seconds``."""
+def eventually(
+    condition: Callable[[], bool], seconds: float = 30.0, interval: float = 0.005
+) -> bool:
+    """True as soon as ``condition()`` holds, False once ``seconds`` have passed without.
+
+    The one place tests wait: every other wait is on a condition, through this or
+    ``wait_for`` (tests/unit/test_no_sleeps.py keeps it so)."""
     deadline = time.monotonic() + seconds
     while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.005)
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    seconds: float = 30.0,
+    what: str = "condition",
+    interval: float = 0.005,
+) -> None:
+    """Until ``condition()`` holds; fails the test past ``seconds``."""
+    assert eventually(condition, seconds, interval), f"{what} not met in time"
+
+
+def leases_expired(engine: Any, table: str = "events") -> bool:
+    """Every lease on ``table`` has run out by the database's clock (leases are set by it);
+    wait on this, not on a sleep of the lease's length."""
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        live = f"SELECT EXISTS (SELECT 1 FROM {table} WHERE lease_expires_at >= now())"
+        return not conn.execute(text(live)).scalar_one()
+
+
+class Clock:
+    """A monotonic clock a test moves by hand, for code that takes ``clock=``."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

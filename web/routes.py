@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from sqlalchemy import Engine
 
@@ -21,16 +22,19 @@ from inbox.store.write.sources import find_source
 
 
 class RouteCache:
-    def __init__(self, engine: Engine, ttl: float) -> None:
+    def __init__(
+        self, engine: Engine, ttl: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._engine = engine
         self._ttl = ttl
+        self._clock = clock
         self._lock = threading.Lock()
         self._entries: dict[tuple[str, str], tuple[float, Source | None]] = {}
         self._refreshing: set[tuple[str, str]] = set()
 
     def get(self, tenant: str, source: str) -> Source | None:
         key = (tenant, source)
-        now = time.monotonic()
+        now = self._clock()
         hit = self._entries.get(key)
         if hit is not None:
             expires, found = hit

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from sqlalchemy import text
 
 from inbox.store.write import tokens as tstore
 from tests.e2e.test_worker_processes import wait_for
-from tests.helpers import body_of, events_by_state, hmac_headers, sink_rows
+from tests.helpers import body_of, events_by_state, eventually, hmac_headers, sink_rows
 from tests.procs import ROOT, CeleryProc, Web
 from tests.sink_playbooks import CRASH_DIR
 
@@ -197,13 +196,13 @@ def test_an_operator_replays_a_dead_letter_and_a_bulk_replay_in_the_browser(
     page.wait_for_url("**/ui/replays/rpl_*")
     page.evaluate("window.__notReloaded = true")
     seen: set[int] = set()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def full() -> bool:
         value = int(page.eval_on_selector("#bulk-progress", "el => el.value"))
         seen.add(value)
-        if value == 100:
-            break
-        time.sleep(0.2)
+        return value == 100
+
+    eventually(full, 60, interval=0.2)
     assert 100 in seen, f"the bar stopped at {max(seen)}"
     assert any(0 < v < 100 for v in seen), seen  # it moved while the job ran
     assert page.evaluate("window.__notReloaded === true")  # updated in place, by polling

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from dev.embedded import free_port
+from tests.helpers import eventually
 from tests.procs import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -89,15 +90,14 @@ class DevRun:
         return self.log_path.read_text(errors="replace")
 
     def wait_for(self, pattern: str, timeout: float, count: int = 1) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            out = self.output()
-            if len(re.findall(pattern, out)) >= count:
-                return out
-            if self.popen.poll() is not None:
-                break
-            time.sleep(0.2)
-        raise AssertionError(f"no {pattern!r} in make run's output:\n{self.output()[-4000:]}")
+        def seen() -> bool:
+            return len(re.findall(pattern, self.output())) >= count
+
+        eventually(lambda: seen() or self.popen.poll() is not None, timeout, interval=0.2)
+        out = self.output()
+        if len(re.findall(pattern, out)) >= count:
+            return out
+        raise AssertionError(f"no {pattern!r} in make run's output:\n{out[-4000:]}")
 
 
 @pytest.fixture
@@ -143,9 +143,7 @@ def test_make_run_supervises_says_ready_and_stops_everything(data_dir):
         assert len(everything) >= 6 and all(running(p) for p in {pg_pid})
         run.popen.send_signal(signal.SIGTERM)
         run.popen.wait(90)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(running(p) for p in everything):
-            time.sleep(0.2)
+        eventually(lambda: not any(running(p) for p in everything), 30, interval=0.2)
         left = {p: cmdline(p) for p in everything if running(p)}
         assert left == {}, left
         assert "stopped the embedded PostgreSQL" in run.output()

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import text
 
+from tests import helpers
 from tests.brokers import Broker
 from tests.helpers import body_of, events_by_state, hmac_headers, sink_rows
 from tests.procs import CeleryProc, Web
@@ -32,12 +33,7 @@ def env(database_url: str, broker: Broker) -> dict[str, str]:
 
 
 def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    helpers.wait_for(cond, timeout, what, interval=0.1)
 
 
 def insert_pending(engine, src, n: int, payload: dict) -> None:
@@ -118,10 +114,11 @@ def test_doorbell_makes_an_event_complete_without_waiting_for_a_sweep(
 ):
     env = {**env, "INBOX_SWEEP_SECONDS": "3600"}
     src = make_source(event_type_path="type")
-    procs.append(CeleryProc(env))
+    worker = CeleryProc(env)
+    procs.append(worker)
     web = Web(env)
     procs.append(web)
-    time.sleep(2)  # the worker is up
+    wait_for(lambda: " ready." in worker.output(), 60, "the worker")
     body = body_of({"type": "flaky"})
     started = time.monotonic()
     status, _, _ = web.request("POST", src.path, body, hmac_headers("s3cret", body, "bell"))

@@ -10,6 +10,7 @@ from sqlalchemy import text
 
 from inbox.services.bulk import run_bulk_once
 from inbox.store.write import bulk as bstore
+from tests.helpers import leases_expired, wait_for
 from tests.integration.test_api import make_token, quarantine
 
 
@@ -159,10 +160,7 @@ def test_cancel_stops_a_running_job_partway(client, engine, make_source, op):
         target=lambda: result.append(run_bulk_once(engine, job_id(engine, job["id"])))
     )
     runner.start()
-    deadline = time.monotonic() + 10
-    while client.get(f"/api/v1/replays/{job['id']}", headers=op).json["done"] < 3:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_for(lambda: client.get(f"/api/v1/replays/{job['id']}", headers=op).json["done"] >= 3)
     cancelled = client.post(f"/api/v1/replays/{job['id']}/cancel", headers=op)
     assert cancelled.status_code == 200 and cancelled.json["status"] == "cancelled"
     runner.join(10)
@@ -221,7 +219,7 @@ def test_an_expired_lease_is_taken_over_and_a_budget_releases_it(client, engine,
     with engine.begin() as conn:  # a runner that died holding the lease
         assert bstore.claim(conn, job, "dead-runner", 0.1) is not None
         assert bstore.claim(conn, job, "another", 30) is None  # a live lease is respected
-    time.sleep(0.3)
+    wait_for(lambda: leases_expired(engine, "bulk_replays"))
     rest = run_bulk_once(engine, job, owner="next")
     assert rest.status == "completed" and part.processed + rest.processed == 10
     assert sum(replays_per_event(engine).values()) == 10

@@ -22,7 +22,7 @@ from inbox.services.courier import deliver_once
 from inbox.services.drain import drain_once
 from inbox.store.write import deliveries as dstore
 from inbox.store.write import endpoints as estore
-from tests.helpers import body_of, hmac_headers
+from tests.helpers import body_of, hmac_headers, wait_for
 from tests.sink import Answer, Sink
 
 
@@ -56,16 +56,18 @@ def decide(client, engine, wsettings, src, key: str = "k", payload=None) -> set[
     return rung
 
 
-def send_all(engine, endpoint_id: int, rounds: int = 20, **kw) -> None:
-    for _ in range(rounds):
+def send_all(engine, endpoint_id: int, **kw) -> None:
+    """Deliver until no delivery is pending or sending (a retry waits for its time)."""
+
+    def sent() -> bool:
         deliver_once(engine, endpoint_id, allow_private=True, **kw)
         with engine.connect() as conn:
             left = conn.execute(
                 text("SELECT count(*) FROM deliveries WHERE state IN ('pending', 'sending')")
             ).scalar_one()
-        if not left:
-            return
-        time.sleep(0.05)
+        return not left
+
+    wait_for(sent)
 
 
 def delivery(engine):
@@ -147,8 +149,7 @@ def test_429_retry_after_is_honoured(client, engine, wsettings, sink, forward_so
     decide(client, engine, wsettings, forward_source)
     deliver_once(engine, ep.id, allow_private=True)
     assert deliver_once(engine, ep.id, allow_private=True).claimed == 0  # not before 1 s
-    time.sleep(1.1)
-    assert deliver_once(engine, ep.id, allow_private=True).delivered == 1
+    wait_for(lambda: deliver_once(engine, ep.id, allow_private=True).delivered == 1)
     got = sink.at("/r")
     assert got[1].at - got[0].at >= 1.0
 
@@ -265,7 +266,7 @@ def test_a_dead_endpoint_does_not_hold_back_another(client, engine, wsettings, s
         target=deliver_once, args=(engine, dead.id), kwargs={"allow_private": True}
     )
     slow.start()
-    time.sleep(0.2)  # the dead endpoint's courier is now stuck in its timeout
+    wait_for(lambda: len(sink.at("/dead")) == 1)  # its courier now waits out its timeout
     started = time.monotonic()
     result = deliver_once(engine, live.id, allow_private=True)
     took = time.monotonic() - started

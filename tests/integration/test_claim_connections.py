@@ -12,6 +12,7 @@ from sqlalchemy import Engine, text
 
 from inbox.store.db.claim_connections import Connections, for_engine
 from inbox.store.write.claims import row
+from tests.helpers import wait_for
 from tests.integration.test_claims import _event
 
 
@@ -72,7 +73,7 @@ def test_an_old_connection_is_recycled(engine: Engine, make_source) -> None:
     conns = Connections(engine, recycle_s=0.0)
     conns.insert([row(src, _event("a"))])
     (first,) = conns._idle
-    time.sleep(0.01)  # older than the recycle age, which is 0
+    wait_for(lambda: time.monotonic() > first.born)  # older than the recycle age, which is 0
     conns.insert([row(src, _event("b"))])
     assert conns.opened == 2 and first.driver.closed
 

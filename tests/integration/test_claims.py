@@ -25,6 +25,7 @@ from inbox.domain.records import Source
 from inbox.store.db.group_commit import Claims
 from inbox.store.write.claims import Copy, execute, row
 from inbox.store.write.intake import ingest
+from tests.helpers import wait_for
 
 
 def _event(key: str | None, event_type: str = "t") -> Prepared:
@@ -69,11 +70,8 @@ class Racer:
             assert not t.is_alive(), "a claim never returned"
 
 
-def _until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
+def _until(cond: Callable[[], bool], timeout: float = 30.0) -> None:
+    wait_for(cond, timeout)
 
 
 _WAITING = (

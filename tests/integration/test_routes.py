@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from sqlalchemy import text
 
+from tests.helpers import Clock, wait_for
 from web.routes import RouteCache
 
 TTL = 0.3
@@ -17,30 +17,26 @@ def _disable(engine, src) -> None:
         conn.execute(text("UPDATE sources SET enabled = false WHERE id = :id"), {"id": src.id})
 
 
-def _wait_for_lock_waiters(engine, n: int, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
+def _lock_waiters(engine) -> int:
     with engine.connect() as conn:
-        while time.monotonic() < deadline:
-            waiting = conn.execute(
+        return int(
+            conn.execute(
                 text(
                     "SELECT count(*) FROM pg_locks"
                     " WHERE NOT granted AND relation = 'sources'::regclass"
                 )
             ).scalar_one()
-            conn.rollback()
-            if waiting >= n:
-                return True
-            time.sleep(0.01)
-    return False
+        )
 
 
 def test_a_change_shows_once_the_entry_has_expired(engine, make_source):
     src = make_source()
-    cache = RouteCache(engine, TTL)
+    clock = Clock()
+    cache = RouteCache(engine, TTL, clock)
     assert cache.get(src.tenant, src.name).enabled
     _disable(engine, src)
     assert cache.get(src.tenant, src.name).enabled  # still cached
-    time.sleep(TTL + 0.05)
+    clock.advance(TTL + 0.05)
     assert not cache.get(src.tenant, src.name).enabled  # the refreshing request reads it
 
 
@@ -51,10 +47,11 @@ def test_while_one_request_refreshes_an_entry_the_others_keep_the_one_they_have(
     read waits; a second request in that time answers at once from the expired entry,
     where before it would have queued on the same lock (and on a pool connection)."""
     src = make_source()
-    cache = RouteCache(engine, TTL)
+    clock = Clock()
+    cache = RouteCache(engine, TTL, clock)
     assert cache.get(src.tenant, src.name).enabled
     _disable(engine, src)
-    time.sleep(TTL + 0.05)
+    clock.advance(TTL + 0.05)
     refreshed: list[object] = []
     with engine.connect() as locker:
         locker.execute(text("LOCK TABLE sources IN ACCESS EXCLUSIVE MODE"))
@@ -62,7 +59,7 @@ def test_while_one_request_refreshes_an_entry_the_others_keep_the_one_they_have(
             target=lambda: refreshed.append(cache.get(src.tenant, src.name))
         )
         refresher.start()
-        assert _wait_for_lock_waiters(engine, 1)  # the refresher's query waits on the lock
+        wait_for(lambda: _lock_waiters(engine) >= 1)  # the refresher's query waits on the lock
         other = threading.Thread(target=lambda: refreshed.append(cache.get(src.tenant, src.name)))
         other.start()
         other.join(5)
@@ -78,20 +75,22 @@ def test_while_one_request_refreshes_an_entry_the_others_keep_the_one_they_have(
 def test_an_entry_far_past_its_time_is_read_again_by_every_request(engine, make_source):
     """Past twice the ttl nobody answers from the old entry, even while a refresh runs."""
     src = make_source()
-    cache = RouteCache(engine, TTL)
+    clock = Clock()
+    cache = RouteCache(engine, TTL, clock)
     assert cache.get(src.tenant, src.name).enabled
     _disable(engine, src)
-    time.sleep(2 * TTL + 0.05)
+    clock.advance(2 * TTL + 0.05)
     cache._refreshing.add((src.tenant, src.name))  # as if a refresh were stuck
     assert not cache.get(src.tenant, src.name).enabled
 
 
 def test_a_failed_refresh_lets_the_next_request_try_again(engine, make_source):
     src = make_source()
-    cache = RouteCache(engine, TTL)
+    clock = Clock()
+    cache = RouteCache(engine, TTL, clock)
     assert cache.get(src.tenant, src.name).enabled
-    time.sleep(TTL + 0.05)
-    broken = RouteCache(engine, TTL)
+    clock.advance(TTL + 0.05)
+    broken = RouteCache(engine, TTL, clock)
     broken._entries = dict(cache._entries)
     broken._engine = None  # type: ignore[assignment]  # the refresh fails
     try:

@@ -4,7 +4,6 @@ overwrite the later decision, however the two are delivered and whoever processe
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from sqlalchemy import text
 from inbox.cli import main
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
-from tests.helpers import body_of, hmac_headers, sink_rows
+from tests.helpers import body_of, hmac_headers, sink_rows, wait_for
 from tests.integration.test_api import make_token
 from tests.integration.test_ui import new_token, sign_in
 
@@ -41,17 +40,17 @@ def send(client, src, key: str, **payload: Any) -> str:
 
 
 def drain_all(engine, wsettings, deadline_s: float = 30.0) -> None:
-    deadline = time.monotonic() + deadline_s
-    while True:
+    def drained() -> bool:
         with engine.connect() as conn:
             left = conn.execute(
                 text("SELECT count(*) FROM events WHERE state IN ('received', 'processing')")
             ).scalar_one()
         if not left:
-            return
-        assert time.monotonic() < deadline, "events did not finish"
-        if not drain_once(engine, wsettings).claimed:
-            time.sleep(0.05)
+            return True
+        drain_once(engine, wsettings)
+        return False
+
+    wait_for(drained, deadline_s)
 
 
 def event(engine, public_id: str) -> Any:
@@ -174,16 +173,18 @@ def test_out_of_order_deliveries_released_together_never_overwrite_the_later_dec
     def worker() -> None:
         try:
             barrier.wait()
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
+
+            def drained() -> bool:
                 with engine.connect() as conn:
                     left = conn.execute(
                         text("SELECT count(*) FROM events WHERE state <> 'completed'")
                     ).scalar_one()
                 if not left:
-                    return
-                if not drain_once(engine, wsettings).claimed:
-                    time.sleep(0.02)
+                    return True
+                drain_once(engine, wsettings)
+                return False
+
+            wait_for(drained, 60)
         except BaseException as exc:
             errors.append(exc)
 

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,7 +14,7 @@ from celery.contrib.testing.worker import start_worker
 from sqlalchemy import text
 
 from inbox.infra.config import Settings
-from tests.helpers import body_of, events_by_state, hmac_headers
+from tests.helpers import body_of, events_by_state, hmac_headers, leases_expired, wait_for
 
 
 @pytest.fixture
@@ -44,12 +43,7 @@ def celery_env(monkeypatch, database_url: str, redis_url: str, engine) -> Iterat
 
 
 def wait(cond, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out")
+    wait_for(cond, timeout)
 
 
 def test_the_drain_task_runs_what_the_doorbell_rang_for(
@@ -80,7 +74,7 @@ def test_the_sweep_task_requeues_an_expired_lease_and_rings(celery_env, make_sou
             {"t": src.tenant_id, "s": src.id},
         )
         [claim] = queue.claim(conn, "a-dead-worker", 10, 0.05)
-    time.sleep(0.1)
+    wait_for(lambda: leases_expired(engine))
     result = celery_env.sweep.delay()
     wait(lambda: events_by_state(engine) == {"completed": 1})
     assert claim.fence == 1

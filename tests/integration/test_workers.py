@@ -13,7 +13,14 @@ from inbox.domain.errors import LeaseLost
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once, sweep_once
 from inbox.store.write import queue
-from tests.helpers import body_of, events_by_state, hmac_headers, sink_rows
+from tests.helpers import (
+    body_of,
+    events_by_state,
+    hmac_headers,
+    leases_expired,
+    sink_rows,
+    wait_for,
+)
 
 pytestmark = pytest.mark.usefixtures("sink_table")
 
@@ -39,17 +46,17 @@ def send(client, src, payload, key, **headers):
     return client.post(src.path, data=body, headers=hmac_headers("s3cret", body, key, **headers))
 
 
-def drain_all(engine, wsettings, rounds: int = 200) -> None:
-    for _ in range(rounds):
-        if drain_once(engine, wsettings).claimed == 0:
-            with engine.connect() as conn:
-                pending = conn.execute(
-                    text("SELECT count(*) FROM events WHERE state IN ('received','processing')")
-                ).scalar_one()
-            if not pending:
-                return
-            time.sleep(0.02)
-    raise AssertionError("events still pending")
+def drain_all(engine, wsettings) -> None:
+    def drained() -> bool:
+        if drain_once(engine, wsettings).claimed:
+            return False
+        with engine.connect() as conn:
+            pending = conn.execute(
+                text("SELECT count(*) FROM events WHERE state IN ('received','processing')")
+            ).scalar_one()
+        return not pending
+
+    wait_for(drained)
 
 
 def one(engine, sql: str):
@@ -141,7 +148,7 @@ def test_expired_lease_cannot_commit_over_the_next_owner(client, make_source, en
     send(client, src, {"a": 1}, "k")
     with engine.begin() as conn:
         [old] = queue.claim(conn, "old", 10, 0.2)
-    time.sleep(0.3)
+    wait_for(lambda: leases_expired(engine))
     # the lease has expired: even before anyone else claims, the old owner commits nothing
     with pytest.raises(LeaseLost), engine.begin() as conn:
         queue.record_steps(conn, old, {"x": 1}, 30)
@@ -170,7 +177,7 @@ def test_a_crash_looping_event_still_reaches_quarantine(client, make_source, eng
     for expected in ("received", "quarantined"):
         with engine.begin() as conn:
             assert len(queue.claim(conn, "dies", 10, 0.05)) == 1  # ...and the worker dies
-        time.sleep(0.1)
+        wait_for(lambda: leases_expired(engine))
         sweep_once(engine)
         assert one(engine, "SELECT state FROM events").state == expected
     assert one(engine, "SELECT attempts FROM events").attempts == 2
@@ -237,9 +244,7 @@ def test_prefer_wait_returns_the_decision_and_in_flight_retry_gets_409(
 
     t = threading.Thread(target=original)
     t.start()
-    deadline = time.monotonic() + 5
-    while one(engine, "SELECT count(*) AS n FROM events").n == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: one(engine, "SELECT count(*) AS n FROM events").n > 0)
     in_flight = send(client, src, {"a": 1}, "sync-1")
     assert in_flight.status_code == 409 and in_flight.headers["Retry-After"] == "1"
     drain_once(engine, wsettings)
@@ -270,7 +275,7 @@ def test_batched_completion_is_fenced_too(client, make_source, engine):
         loaded = batch.load_many(conn, old)
     e1, e2 = ids(engine)
     assert sorted(loaded) == [e1, e2]
-    time.sleep(0.3)
+    wait_for(lambda: leases_expired(engine))
     sweep_once(engine)
     with engine.begin() as conn:
         conn.execute(
@@ -333,7 +338,7 @@ def test_a_step_longer_than_the_lease_keeps_it(client, make_source, engine, sett
     def sweeper() -> None:
         while not done.is_set():
             sweeps.append(sweep_once(engine).requeued)
-            time.sleep(0.2)
+            done.wait(0.2)  # a sweep every 0.2 s until the drain is over
 
     t = threading.Thread(target=sweeper)
     t.start()
