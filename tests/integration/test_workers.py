@@ -56,7 +56,7 @@ def drain_all(engine, wsettings) -> None:
             ).scalar_one()
         return not pending
 
-    wait_for(drained)
+    wait_for(drained, 240, "every event drained")  # 1000 events on a loaded machine
 
 
 def one(engine, sql: str):
