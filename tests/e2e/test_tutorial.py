@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ import pytest
 
 from dev.embedded import free_port
 from tests.brokers import PrivateRedis
+from tests.helpers import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -139,18 +139,18 @@ class Pipeline:
         self._wait_web()
 
     def _wait_web(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def up() -> bool:
             conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
             try:
                 conn.request("GET", "/healthz")
-                if conn.getresponse().status == 200:
-                    return
+                return conn.getresponse().status == 200
             except OSError:
-                time.sleep(0.2)
+                return False
             finally:
                 conn.close()
-        raise AssertionError(f"web not up on :{self.port}\n{self.logs()}")
+
+        if not eventually(up, timeout, interval=0.2):
+            raise AssertionError(f"web not up on :{self.port}\n{self.logs()}")
 
     def stop(self) -> None:
         for _, p in self.procs:
@@ -242,13 +242,17 @@ def test_the_tutorial_runs_as_written(pipeline: Pipeline):
             pipeline.stop()
             pipeline.start(extra)
             continue
-        deadline = time.monotonic() + (120 if block.kind == "until" else 0)
-        while True:
+        last: list = []
+
+        def passed(code: str = code, expect: str | None = expect, last: list = last) -> bool:
             status, output = _run(pipeline, code)
             miss = matches(expect, output) if expect else None
-            if (status == 0 and miss is None) or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+            last[:] = [status, output, miss]
+            return status == 0 and miss is None
+
+        # An "until" block is tried again for up to 120 s; any other block once.
+        eventually(passed, 120 if block.kind == "until" else 0, interval=0.5)
+        status, output, miss = last
         where = f"tutorial.md:{block.line}"
         assert status == 0, f"{where} exited {status}:\n{code}\n{output}\n{pipeline.logs()}"
         assert miss is None, f"{where}: no line matches {miss!r} in:\n{output}\n{pipeline.logs()}"
