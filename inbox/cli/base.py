@@ -19,7 +19,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from inbox.domain.errors import InboxError
 from inbox.infra.config import Settings
-from inbox.store.db.engine import make_engine
+from inbox.store.db.engine import make_engine, sqlalchemy_url
 
 EXAMPLE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -51,8 +51,9 @@ def transaction() -> Iterator[Connection]:
 def _database() -> str:
     """DATABASE_URL without its password, to name in an error."""
     try:
-        return make_url(Settings.from_env().database_url).render_as_string(hide_password=True)
-    except ArgumentError:
+        url = make_url(sqlalchemy_url(Settings.from_env().database_url))
+        return url.render_as_string(hide_password=True)
+    except (ArgumentError, ValueError, RuntimeError):
         return "DATABASE_URL"
 
 

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
+from urllib.parse import parse_qsl, quote, unquote
 
 import psycopg
 from sqlalchemy import Engine, create_engine, event
@@ -226,15 +227,56 @@ def _connect_by(until: float, connect: Any) -> Any:
     return box[0]
 
 
+_SCHEMES = ("postgresql+psycopg://", "postgresql://", "postgres://")
+
+
 def sqlalchemy_url(url: str | None = None) -> str:
-    """DATABASE_URL in the form SQLAlchemy wants, with the psycopg 3 driver."""
+    """DATABASE_URL in the form SQLAlchemy wants, with the psycopg 3 driver.
+
+    Every libpq URI is accepted, multi-host ones included: a host list in the netloc
+    (``postgresql://u@h1:5432,h2:5433/db?target_session_attrs=read-write``, which
+    SQLAlchemy's URL parser refuses) becomes the same list in the query
+    (``postgresql+psycopg://u@/db?host=h1,h2&port=5432,5433&target_session_attrs=read-write``),
+    the form SQLAlchemy hands on to libpq; a list already in the query is kept as it is.
+    libpq then tries the hosts in order and keeps the first that ``target_session_attrs``
+    accepts.
+    """
     url = url or os.environ.get("DATABASE_URL", "")
     if not url:
         raise RuntimeError("DATABASE_URL is not set (run through `make run` or `make test`).")
-    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
-    return url
+    prefix = next((p for p in _SCHEMES if url.startswith(p)), None)
+    if prefix is None:
+        return url
+    rest = url[len(prefix) :]
+    main, qmark, query = rest.partition("?")
+    netloc, slash, path = main.partition("/")
+    userinfo, at, hostlist = netloc.rpartition("@")
+    if "," in hostlist:
+        hosts, ports = zip(*(_host_port(item) for item in hostlist.split(",")), strict=True)
+        given = {k for k, _ in parse_qsl(query, keep_blank_values=True)}
+        if given & {"host", "hostaddr", "port"}:
+            raise ValueError(
+                "DATABASE_URL names its hosts twice (in the address and in the query): "
+                "keep one list"
+            )
+        listed = f"host={','.join(hosts)}"
+        if any(ports):
+            listed += f"&port={','.join(ports)}"
+        query = listed + ("&" + query if query else "")
+        qmark, netloc = "?", userinfo + at
+    return f"postgresql+psycopg://{netloc}{slash or '/'}{path}{qmark}{query}"
+
+
+def _host_port(item: str) -> tuple[str, str]:
+    """``h``, ``h:p``, ``[v6]`` or ``[v6]:p`` of a libpq host list; the port may be empty."""
+    if item.startswith("["):
+        host, _, after = item[1:].partition("]")
+        port = after[1:] if after.startswith(":") else after
+    else:
+        host, _, port = item.partition(":")
+    if port and not port.isdigit():
+        raise ValueError(f"DATABASE_URL: the port of {unquote(host)!r} is not a number")
+    return quote(unquote(host), safe=":"), port
 
 
 def make_engine(settings: Settings, pool_size: int | None = None) -> Engine:
