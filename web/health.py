@@ -1,9 +1,12 @@
 """``/healthz`` (the process is up) and ``/readyz`` (ready for traffic: the database
-answers, its schema is the code's, and the broker answers).
+answers and takes writes, its schema is the code's, and the broker answers).
 
 ``/readyz`` answers 503 with ``cause`` naming the first failing check (database, schema,
 broker) and ``checks`` saying what each found, so a load balancer stops sending events
-to a receiver that would answer every one of them 503, and an operator sees why.
+to a receiver that would answer every one of them 503, and an operator sees why. A
+database that answers but refuses writes (a standby, a primary demoted during a
+failover, ``default_transaction_read_only``) is not ready: ``checks.database`` says
+``read-only: …``; one that does not answer says ``unreachable: <error class>``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from flask import Blueprint
 from sqlalchemy import Connection, text
 
 from inbox.infra.config import Settings
+from inbox.store.db.availability import writable
 from inbox.store.schema.migrate import head_revision
 from web.services import services
 
@@ -35,11 +39,10 @@ def readyz() -> tuple[dict[str, object], int]:
     checks: dict[str, str] = {}
     try:
         with ext.engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-            checks["database"] = "ok"
+            checks["database"] = writable(conn)
             checks["schema"] = check_schema(conn)
     except Exception as exc:
-        checks.setdefault("database", exc.__class__.__name__)
+        checks.setdefault("database", f"unreachable: {exc.__class__.__name__}")
         checks.setdefault("schema", NOT_CHECKED)
     checks["broker"] = check_broker(ext.settings)
     failed = [k for k, v in checks.items() if v not in ("ok", NOT_CONFIGURED, NOT_CHECKED)]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 from sqlalchemy import Engine
 
@@ -11,6 +14,7 @@ from inbox.infra import broker
 from inbox.services.bulk import run_bulk_once
 from inbox.services.courier import BATCH, deliver_once
 from inbox.services.drain import drain_once, sweep_once
+from inbox.services.outages import Outages
 from inbox.services.runner import DEFERRED
 from inbox.store.db.engine import make_engine
 from inbox.store.schema import partitions
@@ -22,6 +26,29 @@ log = logging.getLogger(__name__)
 _engine: Engine | None = None
 _flag = broker.FlagClearer()
 DRAIN_BUDGET_SECONDS = 5.0
+_outages = Outages()
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def through_outages(task: Callable[P, R]) -> Callable[P, R | None]:
+    """A task that meets a database outage (a failover, a restart) ends quietly: one
+    WARNING per outage and process instead of Celery's ERROR and traceback per task.
+    Nothing is dropped: the sweeper re-rings for what is still due, and an expired lease
+    is requeued."""
+
+    @functools.wraps(task)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R | None:
+        try:
+            result = task(*args, **kwargs)
+        except Exception as exc:
+            if not _outages.absorb(exc):
+                raise
+            return None
+        _outages.answered()
+        return result
+
+    return run
 
 
 def _send_later(task: str, args: list[int], countdown: float) -> None:
@@ -59,6 +86,7 @@ def set_alarms(task: str, args: list[int], delays: list[float]) -> None:
 
 
 @app.task(name=broker.DRAIN)  # type: ignore[untyped-decorator]
+@through_outages
 def drain() -> int:
     """Drain due events in batches for a few seconds; ring again if work remains."""
     _flag.clear(settings.redis_url)
@@ -86,6 +114,7 @@ def ring_couriers(endpoint_ids: set[int]) -> None:
 
 
 @app.task(name=broker.DELIVER)  # type: ignore[untyped-decorator]
+@through_outages
 def deliver(endpoint_id: int) -> dict[str, int]:
     """Send one endpoint's due deliveries for a few seconds; ring again if some are left."""
     deadline = time.monotonic() + DRAIN_BUDGET_SECONDS
@@ -109,6 +138,7 @@ def deliver(endpoint_id: int) -> dict[str, int]:
 
 
 @app.task(name=broker.SWEEP)  # type: ignore[untyped-decorator]
+@through_outages
 def sweep() -> dict[str, int]:
     """The lifeline: requeue expired leases and re-ring for anything due."""
     result = sweep_once(engine())
@@ -130,6 +160,7 @@ def sweep() -> dict[str, int]:
 
 
 @app.task(name=broker.PRUNE)  # type: ignore[untyped-decorator]
+@through_outages
 def prune() -> dict[str, object]:
     """Retention: expired keys, old raw bodies, old delivery attempts, old ledger days."""
     r = prune_once(engine(), settings)
@@ -144,6 +175,7 @@ def prune() -> dict[str, object]:
 
 
 @app.task(name=broker.PARTITIONS)  # type: ignore[untyped-decorator]
+@through_outages
 def make_partitions() -> dict[str, object]:
     """The ledger's partitions for today and the week ahead (rows in DEFAULT moved out)."""
     made = partitions.ensure_ahead(engine())
@@ -151,6 +183,7 @@ def make_partitions() -> dict[str, object]:
 
 
 @app.task(name=broker.BULK_REPLAY)  # type: ignore[untyped-decorator]
+@through_outages
 def bulk_replay(job_id: int) -> dict[str, object]:
     """Run a bulk replay at its rate for a few minutes; continue in a fresh task if needed."""
     r = run_bulk_once(

@@ -128,6 +128,11 @@ SWEEP_LAST_RUN = Gauge(
     "Unix time of the last sweeper round.",
     multiprocess_mode="max",
 )
+DB_OUTAGES = Counter(
+    "inbox_database_outages",
+    "Database outages (unreachable or read-only) met by a worker or courier process: "
+    "one per outage and process, counted when its first error is seen.",
+)
 
 ALL: tuple[MetricWrapperBase, ...] = (
     ACCEPTED,
@@ -143,6 +148,7 @@ ALL: tuple[MetricWrapperBase, ...] = (
     SWEEP_REQUEUED,
     SWEEP_QUARANTINED,
     SWEEP_LAST_RUN,
+    DB_OUTAGES,
 )
 
 _INGEST = {
@@ -249,6 +255,14 @@ def record_sweep(requeued: int, quarantined: int) -> None:
         SWEEP_LAST_RUN.set(time.time())
     except Exception as exc:
         _failed("record_sweep", exc)
+
+
+def record_database_outage() -> None:
+    """A process met the start of a database outage."""
+    try:
+        DB_OUTAGES.inc()
+    except Exception as exc:
+        _failed("record_database_outage", exc)
 
 
 def sample_names() -> frozenset[str]:

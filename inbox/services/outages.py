@@ -1,0 +1,63 @@
+"""A database outage reads as one line per process, not as a traceback per task.
+
+During a failover every task of a worker or courier fails the same way for a few
+seconds. ``Outages.absorb`` takes such an error (``inbox.store.db.availability.unavailable``
+says which errors are an outage): the first of an outage is logged as one WARNING,
+``database unavailable: <cause>; retrying``, and counted
+(``inbox_database_outages_total``); the rest of that outage are silent. The first task
+that gets through afterwards ends the outage with one INFO line. Nothing is lost by
+dropping the task: leases lapse and the sweeper re-rings for everything still due.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from inbox.infra import metrics
+from inbox.store.db.availability import unavailable
+
+log = logging.getLogger(__name__)
+
+
+class Outages:
+    """This process's view of the database: answering, or in an outage since when."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._since: float | None = None
+        self._pid = os.getpid()
+
+    @property
+    def down(self) -> bool:
+        return self._since is not None and self._pid == os.getpid()
+
+    def absorb(self, exc: BaseException) -> bool:
+        """True when ``exc`` is the database being unavailable (logged once per outage);
+        False when it is some other error, for the caller to raise."""
+        cause = unavailable(exc)
+        if cause is None:
+            return False
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child starts with its own view
+                self._pid, self._since = os.getpid(), None
+            if self._since is not None:
+                return True
+            self._since = time.monotonic()
+        log.warning("database unavailable: %s; retrying", cause, extra={"pid": os.getpid()})
+        metrics.record_database_outage()
+        return True
+
+    def answered(self) -> None:
+        """A task got through: an outage in progress is over."""
+        if self._since is None:
+            return
+        with self._lock:
+            since, self._since = self._since, None
+            if since is None or self._pid != os.getpid():
+                self._pid = os.getpid()
+                return
+        took = time.monotonic() - since
+        log.info("database available again after %.1f s", took, extra={"pid": os.getpid()})

@@ -1,0 +1,150 @@
+"""A database outage as workers and ``/readyz`` see it, against real PostgreSQL.
+
+The Celery tasks run in this process (a task called directly runs its body); their
+engine is pointed at a closed port, or its connection is terminated by the server, as a
+failover does. ``/readyz`` is asked about a database that answers but refuses writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from prometheus_client import REGISTRY
+from sqlalchemy import Engine, text
+
+from dev.embedded import free_port
+from inbox.infra.config import Settings
+from inbox.services.outages import Outages
+from inbox.store.db.engine import make_engine
+from inbox.store.schema import migrate
+from web import create_app
+
+
+@pytest.fixture
+def tasks(monkeypatch) -> Iterator[object]:
+    from workers import tasks
+
+    monkeypatch.setattr(tasks, "_outages", Outages())
+    yield tasks
+
+
+def counted() -> float:
+    return REGISTRY.get_sample_value("inbox_database_outages_total") or 0.0
+
+
+def lines(caplog) -> list[tuple[str, str]]:
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno >= logging.INFO]
+
+
+def test_tasks_in_an_outage_log_one_warning_and_resume_after_it(
+    tasks, monkeypatch, engine: Engine, caplog
+):
+    caplog.set_level(logging.INFO)
+    dead = make_engine(
+        Settings(database_url=f"postgresql://postgres@127.0.0.1:{free_port()}/x", db_timeout_ms=500)
+    )
+    before = counted()
+    monkeypatch.setattr(tasks, "_engine", dead)
+    try:
+        for _ in range(3):  # every kind of task, several times: one outage
+            assert tasks.sweep() is None
+            assert tasks.deliver(1) is None
+            assert tasks.make_partitions() is None
+        seen = lines(caplog)
+        assert [level for level, _ in seen] == ["WARNING"], seen
+        assert seen[0][1].startswith("database unavailable: OperationalError: connection")
+        assert seen[0][1].endswith("; retrying")
+        assert counted() - before == 1
+
+        monkeypatch.setattr(tasks, "_engine", engine)  # the database is back
+        assert tasks.sweep() == {"requeued": 0, "quarantined": 0, "due": 0}
+        assert lines(caplog)[-1][1].startswith("database available again after ")
+
+        monkeypatch.setattr(tasks, "_engine", dead)  # a second outage is a second line
+        assert tasks.sweep() is None
+        assert [level for level, _ in lines(caplog)] == ["WARNING", "INFO", "WARNING"]
+        assert counted() - before == 2
+    finally:
+        dead.dispose()
+    assert not any(r.exc_info for r in caplog.records)  # not one traceback
+
+
+def test_a_connection_the_server_terminated_is_an_outage_not_a_traceback(
+    tasks, monkeypatch, database_url, engine: Engine, caplog
+):
+    caplog.set_level(logging.INFO)
+    own = make_engine(Settings(database_url=database_url), pool_size=1)
+    monkeypatch.setattr(tasks, "_engine", own)
+    try:
+        assert tasks.sweep() is not None  # the pool now holds one live connection
+        with own.connect() as conn:
+            pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        with engine.connect() as conn:  # what a primary's shutdown does to every session
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        assert tasks.sweep() is None
+        (warning,) = [m for level, m in lines(caplog) if level == "WARNING"]
+        assert warning.startswith("database unavailable: ")
+        assert tasks.sweep() is not None  # a new connection: the outage is over
+        assert lines(caplog)[-1][1].startswith("database available again")
+    finally:
+        own.dispose()
+    assert not any(r.exc_info for r in caplog.records)
+
+
+def test_an_error_that_is_not_an_outage_still_fails_the_task(tasks, monkeypatch, engine):
+    def broken(db: object) -> object:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(tasks, "_engine", engine)
+    monkeypatch.setattr(tasks, "sweep_once", broken)
+    with pytest.raises(ZeroDivisionError):
+        tasks.sweep()
+
+
+@pytest.fixture
+def read_only_db(pg_server_url: str) -> Iterator[str]:
+    """A migrated database of its own whose sessions are read-only once ``read_only``."""
+    name = f"inbox_ro_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base, _, query = pg_server_url.partition("?")
+    url = base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
+    migrate.upgrade(url)
+    yield url
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _readyz(url: str) -> tuple[int, dict]:
+    engine = make_engine(Settings(database_url=url))  # new sessions: they see the setting
+    try:
+        resp = create_app(Settings(database_url=url), engine=engine, doorbell=lambda: None)
+        answer = resp.test_client().get("/readyz")
+        return answer.status_code, answer.json
+    finally:
+        engine.dispose()
+
+
+def test_readyz_is_503_while_the_database_is_read_only(pg_server_url, read_only_db):
+    name = read_only_db.rsplit("/", 1)[1].partition("?")[0]
+    assert _readyz(read_only_db)[0] == 200
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+    status, body = _readyz(read_only_db)
+    assert status == 503 and body["cause"] == "database", body
+    assert body["checks"]["database"] == "read-only: transaction_read_only is on"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
+    status, body = _readyz(read_only_db)
+    assert status == 200 and body["checks"]["database"] == "ok", body
+
+
+def test_readyz_names_an_unreachable_database():
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/none"
+    status, body = _readyz(url)
+    assert status == 503 and body["cause"] == "database"
+    assert body["checks"]["database"] == "unreachable: OperationalError"

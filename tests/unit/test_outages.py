@@ -1,0 +1,89 @@
+"""Which errors are a database outage, and the one line per outage a process logs."""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+import pytest
+from prometheus_client import REGISTRY
+from psycopg import errors as pgerrors
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from inbox.services.outages import Outages
+from inbox.store.db.availability import unavailable
+
+
+def wrapped(orig: Exception, invalidated: bool = False) -> OperationalError:
+    """A driver error as SQLAlchemy raises it."""
+    return OperationalError("SELECT 1", {}, orig, connection_invalidated=invalidated)
+
+
+@pytest.mark.parametrize(
+    ("error", "cause"),
+    [
+        (
+            wrapped(pgerrors.AdminShutdown("terminating connection due to administrator command")),
+            "AdminShutdown: terminating connection due to administrator command",
+        ),
+        (
+            psycopg.OperationalError('connection failed: server at "h1" failed\nmore'),
+            'OperationalError: connection failed: server at "h1" failed',
+        ),
+        (pgerrors.CannotConnectNow("the database system is starting up"), "CannotConnectNow: "),
+        (PoolTimeout("QueuePool limit of size 5 overflow 0 reached"), "PoolTimeout: "),
+        (
+            pgerrors.ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction"),
+            "read-only: cannot execute INSERT",
+        ),
+        (wrapped(RuntimeError("socket closed"), invalidated=True), "RuntimeError: socket closed"),
+    ],
+)
+def test_an_unreachable_or_read_only_database_is_an_outage(error, cause):
+    found = unavailable(error)
+    assert found is not None and found.startswith(cause)
+    assert "\n" not in found
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pgerrors.QueryCanceled("canceling statement due to statement timeout"),
+        pgerrors.LockNotAvailable("canceling statement due to lock timeout"),
+        IntegrityError("INSERT", {}, pgerrors.UniqueViolation("duplicate key")),
+        ValueError("a bug"),
+    ],
+)
+def test_a_slow_statement_or_a_bug_is_not_an_outage(error):
+    assert unavailable(error) is None
+
+
+def outages_counted() -> float:
+    return REGISTRY.get_sample_value("inbox_database_outages_total") or 0.0
+
+
+def test_one_warning_and_one_count_per_outage(caplog):
+    caplog.set_level(logging.INFO, logger="inbox.services.outages")
+    watch = Outages()
+    before = outages_counted()
+    down = wrapped(pgerrors.AdminShutdown("terminating connection due to administrator command"))
+    assert all(watch.absorb(down) for _ in range(5))
+    assert watch.absorb(ValueError("a bug")) is False  # not ours to swallow
+    watch.answered()
+    watch.answered()
+    assert watch.absorb(psycopg.OperationalError("connection refused"))
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert lines[0] == (
+        "WARNING",
+        "database unavailable: AdminShutdown: terminating connection due to administrator"
+        " command; retrying",
+    )
+    assert lines[1][0] == "INFO" and lines[1][1].startswith("database available again after ")
+    assert lines[2] == (
+        "WARNING",
+        "database unavailable: OperationalError: connection refused; retrying",
+    )
+    assert len(lines) == 3
+    assert not any(r.exc_info for r in caplog.records)  # no traceback
+    assert outages_counted() - before == 2
