@@ -28,8 +28,13 @@ CRASH_DIR = (
 
 
 def sink(ctx: StepContext) -> None:
-    """The outside effect: one row per call, keyed by the step's idempotency key."""
-    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+    """The outside effect: one row per call, keyed by the step's idempotency key.
+
+    The table is in DATABASE_URL's database, or in INBOX_TEST_SINK_URL's when a test keeps
+    its outside system apart from the inbox's (the failover test: an effect made there
+    survives whatever happens to the inbox's database)."""
+    url = os.environ.get("INBOX_TEST_SINK_URL") or os.environ["DATABASE_URL"]
+    with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO test_sink (step_key, step, event, pid) VALUES (%s, %s, %s, %s)",
             (ctx.step_key, ctx.step, ctx.event.public_id, os.getpid()),
