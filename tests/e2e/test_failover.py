@@ -43,8 +43,9 @@ from sqlalchemy import Engine, text
 from inbox.domain.errors import LeaseLost
 from inbox.domain.records import Claim
 from inbox.infra.config import Settings
-from inbox.store import migrate, queue
-from inbox.store.engine import make_engine
+from inbox.store.db.engine import make_engine
+from inbox.store.schema import migrate
+from inbox.store.write import queue
 from tests import patroni
 from tests.brokers import PrivateRedis
 from tests.helpers import body_of, hmac_headers, sink_rows
