@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import Engine, text
+from sqlalchemy import text
 
 from inbox.domain.errors import LeaseLost
 from inbox.domain.records import Claim
@@ -48,11 +49,12 @@ from inbox.store.schema import migrate
 from inbox.store.write import queue
 from tests import patroni
 from tests.brokers import PrivateRedis
-from tests.helpers import body_of, hmac_headers, sink_rows
+from tests.helpers import body_of, hmac_headers
 from tests.procs import ROOT, CeleryProc, Web
 from tests.sink import Sink
+from tests.sink_playbooks import SINK_DDL
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("sink_table")]
+pytestmark = pytest.mark.e2e
 
 TENANT, SOURCE, SECRET = "acme", "pay", "s3cret"
 METRICS_TOKEN = "scrape-" + "f" * 24
@@ -176,6 +178,22 @@ def pair() -> Iterator[patroni.Pair]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def effects_db(pg_server_url: str) -> Iterator[str]:
+    """The playbook's outside system: a database of this test's own on the shared server,
+    apart from the cluster, so an effect made there survives whatever the cluster loses."""
+    name = f"inbox_effects_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base, _, query = pg_server_url.partition("?")
+    url = base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(SINK_DDL)
+    yield url
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
@@ -370,12 +388,13 @@ def check_settled_and_fenced(url: str, accepted: dict[str, str], held: list[Clai
         final.dispose()
 
 
-def check_effects_once(engine: Engine, sink: Sink, accepted: dict[str, str]) -> None:
+def check_effects_once(effects_db: str, sink: Sink, accepted: dict[str, str]) -> None:
     """No effect ran under two step keys, every accepted event's two steps ran, and each
     event's callback carried one webhook-id however often it was sent."""
     by_step: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for r in sink_rows(engine):
-        by_step[(r.event, r.step)].add(r.step_key)
+    with psycopg.connect(effects_db) as conn:
+        for event, step, step_key in conn.execute("SELECT event, step, step_key FROM test_sink"):
+            by_step[(event, step)].add(step_key)
     doubled = {k: v for k, v in by_step.items() if len(v) > 1}
     assert not doubled
     assert set(by_step) == {(e, s) for e in accepted.values() for s in ("charge", "tell")}
@@ -425,7 +444,7 @@ def outages_counted(web: Web) -> float:
 
 
 def test_failover_under_load_loses_nothing_and_doubles_nothing(
-    pair: patroni.Pair, database_url, engine, private_redis: PrivateRedis, sink: Sink, procs,
+    pair: patroni.Pair, effects_db: str, private_redis: PrivateRedis, sink: Sink, procs,
     tmp_path,
 ):  # fmt: skip
     url = pair.url("inbox")  # both nodes, netloc form, target_session_attrs=read-write
@@ -433,7 +452,7 @@ def test_failover_under_load_loses_nothing_and_doubles_nothing(
         "DATABASE_URL": url,
         "REDIS_URL": private_redis.url,
         "BROKER_URL": private_redis.url,
-        "INBOX_TEST_SINK_URL": database_url,  # the effects' outside system: not the cluster
+        "INBOX_TEST_SINK_URL": effects_db,  # the effects' outside system: not the cluster
         "INBOX_PLAYBOOKS": "tests.sink_playbooks",
         "INBOX_ALLOW_PRIVATE_TARGETS": "1",
         "INBOX_SWEEP_SECONDS": "1",
@@ -484,6 +503,6 @@ def test_failover_under_load_loses_nothing_and_doubles_nothing(
     accepted = load.accepted()
     on_primary(pair, load, "the end")
     check_settled_and_fenced(url, accepted, held)
-    check_effects_once(engine, sink, accepted)
+    check_effects_once(effects_db, sink, accepted)
     warnings = check_logs(procs, web, len(windows))
     assert outages_counted(web) == warnings  # the counter counted each of those warnings
