@@ -72,9 +72,6 @@ class _Daemon:
             start_new_session=True,
         )
 
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """The whole process group (runuser and the daemon under it), then reap it."""
         if self.popen.poll() is None:
@@ -145,15 +142,6 @@ class Node:
                 pass
         if self.patroni is not None:
             self.patroni.kill()
-
-    def state(self) -> dict[str, Any] | None:
-        """Patroni's REST answer about this node, or None when it does not answer."""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.rest}/patroni", timeout=2) as r:
-                doc: dict[str, Any] = json.loads(r.read())
-                return doc
-        except (OSError, ValueError):
-            return None
 
     def stop(self) -> None:
         if self.patroni is not None:
@@ -370,6 +358,13 @@ class Pair:
             if not any(_running(n.postmaster()) for n in self.nodes):
                 break
             time.sleep(0.2)
+        # Patroni's, PostgreSQL's and etcd's logs outlive the folder, for a failed run.
+        kept = Path(__file__).resolve().parent.parent / ".data" / f"patroni-{os.getpid()}"
+        shutil.rmtree(kept, ignore_errors=True)
+        for path in self.root.rglob("*.log"):
+            target = kept / path.relative_to(self.root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
         shutil.rmtree(self.root, ignore_errors=True)
 
 

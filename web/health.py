@@ -5,8 +5,9 @@ answers and takes writes, its schema is the code's, and the broker answers).
 broker) and ``checks`` saying what each found, so a load balancer stops sending events
 to a receiver that would answer every one of them 503, and an operator sees why. A
 database that answers but refuses writes (a standby, a primary demoted during a
-failover, ``default_transaction_read_only``) is not ready: ``checks.database`` says
-``read-only: …``; one that does not answer says ``unreachable: <error class>``.
+failover, ``default_transaction_read_only``, or no host of a multi-host URL taking writes)
+is not ready: ``checks.database`` says ``read-only: …``; one that does not answer says
+``unreachable: <error class>``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from flask import Blueprint
 from sqlalchemy import Connection, text
 
 from inbox.infra.config import Settings
-from inbox.store.db.availability import writable
+from inbox.store.db.availability import unreachable, writable
 from inbox.store.schema.migrate import head_revision
 from web.services import services
 
@@ -42,7 +43,7 @@ def readyz() -> tuple[dict[str, object], int]:
             checks["database"] = writable(conn)
             checks["schema"] = check_schema(conn)
     except Exception as exc:
-        checks.setdefault("database", f"unreachable: {exc.__class__.__name__}")
+        checks.setdefault("database", unreachable(exc))
         checks.setdefault("schema", NOT_CHECKED)
     checks["broker"] = check_broker(ext.settings)
     failed = [k for k, v in checks.items() if v not in ("ok", NOT_CONFIGURED, NOT_CHECKED)]

@@ -332,9 +332,17 @@ def run_faults(
     def etcd_away(old: patroni.Node) -> None:
         pair.etcd.kill()
         patroni.wait(lambda: pair.leader() is None, 60, "the primary to demote itself")
-        # /readyz tells a load balancer why: the database is read-only or unreachable.
-        status, _, body = web.request("GET", "/readyz")
-        assert status == 503 and json.loads(body)["cause"] == "database", body
+        # /readyz tells a load balancer why: once the demoted node runs as a standby, the
+        # database is read-only.
+        said: list[bytes] = []
+
+        def read_only() -> bool:
+            status, _, body = web.request("GET", "/readyz")
+            said.append(body)
+            doc = json.loads(body)
+            return status == 503 and doc["checks"]["database"].startswith("read-only")
+
+        patroni.wait(read_only, 30, f"/readyz to say read-only: {said[-1:]}")
         pair.etcd.start()
         patroni.wait(pair.etcd.healthy, 30, "etcd back")
         patroni.wait(lambda: pair.leader() is not None, 90, "a primary again")

@@ -137,6 +137,10 @@ def test_readyz_is_503_while_the_database_is_read_only(pg_server_url, read_only_
     status, body = _readyz(read_only_db)
     assert status == 503 and body["cause"] == "database", body
     assert body["checks"]["database"] == "read-only: transaction_read_only is on"
+    # Through libpq's read-write check, as a multi-host URL asks: refused at connect.
+    status, body = _readyz(read_only_db + "?target_session_attrs=read-write")
+    assert status == 503 and body["cause"] == "database", body
+    assert body["checks"]["database"] == "read-only: no host of DATABASE_URL accepts writes"
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
     status, body = _readyz(read_only_db)

@@ -44,6 +44,17 @@ def unavailable(exc: BaseException) -> str | None:
     return None
 
 
+def unreachable(exc: BaseException) -> str:
+    """What the readiness probe says of a database it could not use: ``read-only: …`` when
+    libpq refused every host for ``target_session_attrs=read-write`` (a failover under
+    way: no node is the primary yet), else ``unreachable: <error class>``. No address or
+    message: the answer is public."""
+    orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig else exc
+    if isinstance(orig, psycopg.OperationalError) and "session is read-only" in str(orig):
+        return "read-only: no host of DATABASE_URL accepts writes"
+    return f"unreachable: {type(exc).__name__}"
+
+
 _WRITABLE = text(
     "SELECT pg_is_in_recovery() AS recovery,"
     " current_setting('transaction_read_only') = 'on' AS read_only"
