@@ -30,10 +30,6 @@ class Outages:
         self._since: float | None = None
         self._pid = os.getpid()
 
-    @property
-    def down(self) -> bool:
-        return self._since is not None and self._pid == os.getpid()
-
     def absorb(self, exc: BaseException) -> bool:
         """True when ``exc`` is the database being unavailable (logged once per outage);
         False when it is some other error, for the caller to raise."""
