@@ -2,7 +2,8 @@
 
 The Celery tasks run in this process (a task called directly runs its body); their
 engine is pointed at a closed port, or its connection is terminated by the server, as a
-failover does. ``/readyz`` is asked about a database that answers but refuses writes.
+failover does. ``/readyz`` is asked about a database that answers but refuses writes: a
+read-only session, and a private server put into recovery (a standby), then promoted.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import Engine, text
 
-from dev.embedded import free_port
+from dev.embedded import PrivatePostgres, free_port
 from inbox.infra.config import Settings
 from inbox.services.outages import Outages
 from inbox.store.db.engine import make_engine
@@ -152,3 +153,33 @@ def test_readyz_names_an_unreachable_database():
     status, body = _readyz(url)
     assert status == 503 and body["cause"] == "database"
     assert body["checks"]["database"] == "unreachable: OperationalError"
+
+
+def test_readyz_is_503_while_the_server_is_a_standby_and_ok_once_promoted():
+    """A private PostgreSQL put into recovery (standby.signal), as a demoted primary is."""
+    try:
+        cluster = PrivatePostgres(settings={"fsync": "off"})
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    try:
+        with psycopg.connect(cluster.url, autocommit=True) as conn:
+            conn.execute("CREATE DATABASE inbox")
+        url = cluster.url.rsplit("/", 1)[0] + "/inbox"
+        migrate.upgrade(url)
+        assert _readyz(url)[0] == 200
+
+        data, log = str(cluster.data), str(cluster.root / "log")
+        flags = f"-p {cluster.port} -k {cluster.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        cluster._as_postgres("pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
+        cluster._as_postgres("touch", str(cluster.data / "standby.signal"))
+        cluster._as_postgres("pg_ctl", "-D", data, "-l", log, "-w", "-o", flags, "start")
+        cluster.pid = int((cluster.data / "postmaster.pid").read_text().split()[0])
+        status, body = _readyz(url)
+        assert status == 503 and body["cause"] == "database", body
+        assert body["checks"]["database"] == "read-only: the server is a standby (in recovery)"
+
+        cluster._as_postgres("pg_ctl", "-D", data, "-w", "promote")
+        status, body = _readyz(url)
+        assert status == 200 and body["checks"]["database"] == "ok", body
+    finally:
+        cluster.stop()
