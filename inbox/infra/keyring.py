@@ -30,6 +30,7 @@ from pathlib import Path
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from inbox.domain.errors import Unavailable
+from inbox.infra.logs import Explanation
 
 log = logging.getLogger(__name__)
 PREFIX = "fernet:"
@@ -48,7 +49,11 @@ class SecretsLocked(Unavailable):
         now = time.monotonic()
         if now - SecretsLocked._logged_at > 60:  # once a minute, not once per request
             SecretsLocked._logged_at = now
-            log.error("signing secrets: %s", self.message)
+            log.error(
+                "signing secrets: %s",
+                Explanation(self.message),
+                extra={"error_class": type(self).__name__, "setting": ENV},
+            )
 
     def body(self) -> dict[str, object]:
         return Unavailable().body()

@@ -8,6 +8,12 @@ in the ``extra`` fields, in %-args (including the argument right after ``key``,
 ``secret``, ``signature``... in the format string) and in the final message.
 Format messages with %-args or ``extra``, never with f-strings: only then can an
 idempotency key, which looks like any other string, be recognised by its name.
+
+The redactor redacts values, never the explanation: an argument that is the program's
+own text (an ``Explanation``, or an exception, whose message the code wrote) keeps its
+words after a sensitive word (``"signing secrets: %s"``); credential-shaped values inside
+it are still replaced. While a trace is active each line also carries ``trace_id`` and
+``span_id``. The field names are listed in docs/tracing.md.
 """
 
 from __future__ import annotations
@@ -21,7 +27,18 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import IO, Any
 
+from inbox.infra import tracing
+
 REDACTED = "[redacted]"
+
+
+class Explanation(str):
+    """Text the program wrote to explain something (what is missing, what to do): logged
+    with its words, even after a word like "secret" or "key"; credential-shaped values
+    inside it are still redacted."""
+
+    __slots__ = ()
+
 
 # Key names whose values are never logged.
 _SECRET_KEY = re.compile(
@@ -70,6 +87,13 @@ def redact_text(text: str) -> str:
     return _KEY_VALUE.sub(lambda m: m.group(1) + REDACTED, text)
 
 
+def excerpt(exc: BaseException | str, limit: int = 200) -> str:
+    """A short, redacted excerpt of an error's message (its class is logged beside it)."""
+    text = exc if isinstance(exc, str) else str(exc)
+    text = " ".join(text.split())
+    return redact_text(text[: limit * 2])[:limit]
+
+
 def is_secret_key(key: object) -> bool:
     return isinstance(key, str) and _SECRET_KEY.search(key) is not None
 
@@ -102,7 +126,8 @@ def _redact_args(msg: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
             continue
         if m.group("width") == "*" or m.group("prec") == "*" or m.group("name") is not None:
             return tuple(out)  # unusual forms: the per-argument redaction stands
-        if i < len(out) and _NAMED_BEFORE.search(msg[start : m.start()]):
+        explains = i < len(args) and isinstance(args[i], Explanation | BaseException)
+        if i < len(out) and not explains and _NAMED_BEFORE.search(msg[start : m.start()]):
             out[i] = REDACTED
         i, start = i + 1, m.end()
     return tuple(out)
@@ -148,6 +173,9 @@ class JsonFormatter(logging.Formatter):
                 continue
             name = key if key not in doc else f"extra_{key}"
             doc[name] = REDACTED if is_secret_key(key) else redact(value)
+        ids = tracing.current_ids()
+        if ids is not None:  # hex ids: added after redaction, which would take them for digests
+            doc["trace_id"], doc["span_id"] = ids
         if record.exc_info and record.exc_info[0] is not None:
             doc["exc"] = redact_text("".join(traceback.format_exception(*record.exc_info)))
         if record.stack_info:
