@@ -10,7 +10,7 @@ from flask.ctx import RequestContext
 from sqlalchemy import Engine
 from werkzeug.routing import MapAdapter
 
-from inbox.infra import broker, metrics
+from inbox.infra import broker, metrics, tracing
 from inbox.infra.config import Settings
 from inbox.infra.logs import configure_logging
 from inbox.infra.ratelimit import RateLimiter
@@ -76,6 +76,7 @@ def create_app(
 ) -> Flask:
     settings = settings or Settings.from_env()
     configure_logging(settings.log_level)
+    tracing.configure(settings, "web")  # off (nothing installed) unless OTEL_TRACES_EXPORTER
     app = InboxFlask(__name__)
     engine = engine or make_engine(settings)
     rings = broker.Rings()
@@ -111,4 +112,5 @@ def create_app(
     app.register_blueprint(ui)
     # A person who opens the server's address finds the console.
     app.add_url_rule("/", "root", lambda: redirect("/ui", code=302))
+    tracing.instrument_flask(app)  # server spans, continuing the sender's traceparent
     return app

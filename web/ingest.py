@@ -21,7 +21,7 @@ from inbox.domain.errors import (
 )
 from inbox.domain.records import Source
 from inbox.domain.states import EventState
-from inbox.infra import metrics
+from inbox.infra import metrics, tracing
 from inbox.store.db.engine import deadline_at
 from inbox.store.reads.events import stored_response
 from inbox.store.write.claims import ATTEMPTS, RETRIED
@@ -147,18 +147,42 @@ def receive(tenant: str, source: str) -> Response:
     if isinstance(prepared, core.Handshake):
         return _handshake(prepared)
     overload.check_rate(ext.limiter, route)
-    with deadline_at(until):
+    # The claim's span context is what the event stores (the claim reads it): its trace
+    # continues in the worker and the courier. None, at no cost, while tracing is off.
+    with tracing.span("inbox.claim") as current, deadline_at(until):
         result = claim(ext.claims, route, prepared)  # counted by the claims, per statement
         if result is None:  # the key is taken: a duplicate or a conflict
             result = _taken(ext, route, prepared, until)
             metrics.record_ingest(route.tenant, route.name, result.outcome)
+        if current is not None:
+            current.set_attributes(_claim_attributes(route, result))
     # Committed. Only now may the sender hear 2xx; the doorbell is best effort.
     if result.outcome == "accepted":
         _ring(ext)
         if prepared.wait_seconds:
             result = _wait_for_decision(ext, result, prepared.wait_seconds)
-    log.debug("ingest %s/%s outcome=%s event=%s", tenant, source, result.outcome, result.public_id)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "ingest %s/%s outcome=%s event=%s",
+            tenant,
+            source,
+            result.outcome,
+            result.public_id,
+            extra={"tenant": tenant, "source": source, "outcome": result.outcome},
+        )
     return _answer(result)
+
+
+def _claim_attributes(route: Source, result: IngestResult) -> dict[str, str | int | bool]:
+    return {
+        "inbox.tenant": route.tenant,
+        "inbox.source": route.name,
+        "inbox.event_id": result.public_id,
+        "inbox.outcome": result.outcome,  # accepted | duplicate | conflict | in_flight
+        "inbox.duplicate": result.outcome != "accepted",
+        "db.system": "postgresql",
+        "db.operation": "INSERT",
+    }
 
 
 def _taken(ext: Services, route: Source, prepared: core.Prepared, until: float) -> IngestResult:

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from celery import Celery
 from celery.signals import setup_logging, worker_process_init, worker_process_shutdown
 
-from inbox.infra import broker
+from inbox.infra import broker, tracing
 from inbox.infra.config import Settings
 from inbox.infra.logs import configure_logging
 
@@ -82,6 +82,9 @@ def _fresh_engine(**_: object) -> None:
 def _json_logs(**_: object) -> None:
     # Connected, so Celery leaves the root logger to us: redacted JSON lines.
     configure_logging(settings.log_level)
+    # Traces (off unless OTEL_TRACES_EXPORTER); a forked pool process inherits the
+    # provider, whose batch processor starts its thread again after the fork.
+    tracing.configure(settings, "celery")
 
 
 @worker_process_shutdown.connect  # type: ignore[untyped-decorator]
@@ -93,3 +96,4 @@ def _metrics_process_dead(pid: int | None = None, **_: object) -> None:
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(pid or os.getpid())  # type: ignore[no-untyped-call]
+    tracing.shutdown()  # export the spans still buffered

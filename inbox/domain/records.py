@@ -66,6 +66,8 @@ class LoadedEvent:
     age_seconds: float = 0.0
     # 0 for the original processing; each operator replay adds one.
     replay: int = 0
+    # The ingest's W3C traceparent (None when it was not traced): its runs continue it.
+    trace_context: str | None = None
 
 
 @dataclass(frozen=True)

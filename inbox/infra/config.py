@@ -214,6 +214,26 @@ class Settings:
         "each answer closes its keep-alive connection with probability 1/n, so connections "
         "re-spread over the workers (0: never)",
     )
+    # OpenTelemetry (inbox.infra.tracing, docs/tracing.md): these two decide whether tracing
+    # starts; the SDK reads every other OTEL_* variable itself.
+    traces_exporter: str = setting(
+        "OTEL_TRACES_EXPORTER",
+        "",
+        "`otlp`, `console` or both: OpenTelemetry traces (docs/tracing.md); unset or `none`: off",
+        shown="none (off)",
+    )
+    otlp_protocol: str = setting(
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "",
+        "the OTLP protocol: `http/protobuf`, the one supported",
+        shown="`http/protobuf`",
+    )
+    otlp_traces_protocol: str = setting(
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "",
+        "the OTLP protocol for traces alone (over `OTEL_EXPORTER_OTLP_PROTOCOL`)",
+        shown="`OTEL_EXPORTER_OTLP_PROTOCOL`",
+    )
 
     @property
     def secure_cookie(self) -> bool:

@@ -5,22 +5,25 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
 from sqlalchemy import Engine
 
 from inbox.domain import callbacks
 from inbox.domain.records import Endpoint
 from inbox.domain.states import DeliveryState, transition
-from inbox.infra import metrics
+from inbox.infra import metrics, tracing
 from inbox.outbound.client import Client, DeliveryError
 from inbox.store.write import deliveries as store
 from inbox.store.write.endpoints import get_endpoint, set_enabled
 
+log = logging.getLogger(__name__)
 BATCH = 50
 _SECRETISH = re.compile(
     r"(?i)(\"?(?:secret|token|password|passwd|api[_-]?key|authorization)\"?\s*[:=]\s*)"
@@ -132,9 +135,25 @@ def deliver_once(
 
 
 def _send(client: Client, ep: Endpoint, c: store.Claimed) -> Sent:
+    """One attempt as a client span of the event's trace (its context goes out with it)."""
+    with tracing.span(
+        "POST", "CLIENT", parent=c.trace_context
+    ) as current:  # the OTel HTTP client span name: the method
+        one = _attempt(client, ep, c)
+        if current is not None:
+            current.set_attributes(_span_attributes(ep, c, one))
+            if one.state != DeliveryState.DELIVERED:
+                tracing.failed(current, one.error or "failed")
+    if one.state != DeliveryState.DELIVERED:
+        _log_failed(ep, c, one)
+    return one
+
+
+def _attempt(client: Client, ep: Endpoint, c: store.Claimed) -> Sent:
     """Send one delivery and judge the answer (no database work here)."""
     now = datetime.now(UTC)
     hdrs = callbacks.headers(c.public_id, c.body, list(ep.secrets), now, c.replay)
+    tracing.inject(hdrs)  # traceparent: the tenant's system continues the event's trace
     status: int | None = None
     error: str | None = None
     excerpt: str | None = None
@@ -169,6 +188,53 @@ def _send(client: Client, ep: Endpoint, c: store.Claimed) -> Sent:
         delay=delay,
         disable=verdict.disable_endpoint,
         unreachable=error is not None and verdict.retry,
+    )
+
+
+def _span_attributes(ep: Endpoint, c: store.Claimed, one: Sent) -> dict[str, str | int]:
+    """HTTP client semantic conventions, the URL without its query or credentials."""
+    url = urlsplit(ep.url)
+    try:
+        port = url.port or (443 if url.scheme == "https" else 80)
+    except ValueError:  # refused by the client as well: the attempt says so
+        port = 0
+    out: dict[str, str | int] = {
+        "http.request.method": "POST",
+        "url.full": f"{url.scheme}://{url.hostname}:{port}{url.path}",
+        "server.address": url.hostname or "",
+        "server.port": port,
+        "inbox.tenant": ep.tenant,
+        "inbox.endpoint": ep.public_id,
+        "inbox.delivery_id": c.public_id,
+        "inbox.attempt": c.attempts,
+        "inbox.outcome": one.outcome,
+    }
+    if one.status is not None:
+        out["http.response.status_code"] = one.status
+    return out
+
+
+def _log_failed(ep: Endpoint, c: store.Claimed, one: Sent) -> None:
+    """Every failed delivery attempt: a warning while it will be retried, else an error."""
+    retry = one.state == DeliveryState.PENDING
+    log.log(
+        logging.WARNING if retry else logging.ERROR,
+        "delivery %s attempt %d to endpoint %s failed (%s): %s",
+        c.public_id,
+        c.attempts,
+        ep.public_id,
+        one.error,
+        f"retry in {one.delay:.0f} s" if retry else one.outcome,
+        extra={
+            "delivery_id": c.public_id,
+            "tenant": ep.tenant,
+            "endpoint": ep.public_id,
+            "attempt": c.attempts,
+            "status": one.status,
+            "error_class": one.error,
+            "outcome": one.outcome if not retry else "retry",
+            "excerpt": one.excerpt,
+        },
     )
 
 

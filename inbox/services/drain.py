@@ -17,10 +17,10 @@ from sqlalchemy import Engine
 from inbox.domain.playbooks import Registry, registry
 from inbox.domain.records import LoadedEvent
 from inbox.domain.states import EventState
-from inbox.infra import metrics
+from inbox.infra import metrics, tracing
 from inbox.infra.config import Settings
 from inbox.services.ports import WorkStore, work_store
-from inbox.services.runner import RunConfig, is_pure, run_claimed, run_in_memory
+from inbox.services.runner import RunConfig, is_pure, run_claimed, run_in_memory, run_span
 from inbox.store.write.batch import Completion
 
 
@@ -74,19 +74,23 @@ def drain_once(
         if ev is None:
             result.states["lost"] += 1
             continue
-        try:
-            pb = reg.resolve(ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook"))
-        except Exception:
-            pb = None
-        completion = run_in_memory(ev, pb, c) if pb is not None and is_pure(pb) else None
-        if completion is not None:
-            done.append(completion)
-        else:
-            result.states[
-                run_claimed(
+        with run_span(ev) as current:  # one span per attempt, in the event's trace
+            try:
+                pb = reg.resolve(
+                    ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook")
+                )
+            except Exception:
+                pb = None
+            completion = run_in_memory(ev, pb, c) if pb is not None and is_pure(pb) else None
+            if completion is not None:
+                done.append(completion)
+                state = completion.outcome
+            else:
+                state = run_claimed(
                     store, c, cfg, reg, notify=notify, ev=ev, on_retry=result.retry_in.append
                 )
-            ] += 1
+                result.states[state] += 1
+            tracing.set_attributes(current, {"inbox.outcome": state})
     _finish(store, done, loaded, result, time.monotonic() - t_loaded)
     return result
 

@@ -11,6 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,8 @@ from inbox.domain.ordering import Newer
 from inbox.domain.playbooks import EventView, Playbook, Registry, StepContext, registry
 from inbox.domain.records import Claim, LoadedEvent
 from inbox.domain.states import EventState
-from inbox.infra import metrics
+from inbox.infra import metrics, tracing
+from inbox.infra.logs import excerpt
 from inbox.services.heartbeat import Heartbeat
 from inbox.services.ports import WorkStore, work_store
 from inbox.store.write.batch import Completion
@@ -64,45 +66,97 @@ def run_claimed(
         if ev is None:
             with store.begin() as tx:
                 ev = store.load(tx, c)
-        loaded = time.monotonic()
-        pending = _Commits(store, c, ev, cfg)
-        playbook: Playbook | None = None
-        try:
-            playbook = reg.resolve(
-                ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook")
-            )
-            pending.step = "body_schema"
-            check_body(ev.source_options.get("body_schema") or {}, ev.body, ev.content_type)
-            judgement = _judge(store, c, ev)
-            if judgement is not None and judgement.busy:
-                return DEFERRED  # another event about this business key is running
-            newer = judgement.newer if judgement is not None else None
-            outcome, decision, dup_of = _run_steps(store, c, ev, playbook, cfg, pending, newer)
-        except LeaseLost:
-            raise
-        except Exception as exc:
-            permanent = playbook is None or playbook.is_permanent(exc)
-            state, delay = _failed(store, c, ev, exc, permanent, cfg, pending.step)
-            if state == "received" and on_retry is not None:
-                on_retry(delay)
-            metrics.record_completed(
-                ev.tenant, ev.source, ev.age_seconds + time.monotonic() - loaded, state
-            )
-            return state
-        text_response = sync_response(ev, outcome, decision)
-        response = text_response.encode() if text_response is not None else None
-        with store.begin() as tx:
-            pending.flush(tx)  # the last steps without outside effects ride with completion
-            store.complete(tx, c, outcome, decision, dup_of, response)
-        metrics.record_completed(
-            ev.tenant, ev.source, ev.age_seconds + time.monotonic() - loaded, EventState.COMPLETED
-        )
-        if pending.ring and notify is not None:
-            notify(pending.ring)
-        return EventState.COMPLETED
+        return _run_loaded(store, c, ev, cfg, reg, notify, on_retry)
     except LeaseLost:
-        log.warning("event %s: lease lost; another worker owns it now", c.id)
+        log.warning(
+            "event %s: lease lost; another worker owns it now",
+            ev.public_id if ev is not None else c.id,
+            extra=_fields(ev, outcome="lost") if ev is not None else {"outcome": "lost"},
+        )
         return "lost"
+
+
+def _run_loaded(
+    store: WorkStore,
+    c: Claim,
+    ev: LoadedEvent,
+    cfg: RunConfig,
+    reg: Registry,
+    notify: Callable[[set[int]], None] | None,
+    on_retry: Callable[[float], None] | None,
+) -> str:
+    loaded = time.monotonic()
+    pending = _Commits(store, c, ev, cfg)
+    playbook: Playbook | None = None
+    try:
+        playbook = reg.resolve(
+            ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook")
+        )
+        pending.step = "body_schema"
+        check_body(ev.source_options.get("body_schema") or {}, ev.body, ev.content_type)
+        judgement = _judge(store, c, ev)
+        if judgement is not None and judgement.busy:
+            return DEFERRED  # another event about this business key is running
+        newer = judgement.newer if judgement is not None else None
+        outcome, decision, dup_of = _run_steps(store, c, ev, playbook, cfg, pending, newer)
+    except LeaseLost:
+        raise
+    except Exception as exc:
+        tracing.failed(tracing.current_span(), exc)
+        permanent = playbook is None or playbook.is_permanent(exc)
+        state, delay = _failed(store, c, ev, exc, permanent, cfg, pending.step)
+        if state == "received" and on_retry is not None:
+            on_retry(delay)
+        metrics.record_completed(
+            ev.tenant, ev.source, ev.age_seconds + time.monotonic() - loaded, state
+        )
+        return state
+    text_response = sync_response(ev, outcome, decision)
+    response = text_response.encode() if text_response is not None else None
+    with store.begin() as tx:
+        pending.flush(tx)  # the last steps without outside effects ride with completion
+        store.complete(tx, c, outcome, decision, dup_of, response)
+    metrics.record_completed(
+        ev.tenant, ev.source, ev.age_seconds + time.monotonic() - loaded, EventState.COMPLETED
+    )
+    if pending.ring and notify is not None:
+        notify(pending.ring)
+    return EventState.COMPLETED
+
+
+def run_span(ev: LoadedEvent) -> AbstractContextManager[Any]:
+    """The span of one attempt at an event (``inbox.run``), in the event's trace: a child
+    of the ingest's claim, and for a retry (hours later, maybe) linked to it as well."""
+    if not tracing.enabled():
+        return tracing.span("inbox.run")
+    return tracing.span(
+        "inbox.run",
+        kind="CONSUMER",
+        attributes={
+            "inbox.tenant": ev.tenant,
+            "inbox.source": ev.source,
+            "inbox.event_id": ev.public_id,
+            "inbox.attempt": ev.attempts,
+            "inbox.replay": ev.replay,
+            "messaging.system": "webhook-inbox",
+            "messaging.operation.type": "process",
+            "messaging.message.id": ev.public_id,
+        },
+        parent=ev.trace_context,
+        link=ev.trace_context if ev.attempts > 1 or ev.replay else None,
+        link_attributes={"inbox.link": "retry" if ev.attempts > 1 else "replay"},
+    )
+
+
+def _fields(ev: LoadedEvent, **more: object) -> dict[str, object]:
+    """A log line's fields for this event (docs/tracing.md lists them)."""
+    return {
+        "event_id": ev.public_id,
+        "tenant": ev.tenant,
+        "source": ev.source,
+        "attempt": ev.attempts,
+        **more,
+    }
 
 
 def _judge(store: WorkStore, c: Claim, ev: LoadedEvent) -> Judgement | None:
@@ -169,8 +223,11 @@ def run_in_memory(ev: LoadedEvent, pb: Playbook, c: Claim) -> Completion | None:
         for step in pb.steps:
             if step.name in results:
                 continue
-            ctx = StepContext(view, step.name, results)
-            results[step.name] = new[step.name] = step.fn(ctx)
+            with tracing.span("inbox.step") as current:
+                if current is not None:
+                    current.set_attributes(_step_attributes(ev, step.name))
+                ctx = StepContext(view, step.name, results)
+                results[step.name] = new[step.name] = step.fn(ctx)
             if ctx.outbox:
                 return None
     except Exception:
@@ -230,34 +287,51 @@ def _run_steps(
     results: dict[str, Any] = dict(ev.steps)
     outcome, dup_of = "completed", None
     for step in pb.steps:
-        if step.name in results:
-            continue  # a recovery point: never run a completed step again
-        pending.step = step.name
-        if newer is not None and step.skip_if_stale:
-            results[step.name] = {"skipped": "stale", "newer_event": newer.public_id}
-            pending.add(step.name, results[step.name])
-            continue
-        if step.once_per_business_key and ev.business_key_digest is not None:
-            with store.begin() as tx:
-                pending.flush(tx)
-                owner = store.claim_effect(
-                    tx, c, ev.tenant_id, f"{pb.name}.{step.name}", ev.business_key_digest
-                )
-            if owner != ev.id:
-                outcome, dup_of = "duplicate_fact", owner
-                results[step.name] = {"skipped": "duplicate_fact", "first_event_id": owner}
-                pending.add(step.name, results[step.name])
+        with tracing.span("inbox.step") as current:
+            if current is not None:
+                current.set_attributes(_step_attributes(ev, step.name))
+            if step.name in results:
+                # a recovery point: never run a completed step again
+                tracing.set_attributes(current, {"inbox.skipped": "recovery_point"})
                 continue
-        ctx = StepContext(view, step.name, results, newer=newer)
-        with Heartbeat(store, c, cfg.lease_seconds):
-            value = step.fn(ctx)
-        results[step.name] = value
-        pending.add(step.name, value, ctx.outbox)
-        if step.effect:
-            pending.commit()
+            pending.step = step.name
+            if newer is not None and step.skip_if_stale:
+                results[step.name] = {"skipped": "stale", "newer_event": newer.public_id}
+                pending.add(step.name, results[step.name])
+                tracing.set_attributes(current, {"inbox.skipped": "stale"})
+                continue
+            if step.once_per_business_key and ev.business_key_digest is not None:
+                with store.begin() as tx:
+                    pending.flush(tx)
+                    owner = store.claim_effect(
+                        tx, c, ev.tenant_id, f"{pb.name}.{step.name}", ev.business_key_digest
+                    )
+                if owner != ev.id:
+                    outcome, dup_of = "duplicate_fact", owner
+                    results[step.name] = {"skipped": "duplicate_fact", "first_event_id": owner}
+                    pending.add(step.name, results[step.name])
+                    tracing.set_attributes(current, {"inbox.skipped": "duplicate_fact"})
+                    continue
+            ctx = StepContext(view, step.name, results, newer=newer)
+            with Heartbeat(store, c, cfg.lease_seconds):
+                value = step.fn(ctx)
+            results[step.name] = value
+            pending.add(step.name, value, ctx.outbox)
+            if step.effect:
+                pending.commit()  # its deliveries carry this span's context
     last = results[pb.steps[-1].name] if pb.steps else None
     decision = last if isinstance(last, dict) else {"result": last}
     return ("stale" if newer is not None else outcome), decision, dup_of
+
+
+def _step_attributes(ev: LoadedEvent, step: str) -> dict[str, str | int]:
+    return {
+        "inbox.tenant": ev.tenant,
+        "inbox.source": ev.source,
+        "inbox.event_id": ev.public_id,
+        "inbox.step": step,
+        "inbox.attempt": ev.attempts,
+    }
 
 
 def _failed(
@@ -275,11 +349,16 @@ def _failed(
         delay = exc.delay
     with store.begin() as tx:
         state = store.fail(tx, c, exc, permanent or isinstance(exc, PermanentError), delay, step)
-    log.info(
-        "event %s attempt %s failed (%s): now %s",
+    # Every failed attempt is logged: a retry as a warning, a quarantine as an error.
+    log.log(
+        logging.WARNING if state == EventState.RECEIVED else logging.ERROR,
+        "event %s attempt %s failed in %s (%s: %s): %s",
         ev.public_id,
         ev.attempts,
+        step or "choosing the playbook",
         type(exc).__name__,
-        state,
+        excerpt(exc),
+        f"retry in {delay:.0f} s" if state == EventState.RECEIVED else state,
+        extra=_fields(ev, step=step, outcome=state, error_class=type(exc).__name__),
     )
     return state, delay

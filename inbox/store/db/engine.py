@@ -26,7 +26,8 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 
 import psycopg
-from sqlalchemy import Engine, create_engine, event
+import sqlalchemy
+from sqlalchemy import Engine, event
 from sqlalchemy.pool import QueuePool
 
 from inbox.infra.config import Settings
@@ -283,7 +284,7 @@ def make_engine(settings: Settings, pool_size: int | None = None) -> Engine:
     """An engine whose checkouts, connects and statements give up by the deadline, so
     callers can answer 503."""
     timeout_s = settings.db_timeout_ms / 1000
-    engine = create_engine(
+    engine = sqlalchemy.create_engine(  # by name: the tracing instrumentation wraps it
         sqlalchemy_url(settings.database_url),
         poolclass=_DeadlinePool,
         pool_size=pool_size or settings.pool_size,

@@ -7,6 +7,7 @@ Every query takes ``scope`` (a tenant id, or None for every tenant); rows are fr
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -66,6 +67,15 @@ SELECT 'delivery', d.public_id, t.name, ep.url, d.state, d.event_type, d.created
  WHERE d.public_id = :q AND {_SCOPED.format(col="d.tenant_id")}
 """
 
+# A trace id (inbox.infra.tracing): the partial index on events.trace_id.
+_BY_TRACE = f"""
+SELECT 'event' AS kind, e.public_id, t.name AS tenant, s.name AS "where", e.state,
+       e.event_type, e.received_at AS at, 'trace id' AS matched
+  FROM events e JOIN tenants t ON t.id = e.tenant_id JOIN sources s ON s.id = e.source_id
+ WHERE e.trace_id = :trace_id AND e.trace_id IS NOT NULL AND {_SCOPED.format(col="e.tenant_id")}
+"""
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
+
 _BY_KEY = f"""
 SELECT 'event' AS kind, e.public_id, t.name AS tenant, s.name AS "where", e.state,
        e.event_type, e.received_at AS at, 'idempotency key or provider event id' AS matched
@@ -79,7 +89,7 @@ SELECT 'event' AS kind, e.public_id, t.name AS tenant, s.name AS "where", e.stat
 
 
 def search(conn: Connection, q: str, scope: int | None) -> list[Hit]:
-    """Events and deliveries by public id, then events by key, newest first.
+    """Events and deliveries by public id, events by trace id, then by key, newest first.
 
     A key (an Idempotency-Key, or the provider's event id a source dedups on) is
     never stored: its digest over (tenant, source, key) is, so the query computes
@@ -91,6 +101,9 @@ def search(conn: Connection, q: str, scope: int | None) -> list[Hit]:
         return []
     params = {**bounds_params(q, "q"), "scope": scope}
     hits = [Hit(**r._mapping) for r in conn.execute(text(_BY_ID), params)]
+    if _TRACE_ID.fullmatch(q.lower()):
+        traced = conn.execute(text(_BY_TRACE), {"trace_id": q.lower(), "scope": scope})
+        hits += [Hit(**r._mapping) for r in traced]
     srcs = conn.execute(
         text(f"SELECT id, tenant_id FROM sources s WHERE {_SCOPED.format(col='s.tenant_id')}"),
         {"scope": scope},

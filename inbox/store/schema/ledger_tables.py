@@ -156,6 +156,10 @@ events = Table(
     Column("occurred_at", DateTime(timezone=True)),
     Column("version", Numeric),
     Column("newer_event_id", BigInteger),
+    # The ingest's trace (inbox.infra.tracing), NULL while tracing is off: its id, for
+    # search, and the W3C traceparent of the claim's span, which the worker continues.
+    Column("trace_id", Text),
+    Column("trace_context", Text),
     CheckConstraint(one_of("state", STATES), name="state"),
     # A public id carries its day: the lookup names the partition (ledger_reads).
     Index("ix_events_public_id", "public_id"),
@@ -190,6 +194,8 @@ events = Table(
         "id",
         postgresql_where=text("state = 'quarantined'"),
     ),
+    # Search by trace id: partial, so it costs nothing while tracing is off.
+    Index("ix_events_trace_id", "trace_id", postgresql_where=text("trace_id IS NOT NULL")),
     postgresql_partition_by="RANGE (id)",
 )
 
@@ -290,6 +296,8 @@ deliveries = Table(
     Column("last_error", Text),
     now_column(),
     Column("finished_at", DateTime(timezone=True)),
+    # The W3C traceparent of the step that made it: each attempt is a span of that trace.
+    Column("trace_context", Text),
     CheckConstraint(one_of("state", DELIVERY_STATES), name="state"),
     Index("ix_deliveries_public_id", "public_id"),
     Index("ix_deliveries_event_id", "event_id"),

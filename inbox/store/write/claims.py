@@ -38,6 +38,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from inbox.domain.intake import Prepared
 from inbox.domain.records import Source
+from inbox.infra import tracing
 from inbox.store.db.engine import (
     DEFAULT_TIMEOUT_S,
     TIMEOUT_INFO,
@@ -65,6 +66,8 @@ _PARAMS = (
     ("response_body", "bytea"),
     ("sync", "boolean"),
     ("max_attempts", "integer"),
+    ("trace_id", "text"),
+    ("trace_context", "text"),
 )
 _EVENT_COLUMNS = ", ".join(
     ["id", "key_digest"] + [n for n, _ in _PARAMS if n not in ("key_hours", "key_digest")]
@@ -72,7 +75,7 @@ _EVENT_COLUMNS = ", ".join(
 _KEY_COLUMNS = """tenant_id, source_id, key_digest, event_id, public_id, expires_at,
     body_sha256, response_status, response_body, sync"""
 
-_FIELDS = 16  # parameters per row, in ``row``'s order
+_FIELDS = 18  # parameters per row, in ``row``'s order
 MAX_ROWS = 64  # per statement; a process rarely has more threads than this
 ATTEMPTS = 3  # a statement chosen as a deadlock victim is sent again, at most this often
 # What PostgreSQL rolls back whole and a second attempt may pass (SQLSTATE 40P01, 40001).
@@ -155,7 +158,9 @@ def statement(rows: int) -> str:
 
 
 def row(source: Source, ev: Prepared) -> tuple[Any, ...]:
-    """One event's parameters, in ``_COLUMNS``' order."""
+    """One event's parameters, in ``_COLUMNS``' order, with the current span's context
+    (the claim's, see ``inbox.infra.tracing``; None while tracing is off)."""
+    trace_context = tracing.traceparent()
     return (
         ev.public_id,
         source.tenant_id,
@@ -173,6 +178,8 @@ def row(source: Source, ev: Prepared) -> tuple[Any, ...]:
         ev.response_body,
         ev.wait_seconds is not None,
         source.options.max_attempts,
+        tracing.trace_id_of(trace_context),
+        trace_context,
     )
 
 

@@ -12,6 +12,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain import callbacks, ledger
 from inbox.domain.callbacks import Outgoing
+from inbox.infra import tracing
 from inbox.store.db.days import LOWER_FLOOR, DayBounded, open_days
 
 
@@ -41,6 +42,7 @@ def enqueue(
     # days. The step's own row (written in this transaction, fenced) already keeps a step
     # from running twice; this is the backstop the unique index was.
     since = ledger.bounds(ledger.day_of(event_id))[0] if event_id is not None else 0
+    trace_context = tracing.traceparent()  # the step's span: each attempt continues it
     rows = []
     for index, msg in enumerate(messages):
         for ep in eps:
@@ -58,14 +60,16 @@ def enqueue(
                     "body": body,
                     "replay": replay,
                     "lo": since,
+                    "tc": trace_context,
                 }
             )
     if rows:
         conn.execute(
             text(
                 "INSERT INTO deliveries (public_id, tenant_id, endpoint_id, event_id, event_type,"
-                " body, replay) SELECT CAST(:p AS text), :t, :e, CAST(:ev AS bigint),"
-                " CAST(:type AS text), :body, :replay WHERE NOT EXISTS"
+                " body, replay, trace_context) SELECT CAST(:p AS text), :t, :e,"
+                " CAST(:ev AS bigint), CAST(:type AS text), :body, :replay, CAST(:tc AS text)"
+                " WHERE NOT EXISTS"
                 " (SELECT FROM deliveries d WHERE d.public_id = :p AND d.id >= :lo)"
             ),
             rows,
@@ -81,6 +85,7 @@ class Claimed:
     body: bytes
     attempts: int
     replay: int = 0
+    trace_context: str | None = None  # the W3C traceparent of the step that made it
 
 
 # Claims for one endpoint are serialised by locking the endpoint's row; each claim
@@ -115,7 +120,7 @@ _CLAIM = DayBounded(
            lease_expires_at = now() + make_interval(secs => :lease),
            fence = d.fence + 1, attempts = d.attempts + 1
      WHERE d.id = ANY(ARRAY(SELECT id FROM picked)) AND d.id >= {lo} AND d.id < {hi}
-    RETURNING d.id, d.fence, d.public_id, d.body, d.attempts, d.replay
+    RETURNING d.id, d.fence, d.public_id, d.body, d.attempts, d.replay, d.trace_context
     """
 )
 
@@ -128,7 +133,12 @@ def claim(
         {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease},
     ).fetchall()
     return sorted(
-        (Claimed(r.id, r.fence, r.public_id, bytes(r.body), r.attempts, r.replay) for r in rows),
+        (
+            Claimed(
+                r.id, r.fence, r.public_id, bytes(r.body), r.attempts, r.replay, r.trace_context
+            )
+            for r in rows
+        ),
         key=lambda c: c.id,
     )
 

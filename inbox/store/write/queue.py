@@ -120,7 +120,7 @@ def raise_floor(conn: Connection) -> int:
 LOAD_COLUMNS = """
     SELECT e.id, e.public_id, e.tenant_id, t.name AS tenant, s.name AS source,
            s.options AS source_options, e.event_type, e.business_key_digest, e.content_type,
-           e.body, e.attempts, e.max_attempts, e.sync, e.replay,
+           e.body, e.attempts, e.max_attempts, e.sync, e.replay, e.trace_context,
            extract(epoch FROM clock_timestamp() - e.received_at) AS age_seconds,
            coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
                       WHERE st.event_id = e.id AND st.event_id >= {lo} AND st.event_id < {hi}),
@@ -168,6 +168,7 @@ def to_loaded(row: Any) -> LoadedEvent:
         replay=row.replay,
         steps=dict(row.steps),
         age_seconds=float(row.age_seconds),
+        trace_context=row.trace_context,
     )
 
 
