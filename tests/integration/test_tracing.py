@@ -232,3 +232,25 @@ def test_tracing_off_stores_and_sends_nothing(settings, wsettings, engine, bell,
         assert conn.execute(text("SELECT trace_context FROM deliveries")).scalar_one() is None
     (callback,) = sink.at("/cb")
     assert "traceparent" not in callback.headers
+
+
+def test_the_trace_id_is_on_the_console_page_in_the_api_and_found_by_search(
+    spans, settings, engine, bell, make_source, sink
+):
+    from tests.integration.ui_support import new_token, sign_in
+
+    src, _, _ = _setup(engine, make_source, sink)
+    app = create_app(settings, engine=engine, doorbell=bell, route_cache_seconds=0)
+    client = app.test_client()
+    event_id = _post(client, src)[0].get_json()["id"]
+    token = new_token(engine, "tracer", "viewer")
+    doc = client.get(
+        f"/api/v1/events/{event_id}", headers={"Authorization": f"Bearer {token}"}
+    ).get_json()
+    assert doc["trace_id"] == PROVIDER_TRACE
+    assert doc["trace_context"].startswith(f"00-{PROVIDER_TRACE}-")
+    sign_in(client, token)
+    page = client.get(f"/ui/events/{event_id}").get_data(as_text=True)
+    assert f'<code class="mono" id="trace-id">{PROVIDER_TRACE}</code>' in page
+    found = client.get(f"/ui/search?q={PROVIDER_TRACE}")  # one hit: straight to it
+    assert found.status_code == 302 and found.headers["Location"].endswith(f"/events/{event_id}")
