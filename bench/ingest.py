@@ -9,7 +9,10 @@ threads and pool size), all up at once against one fresh database and loaded in 
   pool, one constant-time HMAC check, one INSERT ... ON CONFLICT DO NOTHING RETURNING in
   autocommit;
 - ``naive`` (optional, a second labelled row): the same without a pool or a unique key, a
-  connection per request.
+  connection per request;
+- ``inbox-otlp`` (``--otlp``): Webhook Inbox with tracing on, exporting OTLP over HTTP
+  through the batch span processor to a sink in this process that keeps only counts;
+  judged against ``inbox`` (tracing off) in the same runs: the cost of tracing.
 
 Workloads, driven by wrk (``bench/common/load.py``), signed 1 KiB JSON events:
 
@@ -47,6 +50,7 @@ from typing import Any
 import psycopg
 
 from bench.common import baselines, cpu, load, procs
+from bench.common.otlp_sink import OtlpSink
 from web.keepalive import keepalive_requests
 
 SECRET = "benchsecret"
@@ -56,12 +60,15 @@ APPS = {
     "inbox": "web.wsgi:app",
     "handwritten": "bench.common.baselines:handwritten",
     "naive": "bench.common.baselines:naive",
+    "inbox-otlp": "web.wsgi:app",
 }
 ROWS_SQL = {
     "inbox": "SELECT count(*) FROM events",
     "handwritten": "SELECT count(*) FROM handwritten_events",
     "naive": "SELECT count(*) FROM naive_events",
+    "inbox-otlp": "SELECT count(*) FROM events",
 }
+TRACED = "inbox-otlp"
 WORKLOADS = ("unique", "storm")
 BASELINE = "handwritten"
 TARGET_SENDERS = 32
@@ -79,10 +86,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=1, help="runs, receivers alternating")
     p.add_argument("--receivers", default="inbox,handwritten", help="which, comma-separated")
     p.add_argument("--workloads", default=",".join(WORKLOADS), help="unique,storm")
+    p.add_argument(
+        "--otlp", action="store_true", help="also inbox with OTLP tracing on (inbox-otlp)"
+    )
     procs.server_arguments(p)
     p.add_argument("--out", type=Path, default=procs.RESULTS / "ingest.json")
     args = p.parse_args(argv)
     args.receiver_list = [r for r in args.receivers.split(",") if r]
+    if args.otlp and TRACED not in args.receiver_list:
+        args.receiver_list.append(TRACED)
     args.workload_list = [w for w in args.workloads.split(",") if w]
     if set(args.receiver_list) - set(APPS) or set(args.workload_list) - set(WORKLOADS):
         p.error("unknown receiver or workload")
@@ -91,10 +103,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def start_receiver(name: str, args: argparse.Namespace, db_url: str) -> tuple[procs.Proc, int]:
-    """One ``python -m web`` serving ``name``, without a broker, up and answering."""
+def start_receiver(
+    name: str, args: argparse.Namespace, db_url: str, otlp_url: str | None = None
+) -> tuple[procs.Proc, int]:
+    """One ``python -m web`` serving ``name``, without a broker, up and answering; tracing
+    off, except for ``inbox-otlp`` (OTLP to ``otlp_url``, batch span processor)."""
     env: dict[str, str | None] = {
         **dict.fromkeys(("REDIS_URL", "BROKER_URL", "PROMETHEUS_MULTIPROC_DIR")),
+        **dict.fromkeys(("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")),
         "DATABASE_URL": db_url,
         "INBOX_DB_POOL_SIZE": str(args.pool_size),
         "BASELINE_SECRET": SECRET,
@@ -102,7 +118,11 @@ def start_receiver(name: str, args: argparse.Namespace, db_url: str) -> tuple[pr
         "PYTHONPATH": str(procs.ROOT),
         "WEB_KEEPALIVE_REQUESTS": str(keepalive_requests(os.environ)),
     }
-    if name != "inbox":  # a baseline makes its table on first use; the rows are counted first
+    if name == TRACED:
+        env["OTEL_TRACES_EXPORTER"] = "otlp"
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp_url
+        env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
+    elif name != "inbox":  # a baseline makes its table on first use; the rows are counted first
         baselines.ensure_table(db_url)
     proc, port = procs.web(APPS[name], env, args.workers, args.threads, f"web-{name}")
     procs.wait_http(proc, port, any_answer=True)  # the baselines have no /healthz
@@ -193,9 +213,10 @@ def drive(
     ratio of levels measured far apart would carry that drift."""
     receivers: dict[str, tuple[procs.Proc, int]] = {}
     levels: list[dict[str, Any]] = []
+    otlp = OtlpSink() if TRACED in args.receiver_list else None
     try:
         for name in args.receiver_list:
-            receivers[name] = start_receiver(name, args, db_url)
+            receivers[name] = start_receiver(name, args, db_url, otlp.url if otlp else None)
         for run in range(1, args.repeats + 1):
             order = args.receiver_list if run % 2 else args.receiver_list[::-1]
             for workload in args.workload_list:
@@ -208,6 +229,9 @@ def drive(
     finally:
         for proc, _ in receivers.values():
             proc.stop()
+        if otlp is not None:
+            print(f"OTLP sink: {otlp.requests} exports, {otlp.bytes:,} bytes", flush=True)
+            otlp.close()
     return levels
 
 
@@ -287,6 +311,20 @@ def judge(levels: list[dict[str, Any]], runs: int) -> dict[str, Any]:
     return out
 
 
+def tracing_cost(levels: list[dict[str, Any]], runs: int) -> dict[str, Any]:
+    """Per workload: inbox-otlp/inbox 2xx/s per run (tracing on over off) and the median."""
+    by = {(lv["run"], lv["receiver"], lv["workload"]): lv for lv in levels}
+    out: dict[str, Any] = {}
+    for workload in sorted({lv["workload"] for lv in levels if lv["receiver"] == TRACED}):
+        ratios = []
+        for run in range(1, runs + 1):
+            on, off = by.get((run, TRACED, workload)), by.get((run, "inbox", workload))
+            if on is not None and off is not None and off["ok_per_s"]:
+                ratios.append(on["ok_per_s"] / off["ok_per_s"])
+        out[workload] = {"ratios": ratios, "ratio": _median(ratios)}
+    return out
+
+
 def print_report(report: dict[str, Any]) -> None:
     print()
     print(f"{report['settings']['server']}; {report['settings']['senders']} senders (wrk)")
@@ -319,6 +357,12 @@ def print_report(report: dict[str, Any]) -> None:
             + ", ".join(c_fmt(r) for r in t["ratios"])
             + f"; target >= {t['ratio_min']}x), p99 median {c_fmt(t['p99_ms'], 1)} ms"
             f" (target <= {t['p99_ms_max']:.0f}), 5xx {t['five_xx']}: {verdict}"
+        )
+    for workload, t in report.get("tracing", {}).items():
+        print(
+            f"{workload}: {TRACED}/inbox (OTLP tracing on over off) {c_fmt(t['ratio'])}x (runs: "
+            + ", ".join(c_fmt(r) for r in t["ratios"])
+            + ")"
         )
     bad = [f"{lv['run']}/{lv['receiver']}/{lv['workload']}" for lv in report["levels"]]
     bad = [b for b, lv in zip(bad, report["levels"], strict=True) if not lv["rows_ok"]]
@@ -367,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
             "levels": levels,
             "targets": judge(levels, args.repeats),
         }
+        if TRACED in args.receiver_list:
+            report["tracing"] = tracing_cost(levels, args.repeats)
         print_report(report)
         args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
         print(f"\nwrote {args.out}")

@@ -34,7 +34,9 @@ def _ring(name: str, *args: object) -> None:
     try:
         ring(*args)
     except Exception as exc:
-        log.warning("%s failed: %s", name, exc.__class__.__name__)
+        log.warning(
+            "%s failed: %s", name, exc.__class__.__name__, extra={"error_class": type(exc).__name__}
+        )
 
 
 def replay_event(token: Token, public_id: str) -> None:

@@ -43,7 +43,11 @@ def is_data_error(err: BaseException) -> bool:
 
 
 def refused_value(err: BaseException) -> Response:
-    log.info("request refused by the database: %s", err.__class__.__name__)
+    log.info(
+        "request refused by the database: %s",
+        err.__class__.__name__,
+        extra={"error_class": type(err).__name__},
+    )
     return error_response(BadRequest(REFUSED))
 
 
@@ -70,7 +74,12 @@ def register_error_handlers(app: Flask) -> None:
             return refused_value(err)
         # Never a 2xx without a commit: the sender keeps the event and retries.
         cause = unavailable_cause(err)
-        log.warning("%s unavailable: %s", cause, err.__class__.__name__)
+        log.warning(
+            "%s unavailable: %s",
+            cause,
+            err.__class__.__name__,
+            extra={"error_class": type(err).__name__, "outcome": "unavailable"},
+        )
         if cause == "schema":
             return error_response(Unavailable(SCHEMA_MESSAGE, cause=cause))
         return error_response(Unavailable(cause=cause))

@@ -223,7 +223,11 @@ def _ring(ext: Services) -> None:
     try:
         ext.doorbell()
     except Exception as exc:  # the sweeper re-rings; never fail an accepted event
-        log.warning("doorbell failed: %s", exc.__class__.__name__)
+        log.warning(
+            "doorbell failed: %s",
+            exc.__class__.__name__,
+            extra={"error_class": type(exc).__name__},
+        )
 
 
 def _handshake(answer: core.Handshake) -> Response:

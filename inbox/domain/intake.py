@@ -112,7 +112,15 @@ def handshake_get(source: Source, req: SignedRequest, now: float) -> Handshake |
     try:
         answer = scheme.get_challenge(req, scheme_config(source))
     except SignatureError as exc:
-        log.info("verification GET refused: %s", exc.__class__.__name__)
+        log.info(
+            "verification GET refused: %s",
+            exc.__class__.__name__,
+            extra={
+                "tenant": source.tenant,
+                "source": source.name,
+                "error_class": type(exc).__name__,
+            },
+        )
         raise Unauthorized() from None
     return Handshake(*answer) if answer else None
 
@@ -227,7 +235,16 @@ def prepare(
         verified = scheme.verify(req, scheme_config(source), now)
     except SignatureError as exc:
         # The reason goes to the log (never the signature); the client sees one uniform body.
-        log.info("signature refused for %s: %s", source.path, exc)
+        log.info(
+            "signature refused for %s: %s",
+            source.path,
+            exc,
+            extra={
+                "tenant": source.tenant,
+                "source": source.name,
+                "error_class": type(exc).__name__,
+            },
+        )
         raise Unauthorized() from None
 
     raw_key = req.headers.get("idempotency-key")

@@ -107,7 +107,11 @@ class Ringer:
                 self._ring()
                 self.rings += 1
             except Exception as exc:  # the sweeper re-rings; the next event rings again
-                log.warning("doorbell failed: %s", exc.__class__.__name__)
+                log.warning(
+                    "doorbell failed: %s",
+                    exc.__class__.__name__,
+                    extra={"error_class": type(exc).__name__},
+                )
             time.sleep(self._gap)
 
 

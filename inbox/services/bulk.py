@@ -222,7 +222,14 @@ def run_bulk_once(
         _ring(ring_doorbell, ring_couriers, moved_ids, endpoints, job.kind)
         if status != "running":
             break
-    log.info("bulk replay %s: %s after %d items (%d moved)", job_id, status, processed, moved)
+    log.info(
+        "bulk replay %s: %s after %d items (%d moved)",
+        job_id,
+        status,
+        processed,
+        moved,
+        extra={"bulk_replay": job_id, "outcome": status},
+    )
     return BulkRun(job_id, status, processed, moved, processed - moved)
 
 
@@ -240,7 +247,11 @@ def _ring(
         if endpoints and couriers is not None:
             couriers(endpoints)
     except Exception as exc:
-        log.warning("ring after bulk replay failed: %s", exc.__class__.__name__)
+        log.warning(
+            "ring after bulk replay failed: %s",
+            exc.__class__.__name__,
+            extra={"error_class": type(exc).__name__},
+        )
 
 
 class NotReplayable(InboxError):

@@ -198,4 +198,9 @@ def notify(result: ReconcileResult) -> None:
         try:
             hook(result)
         except Exception as exc:
-            log.warning("reconcile hook %r failed: %s", hook, type(exc).__name__)
+            log.warning(
+                "reconcile hook %r failed: %s",
+                hook,
+                type(exc).__name__,
+                extra={"error_class": type(exc).__name__},
+            )

@@ -249,7 +249,11 @@ class Claims:
             except RETRIED as exc:  # deadlock / serialization: rolled back
                 if attempt < ATTEMPTS and time.monotonic() < until:
                     self.retries += 1
-                    log.warning("claim statement sent again after %s", type(exc).__name__)
+                    log.warning(
+                        "claim statement sent again after %s",
+                        type(exc).__name__,
+                        extra={"error_class": type(exc).__name__, "outcome": "retry"},
+                    )
                     continue
                 self._fail(batch, exc)
                 return
@@ -281,7 +285,11 @@ class Claims:
         try:
             self._counted(counts)
         except Exception as exc:
-            log.warning("claim counts not recorded: %s", type(exc).__name__)
+            log.warning(
+                "claim counts not recorded: %s",
+                type(exc).__name__,
+                extra={"error_class": type(exc).__name__},
+            )
 
     @staticmethod
     def _fail(batch: list[_Ticket], exc: BaseException) -> None:
