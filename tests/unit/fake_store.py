@@ -66,6 +66,7 @@ class Row:
     occurred_at: Any = None  # the provider's event time or version (inbox.domain.ordering)
     version: Any = None
     newer_event_id: int | None = None
+    trace_context: str | None = None  # the ingest's traceparent (inbox.infra.tracing)
 
 
 @dataclass
@@ -213,6 +214,7 @@ class InMemoryStore:
             max_attempts=row.max_attempts,
             sync=row.sync,
             steps=copy.deepcopy(row.steps),
+            trace_context=row.trace_context,
             age_seconds=self.now - row.received_at,
         )
 
