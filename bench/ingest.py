@@ -198,7 +198,7 @@ def measure(
     print(
         f"  {name:11} {workload:6}: {lv['ok_per_s']:7.0f} 2xx/s  p50 {lv['p50_ms']:6.1f}"
         f"  p99 {lv['p99_ms']:6.1f} ms  {lv['statuses']}  cpu ms/2xx: receiver"
-        f" {c_fmt(lv['cpu_ms']['receiver'])} postgres {c_fmt(lv['cpu_ms']['postgres'])}",
+        f" {c_fmt(lv['cpu_ms']['receiver'])} postgres {c_fmt(lv['cpu_ms'].get('postgres'))}",
         flush=True,
     )
     return lv
@@ -338,7 +338,7 @@ def print_report(report: dict[str, Any]) -> None:
         print(
             f"| {lv['run']} | {lv['receiver']} | {lv['workload']} | {lv['ok_per_s']:,.0f}"
             f" | {lv['p50_ms']:.1f} | {lv['p99_ms']:.1f} | {answers}"
-            f" | {c_fmt(lv['cpu_ms']['receiver'])} | {c_fmt(lv['cpu_ms']['postgres'])} |"
+            f" | {c_fmt(lv['cpu_ms']['receiver'])} | {c_fmt(lv['cpu_ms'].get('postgres'))} |"
         )
     print()
     print("PostgreSQL's time by statement (pg_stat_statements), ms per 2xx:")
