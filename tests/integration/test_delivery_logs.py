@@ -13,7 +13,7 @@ from inbox.domain import callbacks
 from inbox.infra.config import Settings
 from inbox.services.courier import deliver_once
 from inbox.services.drain import drain_once
-from inbox.store import endpoints as estore
+from inbox.store.write import endpoints as estore
 from tests.helpers import body_of, hmac_headers
 from tests.sink import Answer, Sink
 

@@ -22,8 +22,8 @@ from inbox.infra import tracing
 from inbox.infra.config import Settings
 from inbox.services.courier import deliver_once
 from inbox.services.drain import drain_once
-from inbox.store import admin, history
-from inbox.store import endpoints as estore
+from inbox.store.reads import admin, history
+from inbox.store.write import endpoints as estore
 from tests.helpers import body_of, hmac_headers
 from tests.sink import Sink
 from web import create_app
