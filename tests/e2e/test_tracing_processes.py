@@ -76,12 +76,13 @@ def _start(env: dict, procs: list, make_source, engine, sink: Sink):
     return web, src
 
 
-def _send(web: Web, src, traceparent: str | None) -> None:
+def _send(web: Web, src, traceparent: str | None) -> dict[str, str]:
     body = body_of({"type": "traced", "account": "acct-7", "fail_times": 1})
     headers = hmac_headers("s3cret", body, "order-7")
     if traceparent:
         headers["traceparent"] = traceparent
     assert web.request("POST", src.path, body, headers)[0] == 202
+    return headers
 
 
 def _delivered(engine) -> bool:
@@ -107,7 +108,7 @@ def test_one_trace_from_the_providers_traceparent_to_the_callback(
     web, src = _start(
         _env(database_url, broker, collector, on=True), procs, make_source, engine, sink
     )
-    _send(web, src, f"00-{trace_id}-{parent}-01")
+    sent = _send(web, src, f"00-{trace_id}-{parent}-01")
     wait_for(lambda: _delivered(engine), 90, "the callback")
     (callback,) = sink.at("/cb")
     _, cb_trace, cb_span, _ = callback.headers["traceparent"].split("-")
@@ -160,6 +161,18 @@ def test_one_trace_from_the_providers_traceparent_to_the_callback(
 
     with engine.connect() as conn:
         assert conn.execute(text("SELECT trace_id FROM events")).scalar_one() == trace_id
+    # nothing secret, signed, keyed or from the body in anything any process exported
+    signature = sent["X-Signature"][:12]
+    for s in collector.snapshot():
+        exported = repr((s.attributes, [x.attributes for x in s.links]))
+        for leak in (
+            "s3cret",
+            "order-7",
+            "acct-7",
+            signature,
+            callback.headers["webhook-signature"][-16:],
+        ):
+            assert leak not in exported, (s.name, leak, s.attributes)
 
 
 def test_nothing_is_exported_when_tracing_is_off(
