@@ -149,6 +149,17 @@ def test_make_run_supervises_says_ready_and_stops_everything(data_dir):
         assert left == {}, left
         assert "stopped the embedded PostgreSQL" in run.output()
         assert "stopped the embedded Redis" in run.output()
+
+        # Started again: the same exports reach it (the Redis port is kept in .data/).
+        exported = (data_dir / "exports").read_text()
+        assert f"REDIS_URL=redis://127.0.0.1:{redis_port}/0" in exported
+        run.log.close()
+        run = DevRun(data_dir, port)
+        again = run.wait_for(r"Ready: web, worker, courier, beat are up", 240)
+        assert f"export REDIS_URL=redis://127.0.0.1:{redis_port}/0" in again
+        assert (data_dir / "exports").read_text() == exported
+        run.popen.send_signal(signal.SIGTERM)
+        run.popen.wait(90)
     finally:
         if run.popen.poll() is None:
             os.killpg(run.popen.pid, signal.SIGKILL)
