@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test setup lint docs bench clean
+.PHONY: run env test setup lint docs bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ setup: $(STAMP)
 ## make run: web + worker + beat on the embedded PostgreSQL/Redis unless DATABASE_URL/REDIS_URL are set
 run: setup
 	$(BIN)/python -m dev.devrun
+
+## make env: the running make run's exports, for a second shell: eval $$(make -s env)
+env:
+	@$(BIN)/python -m dev.devrun env
 
 lint: setup
 	$(BIN)/ruff check .

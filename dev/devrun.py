@@ -19,6 +19,7 @@ import socket
 import sys
 from pathlib import Path
 from types import FrameType
+from urllib.parse import urlsplit
 
 from dev import embedded
 from dev.supervise import Child, Supervisor
@@ -36,15 +37,94 @@ PORT = int(os.environ.get("PORT", "8000"))
 READY_TIMEOUT = 120.0
 
 
+STORES = ("DATABASE_URL", "REDIS_URL", "BROKER_URL")
+EXPORTS = "exports"  # in DATA: the last Ready block's exports (0600), printed by `make env`
+
+
 def _urls() -> dict[str, str]:
     env: dict[str, str] = {}
     if not os.environ.get("DATABASE_URL"):
         print(f"DATABASE_URL is not set: starting an embedded PostgreSQL in {DATA / 'pg'}")
-        env["DATABASE_URL"] = embedded.start_postgres(DATA / "pg")
+        env["DATABASE_URL"] = embedded.start_postgres(DATA / "pg")  # its socket is in .data/pg
     if not os.environ.get("REDIS_URL"):
         print(f"REDIS_URL is not set: starting an embedded Redis in {DATA / 'redis'}")
-        env["REDIS_URL"] = embedded.start_redis(DATA / "redis")
+        env["REDIS_URL"] = embedded.start_redis(DATA / "redis", redis_port(DATA))
     return env
+
+
+def redis_port(data: Path) -> int:
+    """The embedded Redis's port, kept in ``data/redis.port`` so that a second shell's
+    exports still reach it after a restart; a new one only when that port is taken."""
+    kept = data / "redis.port"
+    try:
+        port = int(kept.read_text())
+        if port_is_free(port, "127.0.0.1"):
+            return port
+    except (OSError, ValueError):
+        pass
+    port = embedded.free_port()
+    kept.write_text(f"{port}\n")
+    return port
+
+
+def recorded_exports(data: Path) -> dict[str, str]:
+    try:
+        lines = (data / EXPORTS).read_text().splitlines()
+    except OSError:
+        return {}
+    pairs = (shlex.split(line.removeprefix("export ")) for line in lines if "=" in line)
+    return dict(p[0].split("=", 1) for p in pairs if p)
+
+
+def _record_exports(values: dict[str, str]) -> None:
+    path = DATA / EXPORTS
+    path.write_text("".join(f"export {k}={shlex.quote(v)}\n" for k, v in values.items()))
+    path.chmod(0o600)
+
+
+def answers(url: str) -> bool:
+    """Whether the server a URL names takes a connection now (within a few seconds)."""
+    try:
+        if url.startswith("postgres"):
+            import psycopg
+
+            psycopg.connect(url.replace("+psycopg", ""), connect_timeout=3).close()
+        elif url.startswith(("redis://", "rediss://")):
+            import redis
+
+            redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3).ping()
+        else:
+            where = urlsplit(url)
+            socket.create_connection((where.hostname or "127.0.0.1", where.port or 5672), 3).close()
+    except Exception:  # any failure to connect is "does not answer"
+        return False
+    return True
+
+
+def stale_exports(data: Path) -> str | None:
+    """One line when the shell's store URLs do not answer; None when they all do."""
+    dead = [k for k in STORES if os.environ.get(k) and not answers(os.environ[k])]
+    if not dead:
+        return None
+    names = ", ".join(dead)
+    recorded = recorded_exports(data)
+    if all(os.environ[k] == recorded.get(k) for k in dead):
+        return (
+            f"{names} in this shell are exports from an earlier make run, and nothing answers"
+            f" there now: unset them (unset {' '.join(STORES)}) and run make run again;"
+            " while make run runs, eval $(make -s env) gives another shell its exports"
+        )
+    return (
+        f"{names} set in this shell but nothing answers there: start that server, or"
+        f" unset {' '.join(dead)} and make run starts an embedded one"
+    )
+
+
+def print_env() -> None:
+    """``make env``: the exports of the running (or last) make run, for eval."""
+    if not (DATA / EXPORTS).exists():
+        sys.exit("no make run has been ready in this checkout yet: run make run first")
+    sys.stdout.write((DATA / EXPORTS).read_text())
 
 
 def _kept_secret(name: str, make: str | None = None) -> str:
@@ -119,7 +199,8 @@ Send a first signed event (paste into another shell):
   curl -i -X POST http://127.0.0.1:{PORT}{path} -H 'Content-Type: application/json' \\
        -H "X-Timestamp: $TS" -H "X-Signature: $SIG" -H 'Idempotency-Key: demo-1' -d "$BODY"
 
-The CLI in a second shell (these exports reach this run's database and workers):
+The CLI in a second shell (these exports reach this run's database and workers, also
+after a restart; eval $(make -s env) sets them):
 
 {exports}
   .venv/bin/inbox events list --tenant demo
@@ -139,11 +220,11 @@ def _procfile() -> list[tuple[str, str]]:
     return out
 
 
-def port_is_free(port: int) -> bool:
+def port_is_free(port: int, host: str = "0.0.0.0") -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("0.0.0.0", port))
+            s.bind((host, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 return False
@@ -173,6 +254,11 @@ def _on_signal(sup: Supervisor) -> None:
 
 
 def main() -> None:
+    if sys.argv[1:] == ["env"]:
+        print_env()
+        return
+    if stale := stale_exports(DATA):
+        sys.exit(stale)
     if not port_is_free(PORT):
         sys.exit(
             f"PORT {PORT} is in use by another process: choose another, e.g. PORT=8001 make run"
@@ -206,6 +292,7 @@ def main() -> None:
         print(f"starting {', '.join(names)} (their start-up output is held back until ready)")
         late = sup.wait_ready(READY_TIMEOUT, _web_up)
         if not sup.stopping.is_set():
+            _record_exports({k: os.environ[k] for k in (*STORES, "INBOX_KEK") if os.environ.get(k)})
             print(ready_block(path, secret, token, names))
             if late:
                 print(f"(not up after {READY_TIMEOUT:.0f} s: {', '.join(late)}; see above)")

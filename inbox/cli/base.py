@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import metadata
+from typing import Any
 
 import click
 import psycopg
@@ -17,18 +18,23 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
-from inbox.domain.errors import InboxError
+from inbox.cli.params import TEXT
+from inbox.domain.errors import InboxError, NotFound
 from inbox.infra.config import Settings
 from inbox.store.db.engine import make_engine, sqlalchemy_url
+from inbox.store.write import sources as store
 
 EXAMPLE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 def settings() -> Settings:
     """The environment's settings; a missing DATABASE_URL is a one-line error with the fix."""
-    found = Settings.from_env()
+    try:
+        found = Settings.from_env()
+    except ValueError as exc:  # a setting that does not parse, e.g. INBOX_DB_POOL_SIZE=ten
+        raise Failed(f"a setting is invalid: {' '.join(str(exc).split())}") from None
     if not found.database_url:
-        raise click.ClickException(
+        raise Failed(
             f"DATABASE_URL is not set: export it, for example export DATABASE_URL={EXAMPLE_URL}"
         )
     return found
@@ -70,19 +76,77 @@ def explain(exc: DBAPIError) -> str:
     return f"database error ({type(cause).__name__ if cause else type(exc).__name__})"
 
 
+def _one_line(exc: click.ClickException) -> str:
+    """A usage error's message with where to read more, instead of the usage block."""
+    message = " ".join(exc.format_message().split())
+    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        return f"{message} (see '{exc.ctx.command_path} --help')"
+    return message
+
+
+class Failed(click.ClickException):
+    """What every failure becomes: ``Error: <one line>`` on stderr, exit status 1."""
+
+
+class Misused(Failed):
+    """A usage error as one line (no usage block), exit status 2 as click has it."""
+
+    exit_code = 2
+
+
+class _Command(click.Command):
+    """A command whose string options and arguments are ``params.TEXT`` unless typed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _texts(self.params)
+
+
 class _Group(click.Group):
+    """Every command's failures meet here, and only here, and leave as one line.
+
+    ``InboxError`` (the store's and the CLI's own: ``NotFound``, ``BadRequest`` ...),
+    database errors, click's usage errors, and anything unexpected (a bug: one line that
+    says so; ``inbox --traceback ...`` shows where).
+    """
+
+    command_class = _Command
+    group_class = type  # subgroups are _Groups too
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _texts(self.params)
+
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
+        except Failed:
+            raise
+        except click.ClickException as exc:
+            raise (Misused if exc.exit_code == 2 else Failed)(_one_line(exc)) from None
         except InboxError as exc:
-            raise click.ClickException(_with_fields(exc)) from None
+            raise Failed(_with_fields(exc)) from None
         except DBAPIError as exc:
-            raise click.ClickException(explain(exc)) from None
+            raise Failed(explain(exc)) from None
         except psycopg.OperationalError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else "no answer"
-            raise click.ClickException(
-                f"cannot reach the database at {_database()}: {first}"
+            raise Failed(f"cannot reach the database at {_database()}: {first}") from None
+        except (click.exceptions.Exit, click.Abort, KeyboardInterrupt, EOFError):
+            raise
+        except Exception as exc:
+            if ctx.find_root().params.get("traceback"):
+                raise
+            said = " ".join(str(exc).split())[:200]
+            raise Failed(
+                f"unexpected error ({type(exc).__name__}: {said}): this is a bug;"
+                " inbox --traceback ... shows where"
             ) from None
+
+
+def _texts(params: list[click.Parameter]) -> None:
+    for param in params:
+        if param.type is click.STRING:
+            param.type = TEXT
 
 
 def _with_fields(exc: InboxError) -> str:
@@ -95,12 +159,29 @@ def _with_fields(exc: InboxError) -> str:
 
 @click.group(cls=_Group)
 @click.version_option(metadata.version("webhook-inbox"), prog_name="inbox")
-def main() -> None:
-    """Webhook Inbox: exactly-once decisions from at-least-once webhooks."""
+@click.option("--traceback", is_flag=True, help="On an unexpected error, show where (a bug).")
+def main(traceback: bool) -> None:
+    """Webhook Inbox: exactly-once decisions from at-least-once webhooks.
+
+    Every command exits 0 when it did what it was asked, 1 with one line on stderr
+    saying what is wrong (an unknown tenant, source, event or delivery, a value the
+    database refuses, an unreachable database), and 2 for a usage error.
+    """
 
 
 def split_ref(ref: str) -> tuple[str, str]:
     tenant, sep, name = ref.partition("/")
     if not sep or not tenant or not name:
-        raise click.UsageError("expected TENANT/SOURCE")
+        raise click.BadParameter(f"{ref!r}: expected TENANT/SOURCE", param_hint="TENANT/SOURCE")
     return tenant, name
+
+
+def check_named(conn: Connection, tenant: str | None, source: str | None = None) -> None:
+    """A tenant or source named as a filter must exist: a typo is an error, not ``(none)``."""
+    if tenant is not None:
+        store.get_tenant(conn, tenant)
+    if source is not None:
+        if tenant is not None:
+            store.get_source(conn, tenant, source)
+        elif not any(s.name == source for s in store.list_sources(conn)):
+            raise NotFound(f"No source {source!r} for any tenant.")

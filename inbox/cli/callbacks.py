@@ -7,11 +7,14 @@ from typing import Any
 
 import click
 
-from inbox.cli.base import main, transaction
+from inbox.cli.base import check_named, main, transaction
 from inbox.cli.output import emit_json, fields, json_option, table
+from inbox.cli.params import LIMIT, Seconds
 from inbox.domain import callbacks
+from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.records import Endpoint
 from inbox.domain.states import DeliveryState
+from inbox.store.reads import admin
 from inbox.store.write import deliveries as dstore
 from inbox.store.write import endpoints as store
 
@@ -64,6 +67,7 @@ def _show(ep: Endpoint, as_json: bool = False) -> None:
 @click.option("--max-attempts", type=click.IntRange(1, 50), default=4, show_default=True)
 @click.option(
     "--retry-schedule",
+    type=Seconds(),
     default="5,30,120",
     show_default=True,
     help="Seconds before each retry; the last repeats.",
@@ -75,14 +79,15 @@ def endpoints_create(
     url: str,
     event_types: str | None,
     max_attempts: int,
-    retry_schedule: str,
+    retry_schedule: list[int],
     timeout_ms: int,
     max_in_flight: int,
 ) -> None:
     """Create an endpoint and print its signing secret (shown once)."""
     secret = callbacks.new_secret()
-    schedule = [int(s) for s in retry_schedule.split(",") if s.strip()]
     types = [t.strip() for t in event_types.split(",")] if event_types else None
+    if types is not None and not all(types):
+        raise click.BadParameter(f"{event_types!r}: an empty type", param_hint="--event-types")
     with transaction() as conn:
         ep = store.create_endpoint(
             conn,
@@ -91,7 +96,7 @@ def endpoints_create(
             secret,
             types,
             max_attempts=max_attempts,
-            retry_schedule=schedule,
+            retry_schedule=retry_schedule,
             timeout_ms=timeout_ms,
             max_in_flight=max_in_flight,
         )
@@ -104,6 +109,7 @@ def endpoints_create(
 @json_option
 def endpoints_list(tenant: str | None, as_json: bool) -> None:
     with transaction() as conn:
+        check_named(conn, tenant)
         rows = store.list_endpoints(conn, tenant)
     if as_json:
         emit_json([_record(ep) for ep in rows])
@@ -173,10 +179,11 @@ def deliveries() -> None:
 @deliveries.command("list")
 @click.option("--state", type=click.Choice([s.value for s in DeliveryState]))
 @click.option("--tenant")
-@click.option("--limit", default=50, show_default=True)
+@click.option("--limit", type=LIMIT, default=50, show_default=True)
 @json_option
 def deliveries_list(state: str | None, tenant: str | None, limit: int, as_json: bool) -> None:
     with transaction() as conn:
+        check_named(conn, tenant)
         rows = dstore.list_deliveries(conn, state, tenant, limit)
     if as_json:
         emit_json([{k: v for k, v in d.items() if k != "id"} for d in rows])
@@ -206,7 +213,7 @@ def deliveries_show(delivery_id: str, as_json: bool) -> None:
     with transaction() as conn:
         detail = dstore.delivery_detail(conn, delivery_id)
     if detail is None:
-        raise click.ClickException(f"no delivery {delivery_id}")
+        raise NotFound(f"No delivery {delivery_id}.")
     detail.pop("id", None)
     if as_json:
         emit_json(detail)
@@ -246,9 +253,14 @@ def deliveries_show(delivery_id: str, as_json: bool) -> None:
 def deliveries_replay(ids: tuple[str, ...], actor: str) -> None:
     """Send dead letters again, with the same webhook-id."""
     with transaction() as conn:
+        unknown = [d for d in ids if admin.visible(conn, "deliveries", d, None) is None]
+        if unknown:
+            raise NotFound(f"No delivery {', '.join(unknown[:3])}.")
         moved = dstore.replay(conn, list(ids), actor)
     _ring({endpoint for _, endpoint in moved})
     click.echo(f"replayed {len(moved)} of {len(ids)}")
+    if len(moved) < len(ids):
+        raise BadRequest(f"{len(ids) - len(moved)} of the deliveries named had not failed")
 
 
 def _ring(endpoint_ids: set[int]) -> None:

@@ -9,12 +9,16 @@ from datetime import datetime
 from typing import Any
 
 import click
+from sqlalchemy import Connection
 
-from inbox.cli.base import engine, main, settings, transaction
+from inbox.cli.base import check_named, engine, main, settings, transaction
 from inbox.cli.output import emit_json, fields, json_option, table, when
+from inbox.cli.params import LIMIT, Rate
+from inbox.domain.errors import NotFound
 from inbox.domain.states import EventState
 from inbox.infra import broker
 from inbox.services import bulk
+from inbox.store.reads import admin
 from inbox.store.write import bulk_review, operator
 
 # Lease bookkeeping: how the workers coordinate, not what happened to the event.
@@ -30,13 +34,14 @@ def events() -> None:
 @click.option("--state", type=click.Choice([s.value for s in EventState]))
 @click.option("--tenant")
 @click.option("--source")
-@click.option("--limit", default=50, show_default=True)
+@click.option("--limit", type=LIMIT, default=50, show_default=True)
 @json_option
 def events_list(
     state: str | None, tenant: str | None, source: str | None, limit: int, as_json: bool
 ) -> None:
     """The newest events first (times in UTC)."""
     with transaction() as conn:
+        check_named(conn, tenant, source)
         rows = operator.list_events(conn, state, tenant, source, limit=limit)
     if as_json:
         emit_json([{k: v for k, v in vars(r).items() if k != "id"} for r in rows])
@@ -66,7 +71,7 @@ def events_show(public_id: str, as_json: bool) -> None:
     with transaction() as conn:
         detail = operator.event_detail(conn, public_id)
     if detail is None:
-        raise click.ClickException(f"no event {public_id}")
+        raise NotFound(f"No event {public_id}.")
     shown = {k: v for k, v in detail.items() if k not in INTERNAL}
     if as_json:
         emit_json(shown)
@@ -156,7 +161,9 @@ def _section(title: str, headers: list[str], rows: list[tuple[object, ...]]) -> 
 @click.option("--tenant")
 @click.option("--source")
 @click.option("--since", type=click.DateTime(), help="Received at or after this time.")
-@click.option("--rate", type=float, default=50.0, show_default=True, help="Events per second.")
+@click.option(
+    "--rate", type=Rate(bulk.MAX_RATE), default=50.0, show_default=True, help="Events per second."
+)
 @click.option("--dry-run", is_flag=True)
 @click.option("--approve", "approve_id", metavar="JOB", help="Approve a waiting bulk replay.")
 @click.option("--reject", "reject_id", metavar="JOB", help="Reject a waiting bulk replay.")
@@ -199,6 +206,9 @@ def replay(
             " operator approves"
         )
     targets = list(ids)
+    with transaction() as conn:
+        check_named(conn, tenant, source)
+        _check_exist(conn, targets)
     if quarantined:
         with transaction() as conn:
             targets = [
@@ -222,9 +232,19 @@ def replay(
             with transaction() as conn:
                 moved += len(operator.replay(conn, [public_id], actor))
             time.sleep(max(0.0, 1.0 / rate - (time.monotonic() - started)))
-    click.echo(f"replayed {moved} of {len(targets)} (others were no longer quarantined)")
+    click.echo(f"replayed {moved} of {len(targets)}")
     if moved:
         _ring_workers()
+    if ids and moved < len(targets):
+        raise NotFound(f"{len(targets) - moved} of the events named were not quarantined")
+
+
+def _check_exist(conn: Connection, public_ids: list[str]) -> None:
+    """Every event named must exist: an unknown id is an error before anything moves."""
+    unknown = [p for p in public_ids if admin.visible(conn, "events", p, None) is None]
+    if unknown:
+        more = f" (and {len(unknown) - 3} more)" if len(unknown) > 3 else ""
+        raise NotFound(f"No event {', '.join(unknown[:3])}{more}.")
 
 
 def _check_targets(ids: tuple[str, ...], quarantined: bool, tenant: str | None) -> None:
@@ -275,7 +295,7 @@ def _review(public_id: str, approve: bool, note: str | None, actor: str) -> None
     with transaction() as conn:
         job = bulk_review.review(conn, public_id, None, actor, approve=approve, note=note)
     if job is None:
-        raise click.ClickException(f"no bulk replay {public_id}")
+        raise NotFound(f"No bulk replay {public_id}.")
     click.echo(
         f"bulk replay {job.public_id}: {job.status} by {actor}; requested by {job.actor},"
         f" {job.total} event(s), filter {json.dumps(job.filter, sort_keys=True)}"

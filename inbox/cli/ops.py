@@ -8,10 +8,9 @@ from typing import IO
 
 import click
 
-from inbox.cli.base import main, split_ref, transaction
+from inbox.cli.base import main, settings, split_ref, transaction
 from inbox.domain.retention import key_window_hours
 from inbox.infra import metrics
-from inbox.infra.config import Settings
 from inbox.services import reconcile as rec
 from inbox.store.db.engine import make_engine
 from inbox.store.reads import reconcile as rstore
@@ -30,10 +29,10 @@ def prune(dry_run: bool) -> None:
     window is shorter than its provider's retry horizon keeps its keys; it is listed
     as refused and the exit status is 1.
     """
-    settings = Settings.from_env()
-    engine = make_engine(settings, pool_size=1)
+    found = settings()
+    engine = make_engine(found, pool_size=1)
     try:
-        result = prune_once(engine, settings, dry_run=dry_run)
+        result = prune_once(engine, found, dry_run=dry_run)
     finally:
         engine.dispose()
     verb = "would remove" if dry_run else "removed"
@@ -57,15 +56,15 @@ def prune(dry_run: bool) -> None:
 def partitions_cmd(ensure: bool) -> None:
     """The ledger's days: estimated rows, and for each day past the ledger window
     whether the next prune drops it or why it stays."""
-    settings = Settings.from_env()
-    engine = make_engine(settings, pool_size=1)
+    found = settings()
+    engine = make_engine(found, pool_size=1)
     try:
         if ensure:
             made = partitions.ensure_ahead(engine)
             click.echo(f"created {len(made.created)} partitions, moved {made.moved} rows")
         with engine.connect() as conn:
             days = partitions.overview(conn)
-            window, note = ledger_window(settings, list_sources(conn))
+            window, note = ledger_window(found, list_sources(conn))
         verdicts = partitions.retire(engine, window, dry_run=True)
     finally:
         engine.dispose()
@@ -121,9 +120,7 @@ def reconcile_cmd(
     tenant, name = split_ref(ref)
     with transaction() as conn:
         src = get_source(conn, tenant, name)
-        hours = key_window_hours(
-            src.scheme, src.options.key_ttl_hours, Settings.from_env().key_ttl_hours
-        )
+        hours = key_window_hours(src.scheme, src.options.key_ttl_hours, settings().key_ttl_hours)
         start = since or rstore.window_start(conn, hours)
     if ids_file is not None:
         provider_ids = rec.parse_ids(ids_file.read())

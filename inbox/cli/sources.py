@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from inbox.cli.base import main, settings, split_ref, transaction
+from inbox.cli.base import check_named, main, settings, split_ref, transaction
 from inbox.cli.output import emit_json, fields, json_option, table
 from inbox.domain.records import Source
 from inbox.domain.signatures import SCHEMES
@@ -239,6 +239,7 @@ def sources_schemes(as_json: bool) -> None:
 @json_option
 def sources_list(tenant: str | None, as_json: bool) -> None:
     with transaction() as conn:
+        check_named(conn, tenant)
         rows = store.list_sources(conn, tenant)
     if as_json:
         emit_json([_record(s) for s in rows])

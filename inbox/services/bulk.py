@@ -44,8 +44,8 @@ MAX_ITEMS = 100_000
 # About ten commits a second, whatever the rate.
 BATCHES_PER_SECOND = 10
 _FILTER_KEYS = {
-    "events": {"tenant", "source", "state", "type", "error", "since", "until"},
-    "deliveries": {"tenant", "endpoint", "state", "type", "since", "until"},
+    "events": {"tenant", "source", "state", "type", "untyped", "error", "since", "until"},
+    "deliveries": {"tenant", "endpoint", "state", "type", "untyped", "since", "until"},
 }
 
 
@@ -88,6 +88,8 @@ def parse_request(body: object) -> BulkRequest:
     dead = store.DEAD[kind]
     if raw.get("state", dead) != dead:
         raise BadRequest(f"only {dead} {kind} can be replayed")
+    if raw.get("untyped", "true") != "true" or ("untyped" in raw and "type" in raw):
+        raise BadRequest('untyped is "true" (the items without an event type), without type')
     rate = body.get("rate", DEFAULT_RATE)
     if isinstance(rate, bool) or not isinstance(rate, int) or not 1 <= rate <= MAX_RATE:
         raise BadRequest(f"rate must be a whole number from 1 to {MAX_RATE} (items a second)")
@@ -97,6 +99,7 @@ def parse_request(body: object) -> BulkRequest:
         endpoint=raw.get("endpoint"),
         state=dead,
         event_type=raw.get("type"),
+        untyped="untyped" in raw,
         error_class=raw.get("error"),
         since=parse_time(raw["since"], "since") if "since" in raw else None,
         until=parse_time(raw["until"], "until") if "until" in raw else None,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from dev.devrun import redis_port
 from dev.embedded import free_port
 from tests.helpers import eventually
 from tests.procs import ROOT
@@ -65,8 +66,8 @@ def pids_matching(text: str) -> set[int]:
 
 
 class DevRun:
-    def __init__(self, data: Path, port: int) -> None:
-        data.mkdir(parents=True)
+    def __init__(self, data: Path, port: int, shell: dict[str, str] | None = None) -> None:
+        data.mkdir(parents=True, exist_ok=True)
         self.log_path = data / "make-run.log"
         self.log = open(self.log_path, "wb")
         env = {
@@ -74,7 +75,7 @@ class DevRun:
             for k, v in os.environ.items()
             if k not in ("DATABASE_URL", "REDIS_URL", "BROKER_URL")
         }
-        env.update({"INBOX_DEV_DATA": str(data), "PORT": str(port)})
+        env.update({"INBOX_DEV_DATA": str(data), "PORT": str(port), **(shell or {})})
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "dev.devrun"],
             cwd=ROOT,
@@ -148,6 +149,17 @@ def test_make_run_supervises_says_ready_and_stops_everything(data_dir):
         assert left == {}, left
         assert "stopped the embedded PostgreSQL" in run.output()
         assert "stopped the embedded Redis" in run.output()
+
+        # Started again: the same exports reach it (the Redis port is kept in .data/).
+        exported = (data_dir / "exports").read_text()
+        assert f"REDIS_URL=redis://127.0.0.1:{redis_port}/0" in exported
+        run.log.close()
+        run = DevRun(data_dir, port)
+        again = run.wait_for(r"Ready: web, worker, courier, beat are up", 240)
+        assert f"export REDIS_URL=redis://127.0.0.1:{redis_port}/0" in again
+        assert (data_dir / "exports").read_text() == exported
+        run.popen.send_signal(signal.SIGTERM)
+        run.popen.wait(90)
     finally:
         if run.popen.poll() is None:
             os.killpg(run.popen.pid, signal.SIGKILL)
@@ -171,3 +183,55 @@ def test_a_busy_port_is_one_line_that_names_port(data_dir):
         run.log.close()
         out = run.output().strip()
     assert out.splitlines() == [out] and f"PORT {port} is in use" in out
+
+
+def _one_line(run: DevRun) -> str:
+    assert run.popen.wait(60) == 1
+    run.log.close()
+    out = run.output().strip()
+    assert out.splitlines() == [out] and "Traceback" not in out, out
+    return out
+
+
+def test_stale_exports_from_an_earlier_make_run_are_one_line(data_dir):
+    data_dir.mkdir(parents=True)
+    shell = {
+        "DATABASE_URL": f"postgresql://postgres:@/postgres?host={data_dir / 'pg'}",
+        "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+    }
+    shell["BROKER_URL"] = shell["REDIS_URL"]
+    (data_dir / "exports").write_text(
+        "".join(f"export {k}='{v}'\n" for k, v in shell.items()) + "export INBOX_KEK='k'\n"
+    )
+    out = _one_line(DevRun(data_dir, free_port(), shell))
+    assert "DATABASE_URL, REDIS_URL, BROKER_URL in this shell are exports from an earlier" in out
+    assert "unset DATABASE_URL REDIS_URL BROKER_URL" in out and "eval $(make -s env)" in out
+    # make env prints what the last Ready block exported, for eval
+    env = subprocess.run(
+        [sys.executable, "-m", "dev.devrun", "env"],
+        cwd=ROOT,
+        env={**os.environ, "INBOX_DEV_DATA": str(data_dir)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert env.returncode == 0 and env.stdout == (data_dir / "exports").read_text()
+
+
+def test_a_url_that_does_not_answer_is_one_line(data_dir):
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/inbox"
+    out = _one_line(DevRun(data_dir, free_port(), {"DATABASE_URL": url}))
+    assert out == (
+        "DATABASE_URL set in this shell but nothing answers there: start that server, or"
+        " unset DATABASE_URL and make run starts an embedded one"
+    )
+
+
+def test_the_embedded_redis_keeps_its_port_across_restarts(tmp_path):
+    first = redis_port(tmp_path)
+    assert redis_port(tmp_path) == first  # a restart: the same port, the exports still work
+    with socket.socket() as taken:  # unless something else took it meanwhile
+        taken.bind(("127.0.0.1", first))
+        taken.listen()
+        other = redis_port(tmp_path)
+    assert other != first and redis_port(tmp_path) == other

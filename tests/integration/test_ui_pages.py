@@ -133,6 +133,51 @@ def test_endpoint_health_shows_success_rate_latency_last_error_and_circuit(clien
     assert 'id="disable"' not in page  # a viewer has no levers
 
 
+def health_of(client, public_id: str) -> str:
+    return grab(
+        rf'(?s)data-endpoint="{public_id}".*?data-health="([a-z]+)"', html(client, "/ui/endpoints")
+    )
+
+
+def test_health_comes_from_the_recent_outcomes_not_only_the_circuit(client, engine, world):
+    down = endpoint(engine, "ta", "https://down.example/h")
+    for i in range(3):  # answered, but 500 every time: the circuit stays closed
+        delivery(engine, down, f"msg_down{i}", "failed", [(500, None, 20, "oops")] * 4)
+    up = endpoint(engine, "ta", "https://up.example/h")
+    delivery(engine, up, "msg_up", "delivered", [(200, None, 10, None)] * 5)
+    recovered = endpoint(engine, "ta", "https://recovered.example/h")
+    delivery(engine, recovered, "msg_r1", "failed", [(500, None, 10, None)])
+    delivery(engine, recovered, "msg_r2", "delivered", [(200, None, 10, None)] * 9)
+    shaky = endpoint(engine, "ta", "https://shaky.example/h")
+    delivery(engine, shaky, "msg_s1", "failed", [(503, None, 10, None)] * 3)
+    delivery(engine, shaky, "msg_s2", "delivered", [(200, None, 10, None)] * 2)
+    quiet = endpoint(engine, "ta", "https://quiet.example/h")
+    sign_in(client, world["viewer"])
+    assert health_of(client, down.public_id) == "failing"
+    assert health_of(client, up.public_id) == "healthy"
+    assert health_of(client, recovered.public_id) == "healthy"  # 9 of 10, the latest ok
+    assert health_of(client, shaky.public_id) == "degraded"  # 2 of 5, the latest ok
+    assert health_of(client, quiet.public_id) == "idle"
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE endpoints SET failing = true WHERE id = :e"), {"e": up.id})
+    assert health_of(client, up.public_id) == "probing"
+    assert "healthy" not in html(client, f"/ui/endpoints/{down.public_id}").split("<h1")[1][:600]
+
+
+def test_the_empty_endpoints_page_suggests_a_command_that_works(client, engine, world):
+    from click.testing import CliRunner
+
+    from inbox.cli import main
+
+    sign_in(client, world["op"])
+    suggested = grab(r'id="no-endpoints">[^<]*<code>([^<]+)</code>', html(client, "/ui/endpoints"))
+    args = suggested.replace("TENANT", "ta").replace("URL", "https://hooks.example/in").split()
+    assert args[0] == "inbox"
+    result = CliRunner().invoke(main, args[1:])
+    assert result.exit_code == 0, result.output
+    assert "https://hooks.example/in" in html(client, "/ui/endpoints")
+
+
 def test_disable_enable_and_rotate_are_audited_and_change_what_is_sent(client, engine, world):
     ep = endpoint(engine, "ta")
     sign_in(client, world["op"])

@@ -89,6 +89,7 @@ def list_filter(states: tuple[str, ...]) -> Filter:
         since=parse_time(since, "since") if since else None,
         until=parse_time(until, "until") if until else None,
         error_class=args.get("error") or None,
+        untyped=args.get("untyped") == "true",
     )
 
 

@@ -20,7 +20,7 @@ from web.ui.session import current, require_operator, scope
 from web.ui.timeline import event_timeline
 
 PAGE_SIZE = 50
-FILTER_KEYS = ("tenant", "source", "state", "type", "error", "since", "until")
+FILTER_KEYS = ("tenant", "source", "state", "type", "untyped", "error", "since", "until")
 
 
 def _filters() -> dict[str, Any]:

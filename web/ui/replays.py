@@ -20,7 +20,7 @@ from web.ui import outcomes, ui
 from web.ui.session import current, require_operator, scope
 
 # The event-list filters a bulk replay takes over (its state is always quarantined).
-BULK_KEYS = ("tenant", "source", "type", "error", "since", "until")
+BULK_KEYS = ("tenant", "source", "type", "untyped", "error", "since", "until")
 PREVIEW = 500
 FINISHED = tuple(str(s) for s in approval.FINISHED)
 

@@ -29,6 +29,7 @@ class Filter:
     since: datetime | None = None
     until: datetime | None = None
     error_class: str | None = None  # events only: the last error's class
+    untyped: bool = False  # only rows without an event type (a dead-letter group's key)
 
 
 def params(scope: int | None, f: Filter) -> dict[str, Any]:
@@ -45,6 +46,7 @@ EVENTS_WHERE = """
    AND (CAST(:since AS timestamptz) IS NULL OR e.received_at >= :since)
    AND (CAST(:until AS timestamptz) IS NULL OR e.received_at < :until)
    AND (CAST(:error_class AS text) IS NULL OR e.last_error_class = :error_class)
+   AND (NOT CAST(:untyped AS boolean) OR e.event_type IS NULL)
 """
 
 DELIVERIES_WHERE = """
@@ -57,6 +59,7 @@ DELIVERIES_WHERE = """
    AND (CAST(:event_type AS text) IS NULL OR d.event_type = :event_type)
    AND (CAST(:since AS timestamptz) IS NULL OR d.created_at >= :since)
    AND (CAST(:until AS timestamptz) IS NULL OR d.created_at < :until)
+   AND (NOT CAST(:untyped AS boolean) OR d.event_type IS NULL)
 """
 
 # Keyset pagination over descending id: ``before_id`` is the last id of the
@@ -121,6 +124,8 @@ def _where(
         else:
             conds.append(f"{column} = :{name}")
             bound[name] = value
+    if f.untyped:
+        conds.append(f"{alias}.event_type IS NULL")
     if f.since is not None:
         conds.append(f"{_TIME[alias]} >= :since")
         bound["since"] = f.since

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 HEALTH_HOURS = 24
+HEALTHY_RATE = 0.9  # of the recent attempts, answered 2xx
 _SCOPED = "(CAST(:scope AS bigint) IS NULL OR {col} = :scope)"
 
 
@@ -61,6 +62,23 @@ class EndpointHealth:
         if not self.enabled:
             return "open"
         return "probing" if self.failing else "closed"
+
+    @property
+    def health(self) -> str:
+        """What the console shows, from the circuit and the recent attempts' outcomes:
+        disabled, probing (unreachable), failing (its latest attempt failed, or none of
+        the recent ones succeeded), degraded (under 90 % succeeded), healthy, or idle (no
+        attempt in the last HEALTH_HOURS)."""
+        if self.circuit != "closed":
+            return "disabled" if self.circuit == "open" else "probing"
+        if not self.attempts:
+            return "idle"
+        latest_failed = self.last_error_at is not None and (
+            self.last_ok_at is None or self.last_error_at > self.last_ok_at
+        )
+        if not self.succeeded or latest_failed:
+            return "failing"
+        return "degraded" if self.succeeded / self.attempts < HEALTHY_RATE else "healthy"
 
 
 # Attempts over the last day per endpoint, the backlog per endpoint, and the latest
