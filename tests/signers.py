@@ -2,7 +2,9 @@
 ``inbox.domain.signatures`` (no import from it): what the provider would send.
 
 ``SIGNERS[name].request(event_id, ts, url)`` returns (headers, body) of a valid delivery
-carrying the provider's own event id ``event_id`` where the provider has one.
+carrying the provider's own event id ``event_id`` where the provider has one. Where it has
+none, ``event_id`` still tells events apart inside the body, and a retry (same event id,
+later ``ts``) sends the same body again, as those providers do.
 """
 
 from __future__ import annotations
@@ -154,7 +156,10 @@ _body_mac(
     "ls-secret",
     "x-signature",
     dedup=False,
-    ids=lambda i: ({"x-event-name": "order_created"}, {"meta": {"event_name": "order_created"}}),
+    ids=lambda i: (
+        {"x-event-name": "order_created"},
+        {"meta": {"event_name": "order_created"}, "data": {"type": "orders", "id": i}},
+    ),
 )
 _body_mac(
     "jira",
@@ -168,7 +173,7 @@ _body_mac(
     "db-secret",
     "x-dropbox-signature",
     dedup=False,
-    ids=lambda i: ({}, {"list_folder": {"accounts": ["dbid:1"]}}),
+    ids=lambda i: ({}, {"list_folder": {"accounts": ["dbid:" + i]}}),
 )
 _body_mac(
     "meta",
@@ -176,7 +181,7 @@ _body_mac(
     "x-hub-signature-256",
     "sha256=",
     dedup=False,
-    ids=lambda i: ({}, {"object": "whatsapp_business_account", "entry": []}),
+    ids=lambda i: ({}, {"object": "whatsapp_business_account", "entry": [{"id": i}]}),
 )
 _body_mac(
     "coinbase-commerce",
@@ -243,14 +248,16 @@ def _paddle(event_id: str, ts: int, url: str) -> tuple[Headers, bytes]:
 
 @signer("zoom", "zoom-secret-token", timestamped=True, dedup=False)
 def _zoom(event_id: str, ts: int, url: str) -> tuple[Headers, bytes]:
-    body = dumps({"event": "meeting.started", "event_ts": ts * 1000, "payload": {}})
+    # event_ts is when the event happened: a retry sends it unchanged.
+    doc = {"event": "meeting.started", "event_ts": 1_700_000_000_000, "payload": {"id": event_id}}
+    body = dumps(doc)
     sig = "v0=" + hx("zoom-secret-token", f"v0:{ts}:".encode() + body)
     return {"x-zm-request-timestamp": str(ts), "x-zm-signature": sig}, body
 
 
 @signer("calendly", "cal-key", timestamped=True, dedup=False)
 def _calendly(event_id: str, ts: int, url: str) -> tuple[Headers, bytes]:
-    body = dumps({"event": "invitee.created", "payload": {}})
+    body = dumps({"event": "invitee.created", "payload": {"uri": event_id}})
     return {
         "calendly-webhook-signature": f"t={ts},v1={hx('cal-key', f'{ts}.'.encode() + body)}"
     }, body
@@ -364,7 +371,13 @@ def _discord(doc: Callable[[str], object]) -> Callable[[str, int, str], tuple[He
 SIGNERS["discord"] = Signer(
     "discord",
     ED_PUBLIC.hex(),
-    _discord(lambda i: {"version": 1, "type": 1, "event": {"type": "ENTITLEMENT_CREATE"}}),
+    _discord(
+        lambda i: {
+            "version": 1,
+            "type": 1,
+            "event": {"type": "ENTITLEMENT_CREATE", "data": {"id": i}},
+        }
+    ),
     timestamped=True,
     dedup=False,
 )

@@ -60,6 +60,12 @@ def key_digest(tenant_id: int, source_id: int, key: str) -> bytes:
     return hashlib.sha256(_key_prefix(tenant_id, source_id) + _framed((key,))).digest()
 
 
+def body_key_digest(tenant_id: int, source_id: int, digest: bytes) -> bytes:
+    """The dedup key of a delivery that carries no key or id of its own: its body's
+    identity digest, per tenant and source, framed apart from every ``key_digest``."""
+    return _digest("body", tenant_id, source_id, digest.hex())
+
+
 def business_key_digest(tenant_id: int, values: list[str]) -> bytes:
     """The stored form of a business key (one or more values taken from the body).
 

@@ -19,7 +19,13 @@ from urllib.parse import parse_qs, urlencode
 
 from inbox.domain import jsonpath, ledger, ordering, random_ids
 from inbox.domain.errors import BadRequest, Unauthorized, UnsupportedMediaType
-from inbox.domain.idempotency import business_key_digest, key_digest, validate_key
+from inbox.domain.idempotency import (
+    body_key_digest,
+    body_sha256,
+    business_key_digest,
+    key_digest,
+    validate_key,
+)
 from inbox.domain.records import Source
 from inbox.domain.retention import key_window_hours
 from inbox.domain.signatures import (
@@ -59,11 +65,14 @@ class Prepared:
     business_key_digest: bytes | None
     content_type: str
     body: bytes
-    body_sha256: bytes
+    body_sha256: bytes  # of the raw bytes received: the evidence
     headers: dict[str, str]
     response_status: int
     response_body: bytes
     wait_seconds: float | None
+    # What a copy must match to be answered as this delivery was (else 422): the body's
+    # digest without the fields the provider restamps between retries. None: body_sha256.
+    match_sha256: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -217,6 +226,31 @@ def _business_key(source: Source, parsed: Any) -> bytes | None:
     return business_key_digest(source.tenant_id, [v or "" for v in values])
 
 
+def _identity(source: Source, scheme: Scheme, parsed: Any, match: bytes) -> bytes | None:
+    """The identity of a delivery that carries no Idempotency-Key and no provider id: the
+    digest of its body (without restamped fields), or of the source's identity_paths
+    values; None where the source (or its scheme, by default) keys no such delivery."""
+    opts = source.options
+    wanted = opts.body_identity if opts.body_identity is not None else scheme.body_identity
+    if not (wanted or opts.identity_paths):
+        return None
+    if opts.identity_paths:
+        values = [jsonpath.get(parsed, path) for path in opts.identity_paths]
+        if any(v is not None for v in values):
+            text = json.dumps(values, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            return body_sha256(b"fields\n" + text.encode("utf-8", "surrogatepass"))
+    return match
+
+
+def _dedup_digest(source: Source, key: str | None, identity: bytes | None) -> bytes | None:
+    """The stored dedup key: of the Idempotency-Key or provider id, else of the identity."""
+    if key:
+        return key_digest(source.tenant_id, source.id, key)
+    if identity is not None:
+        return body_key_digest(source.tenant_id, source.id, identity)
+    return None
+
+
 def prepare(
     source: Source,
     req: SignedRequest,
@@ -259,7 +293,12 @@ def prepare(
     if provider_id is None and id_path:
         provider_id = jsonpath.get_text(parsed, id_path)
     dedup = key or provider_id
-    if dedup is None and opts.require_idempotency_key:
+    raw_sha256 = body_sha256(req.body)
+    match = scheme.match_digest(req.body) if scheme.restamped else raw_sha256
+    identity = None if dedup else _identity(source, scheme, parsed, match)
+    if identity is not None and opts.identity_paths:
+        match = identity  # the named fields are the delivery: the rest may change on retry
+    if dedup is None and identity is None and opts.require_idempotency_key:
         raise BadRequest("This source requires an Idempotency-Key header.")
 
     if opts.event_type_path:
@@ -284,10 +323,11 @@ def prepare(
     day = dt.datetime.fromtimestamp(now, dt.UTC).date()
     public_id = ledger.public_id("evt_", day, random_ids.token_hex(8))
     status = scheme.accept_status
-    response = f'{{"id":"{public_id}","status":"accepted"}}'  # the id is hex: nothing to escape
+    # The id is hex: nothing to escape. A 204 carries no body (the provider asks for none).
+    response = b"" if status == 204 else f'{{"id":"{public_id}","status":"accepted"}}'.encode()
     return Prepared(
         public_id=public_id,
-        key_digest=key_digest(source.tenant_id, source.id, dedup) if dedup else None,
+        key_digest=_dedup_digest(source, dedup, identity),
         key_expires_hours=key_window_hours(
             source.scheme, opts.key_ttl_hours, default_key_ttl_hours
         ),
@@ -295,9 +335,10 @@ def prepare(
         business_key_digest=bk,
         content_type=ctype,
         body=_redacted_body(req.body, parsed, opts.redact_paths, ctype, scheme.form_payload_field),
-        body_sha256=scheme.body_digest(req.body),
+        body_sha256=raw_sha256,
         headers=_stored_headers(dict(req.headers), opts.header),
         response_status=status,
-        response_body=response.encode(),
+        response_body=response,
         wait_seconds=parse_wait(req.headers.get("prefer")),
+        match_sha256=None if match == raw_sha256 else match,
     )

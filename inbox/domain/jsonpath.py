@@ -43,18 +43,35 @@ def get_text(doc: Any, path: str) -> str | None:
 
 
 def redact(doc: Any, path: str) -> bool:
-    """Replace the value at ``path`` with a marker in place; True if it existed."""
-    parts = path.split(".")
-    node = doc
-    for part in parts[:-1]:
-        node = _step(node, part)
-        if node is _MISSING:
-            return False
-    last = parts[-1]
-    if isinstance(node, dict) and last in node:
-        node[last] = REDACTED
+    """Replace the value at ``path`` with a marker in place; True if it existed. A ``*``
+    part stands for every item of a list (or value of an object): ``*.attemptNumber``."""
+    return _redact(doc, path.split("."))
+
+
+def _redact(node: Any, parts: list[str]) -> bool:
+    head, rest = parts[0], parts[1:]
+    if head == "*":
+        children = node if isinstance(node, list) else []
+        if isinstance(node, dict):
+            children = list(node.values())
+        if not rest:
+            hit = bool(children)
+            if isinstance(node, list):
+                node[:] = [REDACTED] * len(node)
+            elif isinstance(node, dict):
+                node.update(dict.fromkeys(node, REDACTED))
+            return hit
+        hit = False
+        for child in children:
+            hit = _redact(child, rest) or hit
+        return hit
+    if rest:
+        child = _step(node, head)
+        return child is not _MISSING and _redact(child, rest)
+    if isinstance(node, dict) and head in node:
+        node[head] = REDACTED
         return True
-    if isinstance(node, list) and last.isdigit() and int(last) < len(node):
-        node[int(last)] = REDACTED
+    if isinstance(node, list) and head.isdigit() and int(head) < len(node):
+        node[int(head)] = REDACTED
         return True
     return False

@@ -25,6 +25,12 @@ class _OptionsSchema(Schema):
     business_key_paths = fields.List(fields.String(validate=validate.Length(min=1)))
     redact_paths = fields.List(fields.String(validate=validate.Length(min=1)))
     require_idempotency_key = fields.Boolean()
+    # A delivery with no Idempotency-Key and no provider id is keyed by its body's digest
+    # (default: the scheme's), or by the digest of these fields' values.
+    body_identity = fields.Boolean()
+    identity_paths = fields.List(
+        fields.String(validate=validate.Length(min=1)), validate=validate.Length(min=1)
+    )
     max_attempts = fields.Integer(validate=validate.Range(min=1, max=100))
     playbook = fields.String(validate=validate.Length(min=1))
     serialize_by_business_key = fields.Boolean()
@@ -76,6 +82,8 @@ class SourceOptions:
     business_key_paths: tuple[str, ...] = ()
     redact_paths: tuple[str, ...] = ()
     require_idempotency_key: bool = False
+    body_identity: bool | None = None  # None: the scheme's default
+    identity_paths: tuple[str, ...] = ()
     max_attempts: int = 5
     playbook: str | None = None
     serialize_by_business_key: bool = False
@@ -117,7 +125,7 @@ class SourceOptions:
         if schema_problems:
             detail = "; ".join(f"{k}: {v}" for k, v in sorted(schema_problems.items()))
             raise BadRequest(f"Invalid body_schema: {detail}.", fields=schema_problems)
-        for name in ("business_key_paths", "redact_paths"):
+        for name in ("business_key_paths", "redact_paths", "identity_paths"):
             if name in data:
                 data[name] = tuple(data[name])
         if "recipe" in data and check_schema:  # a stored row loads; its requests get 401

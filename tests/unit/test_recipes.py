@@ -185,17 +185,43 @@ def test_the_docs_worked_example_is_a_valid_recipe() -> None:
     assert scheme.name == example["name"]
 
 
-def test_restamped_fields_are_left_out_of_the_redelivery_digest() -> None:
-    linear, stripe = SCHEMES["linear"], SCHEMES["stripe"]
+def test_restamped_fields_are_left_out_of_the_match_digest_and_nothing_else() -> None:
+    linear, github = SCHEMES["linear"], SCHEMES["github"]
     first = b'{"type":"Issue","data":{"id":1},"webhookTimestamp":1700000000000}'
     retry = b'{"type":"Issue","data":{"id":1},"webhookTimestamp":1700000060000}'
     changed = b'{"type":"Issue","data":{"id":2},"webhookTimestamp":1700000000000}'
-    assert linear.body_digest(first) == linear.body_digest(retry)
-    assert linear.body_digest(first) != linear.body_digest(changed)
-    assert stripe.body_digest(first) == hashlib.sha256(first).digest()
-    assert linear.body_digest(b"not json") == hashlib.sha256(b"not json").digest()
+    reordered = b'{"data":{"id":1},"type":"Issue","webhookTimestamp":1700000000000}'
+    assert linear.match_digest(first) == linear.match_digest(retry)
+    assert linear.match_digest(first) != linear.match_digest(changed)
+    assert linear.match_digest(first) != linear.match_digest(reordered)  # order is kept
+    assert github.match_digest(first) == hashlib.sha256(first).digest()
+    assert linear.match_digest(b"not json") == hashlib.sha256(b"not json").digest()
     with pytest.raises(RecipeError, match="restamped"):
         parse_recipe(ACME | {"restamped": "webhookTimestamp"})
+
+
+def test_hubspot_restamps_attempt_number_in_every_event_of_a_batch() -> None:
+    hubspot = SCHEMES["hubspot"]
+    events = [
+        {"eventId": 1, "subscriptionType": "contact.creation", "attemptNumber": 0},
+        {"eventId": 2, "subscriptionType": "contact.creation", "attemptNumber": 0},
+    ]
+    first = json.dumps(events).encode()
+    retry = json.dumps([e | {"attemptNumber": 1} for e in events]).encode()
+    other = json.dumps([events[0], events[1] | {"eventId": 3}]).encode()
+    assert hubspot.match_digest(first) == hubspot.match_digest(retry)
+    assert hubspot.match_digest(first) != hubspot.match_digest(other)
+    assert hubspot.match_digest(first) != hashlib.sha256(first).digest()
+
+
+def test_accept_status_is_200_202_or_204() -> None:
+    assert parse_recipe(ACME | {"accept_status": 204}).accept_status == 204
+    assert parse_recipe(ACME).accept_status == 202
+    for bad in (201, 299, "200", True):
+        with pytest.raises(RecipeError, match="accept_status"):
+            parse_recipe(ACME | {"accept_status": bad})
+    with pytest.raises(RecipeError, match="body_identity"):
+        parse_recipe(ACME | {"body_identity": "yes"})
 
 
 def test_the_docs_table_lists_every_scheme() -> None:

@@ -17,7 +17,15 @@ from importlib import resources
 from typing import Any
 
 from .asymmetric import DiscordInteractionsScheme, DiscordScheme, SendGridScheme
-from .base import Answer, Scheme, SchemeConfig, SignatureError, SignedRequest, Verified
+from .base import (
+    GENERIC_ANSWER,
+    Answer,
+    Scheme,
+    SchemeConfig,
+    SignatureError,
+    SignedRequest,
+    Verified,
+)
 from .none import NoneScheme
 from .recipe import Recipe, RecipeError, parse_recipe
 from .recipe_scheme import RecipeScheme, dumps
@@ -32,6 +40,7 @@ class _CustomRecipe(Scheme):
     """Stands for ``--scheme recipe`` in listings; a source gets its own RecipeScheme."""
 
     name = CUSTOM
+    accept_docs = GENERIC_ANSWER
     summary = "your own recipe, given as the source's recipe option (docs/recipes.md)"
 
     def _verify(self, req: SignedRequest, cfg: SchemeConfig, now: float) -> Verified:

@@ -106,6 +106,12 @@ class DiscordScheme(_DiscordBase):
     summary = "Ed25519 (hex) of {X-Signature-Timestamp}{body}, webhook events; PING (type 0) -> 204"
     event_type_path = "event.type"
     event_type_from = ("json:event.type",)
+    accept_status = 204
+    accept_docs = (
+        "https://docs.discord.com/developers/events/webhook-events: acknowledge each event with"
+        " 204 No Content (empty body) within 3 seconds, else it is retried"
+    )
+    body_identity = True  # webhook events carry no id of their own
 
     def challenge(
         self, req: SignedRequest, parsed_body: object, verified: Verified | None = None
@@ -124,6 +130,11 @@ class DiscordInteractionsScheme(_DiscordBase):
     event_type_path = "type"
     event_id_from = ("json:id",)
     event_type_from = ("json:type",)
+    accept_docs = (
+        "https://docs.discord.com/developers/interactions/receiving-and-responding: an"
+        " interaction needs an interaction response within 3 seconds, which the inbox does not"
+        " give (only PING is answered); 202 acknowledges the delivery"
+    )
 
     def challenge(
         self, req: SignedRequest, parsed_body: object, verified: Verified | None = None
@@ -147,6 +158,10 @@ class SendGridScheme(Scheme):
     event_type_path = "0.event"
     event_id_from = ("json:0.sg_event_id",)
     event_type_from = ("json:0.event",)
+    accept_docs = (
+        "https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/getting-started-event-webhook"
+        ": a 2xx; any other answer is retried for up to 24 hours"
+    )
 
     def _verify(self, req: SignedRequest, cfg: SchemeConfig, now: float) -> Verified:
         ts = header(req, "x-twilio-email-event-webhook-timestamp")

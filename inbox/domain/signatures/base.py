@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import binascii
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
+
+from inbox.domain import jsonpath
+
+# The answer codes a scheme may give an accepted delivery: 204 is sent without a body.
+ACCEPT_STATUSES = (200, 202, 204)
+GENERIC_ANSWER = (
+    "generic: 202 Accepted (RFC 9110, 15.3.3), the inbox's default; a recipe's"
+    " accept_status gives a sender that needs it 200 or 204"
+)
 
 
 class SignatureError(Exception):
@@ -71,16 +81,35 @@ class Scheme:
     # For form bodies: the field whose value is the JSON event (GitHub's ``payload``).
     form_payload_field: str | None = None
     signs_url: bool = False  # the signature covers the URL the provider called
-    accept_status: int = 202  # what an accepted event is answered with
+    # How the provider counts success: the code an accepted delivery (and every copy of it)
+    # is answered with, and where the provider documents it. 204 carries no body.
+    accept_status: int = 202
+    accept_docs: str = ""
     summary: str = ""  # what the scheme verifies, for ``inbox sources schemes``
     # Where the provider's own event id and type are, as locations (header:NAME, json:PATH).
     event_id_from: tuple[str, ...] = ()
     event_type_from: tuple[str, ...] = ()
+    # JSON paths the provider changes between retries of one delivery (HubSpot's
+    # ``*.attemptNumber``): left out of the digest a copy must match.
+    restamped: tuple[str, ...] = ()
+    # A delivery without an Idempotency-Key or provider id is keyed by the digest of its
+    # body (``match_digest``): the default for providers that send no id of their own.
+    body_identity: bool = False
 
-    def body_digest(self, body: bytes) -> bytes:
-        """What a redelivery must match to be a duplicate (else it is a 422 conflict): the
-        SHA-256 of the body, unless the provider re-stamps parts of it on every attempt."""
-        return hashlib.sha256(body).digest()
+    def match_digest(self, body: bytes) -> bytes:
+        """What a redelivery must match to be a copy (else it is a 422 conflict): the
+        SHA-256 of the raw body, or, when the provider restamps fields on every attempt,
+        of the JSON without them (key order and values kept, whitespace not)."""
+        if not self.restamped:
+            return hashlib.sha256(body).digest()
+        try:
+            doc = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return hashlib.sha256(body).digest()
+        for path in self.restamped:
+            jsonpath.redact(doc, path)
+        canonical = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(b"restamped\n" + canonical.encode("utf-8")).digest()
 
     def accepts(self, content_type: str | None) -> bool:
         """Whether this scheme accepts the media type of a Content-Type header value."""

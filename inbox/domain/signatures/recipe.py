@@ -14,7 +14,10 @@ The fields (docs/recipes.md is the reference, with a worked example):
 - ``timestamp``: ``{"from": LOCATION, "unit": "s"|"ms"|"rfc3339", "tolerance": N,
   "future": true}``;
 - ``event_id`` / ``event_type``: lists of locations, headers first, at most one JSON path;
-- ``handshake``: rules answering a provider's verification request instead of storing it.
+- ``handshake``: rules answering a provider's verification request instead of storing it;
+- ``accept_status`` (200, 202 or 204, with ``accept_docs`` saying where the provider asks
+  for it), ``restamped`` (JSON paths the provider changes between retries) and
+  ``body_identity`` (key a delivery without an id by the digest of its body).
 
 ``parse_recipe`` raises ``RecipeError`` naming the first bad field and what it expected.
 """
@@ -26,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .base import ACCEPT_STATUSES
 from .template import TOKEN_NAMES, RecipeError, parse_location, parse_template
 
 ALGORITHMS = ("sha1", "sha256", "sha512")
@@ -91,7 +95,9 @@ class Recipe:
     event_type: tuple[str, ...] = ()
     handshake: tuple[HandshakeRule, ...] = ()
     accept_status: int = 202
+    accept_docs: str | None = None  # where the provider documents the answer it counts
     restamped: tuple[str, ...] = ()  # JSON paths a provider changes on every attempt
+    body_identity: bool = False  # id-less deliveries are keyed by their body's digest
     notes: str | None = None
 
 
@@ -99,7 +105,7 @@ _TOP = {
     "name", "summary", "docs", "notes", "auth", "content_types", "json_suffix",
     "form_payload_field", "signature", "signature_format", "signature_prefix", "signed",
     "algorithm", "encoding", "secret_prefix", "secret_encoding", "timestamp", "event_id",
-    "event_type", "handshake", "accept_status", "restamped",
+    "event_type", "handshake", "accept_status", "accept_docs", "restamped", "body_identity",
 }  # fmt: skip
 
 
@@ -243,15 +249,17 @@ def _paths(raw: Any, key: str) -> tuple[str, ...]:
 def _misc(raw: dict[str, Any]) -> tuple[str | None, int]:
     if not isinstance(raw.get("json_suffix", False), bool):
         raise RecipeError("json_suffix", "must be true or false")
-    for key in ("docs", "notes"):
+    for key in ("docs", "notes", "accept_docs"):
         if not isinstance(raw.get(key, ""), str):
             raise RecipeError(key, "must be a string")
     field_name = raw.get("form_payload_field")
     if field_name is not None and not isinstance(field_name, str):
         raise RecipeError("form_payload_field", "must be a form field name")
     accept = raw.get("accept_status", 202)
-    if accept not in (200, 202):
-        raise RecipeError("accept_status", "must be 200 or 202")
+    if accept not in ACCEPT_STATUSES or isinstance(accept, bool):
+        raise RecipeError("accept_status", "must be 200, 202 or 204")
+    if not isinstance(raw.get("body_identity", False), bool):
+        raise RecipeError("body_identity", "must be true or false")
     return field_name, accept
 
 
@@ -307,7 +315,9 @@ def parse_recipe(raw: Any) -> Recipe:
         event_type=_ids(raw, "event_type"),
         handshake=tuple(_handshake(rule, i) for i, rule in enumerate(rules)),
         accept_status=accept,
+        accept_docs=raw.get("accept_docs"),
         restamped=_paths(raw.get("restamped", []), "restamped"),
+        body_identity=raw.get("body_identity", False),
     )
 
 

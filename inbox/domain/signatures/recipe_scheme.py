@@ -11,8 +11,6 @@ import time
 from datetime import datetime
 from typing import Any
 
-from inbox.domain import jsonpath
-
 from ._common import decode_b64, decode_hex, hmac_of, require_match, try_decode
 from .base import Answer, Scheme, SchemeConfig, SignatureError, SignedRequest, Verified
 from .recipe import Recipe
@@ -63,6 +61,9 @@ class RecipeScheme(Scheme):
         self.timestamped = recipe.timestamp is not None
         self.signs_url = "{url}" in recipe.signed
         self.accept_status = recipe.accept_status
+        self.accept_docs = recipe.accept_docs or ""
+        self.restamped = recipe.restamped
+        self.body_identity = recipe.body_identity
         self._signed = parse_template(recipe.signed, "signed")
         # Locations as (kind, arg, as written), split once rather than per request.
         self._signature_at = tuple((*loc.partition(":")[::2], loc) for loc in recipe.signature)
@@ -73,21 +74,6 @@ class RecipeScheme(Scheme):
         self.event_type_from = recipe.event_type
         self.event_id_path = _json_path(recipe.event_id)
         self.event_type_path = _json_path(recipe.event_type)
-
-    def body_digest(self, body: bytes) -> bytes:
-        """Without the ``restamped`` fields when the recipe has them (Linear re-stamps
-        ``webhookTimestamp``, Mailgun its ``signature`` block, on every attempt), so that a
-        retry of one event is a duplicate, not a conflict."""
-        if not self.recipe.restamped:
-            return super().body_digest(body)
-        try:
-            doc = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return super().body_digest(body)
-        for path in self.recipe.restamped:
-            jsonpath.redact(doc, path)
-        canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return hashlib.sha256(canonical.encode("utf-8")).digest()
 
     # ------------------------------------------------------------------ verification
 

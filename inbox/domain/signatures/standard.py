@@ -75,6 +75,10 @@ class StandardScheme(Scheme):
     json_suffix = True
     event_id_from = ("header:webhook-id", "header:svix-id")
     timestamped = True
+    accept_docs = (
+        "https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md"
+        ": any 2xx is a successful delivery; other codes (and timeouts) are retried"
+    )
 
     def _verify(self, req: SignedRequest, cfg: SchemeConfig, now: float) -> Verified:
         prefix = "webhook-" if "webhook-signature" in req.headers else "svix-"

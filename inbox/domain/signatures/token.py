@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from ._common import header, require_match
-from .base import Answer, Scheme, SchemeConfig, SignedRequest, Verified
+from .base import GENERIC_ANSWER, Answer, Scheme, SchemeConfig, SignedRequest, Verified
 
 _DEFAULT_HEADER = "authorization"
 _BEARER = "bearer "
@@ -25,6 +25,7 @@ class TokenScheme(Scheme):
         "a shared token in Authorization (Bearer allowed) or the header option; answers Okta's GET"
     )
     content_types = frozenset({"application/json"})
+    accept_docs = GENERIC_ANSWER
 
     def _verify(self, req: SignedRequest, cfg: SchemeConfig, now: float) -> Verified:
         name = (cfg.header or _DEFAULT_HEADER).lower()

@@ -119,6 +119,12 @@ class TwilioScheme(Scheme):
     content_types = frozenset({_FORM, "application/json"})
     signs_url = True
     event_id_from = ("header:i-twilio-idempotency-token",)
+    # A JSON body is neither TwiML nor accepted by a voice callback: no body at all.
+    accept_status = 204
+    accept_docs = (
+        "https://www.twilio.com/docs/api/errors/15003: respond to callbacks with 200 OK and"
+        " valid TwiML, or with 204 No Content and an empty body"
+    )
 
     def _verify(self, req: SignedRequest, cfg: SchemeConfig, now: float) -> Verified:
         received = decode_b64(header(req, "x-twilio-signature"))

@@ -92,7 +92,9 @@ event_keys = Table(
     Column("event_id", BigInteger, nullable=False),
     Column("public_id", Text, nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
-    # What a copy is answered with, and the hash that tells a copy from a conflict.
+    # What a copy is answered with, and the hash that tells a copy from a conflict: the
+    # body's match digest (its SHA-256, unless the scheme leaves out fields the provider
+    # restamps between retries; events.body_sha256 keeps the raw bytes' SHA-256).
     Column("body_sha256", LargeBinary, nullable=False),
     Column("response_status", Integer, nullable=False),
     Column("response_body", LargeBinary, nullable=False),

@@ -61,6 +61,7 @@ _PARAMS = (
     ("content_type", "text"),
     ("body", "bytea"),
     ("body_sha256", "bytea"),
+    ("match_sha256", "bytea"),
     ("headers", "jsonb"),
     ("response_status", "integer"),
     ("response_body", "bytea"),
@@ -70,12 +71,13 @@ _PARAMS = (
     ("trace_context", "text"),
 )
 _EVENT_COLUMNS = ", ".join(
-    ["id", "key_digest"] + [n for n, _ in _PARAMS if n not in ("key_hours", "key_digest")]
+    ["id", "key_digest"]
+    + [n for n, _ in _PARAMS if n not in ("key_hours", "key_digest", "match_sha256")]
 )
 _KEY_COLUMNS = """tenant_id, source_id, key_digest, event_id, public_id, expires_at,
     body_sha256, response_status, response_body, sync"""
 
-_FIELDS = 18  # parameters per row, in ``row``'s order
+_FIELDS = len(_PARAMS)  # parameters per row, in ``row``'s order
 MAX_ROWS = 64  # per statement; a process rarely has more threads than this
 ATTEMPTS = 3  # a statement chosen as a deadlock victim is sent again, at most this often
 # What PostgreSQL rolls back whole and a second attempt may pass (SQLSTATE 40P01, 40001).
@@ -118,13 +120,16 @@ def statement(rows: int) -> str:
     are inserted in key order (``_lock_order``'s), so two statements that wait on each
     other's keys cannot close a circle.
 
-    A key that is taken, by a delivery with the same body of an asynchronous source, is a
-    copy: ON CONFLICT counts it on its key (one HOT update: no indexed column changes) and
-    the statement returns the first delivery's answer, so a retry storm costs one round
-    trip per copy, as a first delivery does. Any other taken key (another body: a
-    conflict; a synchronous source, whose answer is the decision) comes back with no row:
-    ``inbox.store.write.intake`` decides it in a transaction of its own. The conflicting key
-    row is locked either way (as ``UPDATE`` would), in the same key order.
+    The key row keeps the body's match digest (``Prepared.match_sha256``: the raw body's
+    SHA-256 unless the provider restamps fields between retries), the event the SHA-256 of
+    the raw bytes. A key that is taken, by a delivery with the same match digest of an
+    asynchronous source, is a copy: ON CONFLICT counts it on its key (one HOT update: no
+    indexed column changes) and the statement returns the first delivery's answer, so a
+    retry storm costs one round trip per copy, as a first delivery does. Any other taken
+    key (another body: a conflict; a synchronous source, whose answer is the decision)
+    comes back with no row: ``inbox.store.write.intake`` decides it in a transaction of its
+    own. The conflicting key row is locked either way (as ``UPDATE`` would), in the same
+    key order.
 
     Numbered placeholders, for a ``psycopg.RawCursor``: the driver sends the text as it is.
     With ``%s`` placeholders it parses the statement on every call once it has more than
@@ -138,7 +143,7 @@ def statement(rows: int) -> str:
         f" k AS (INSERT INTO event_keys AS old ({_KEY_COLUMNS})"
         " SELECT tenant_id, source_id, key_digest, id, public_id,"
         " now() + make_interval(hours => key_hours),"  # the database's clock
-        " body_sha256, response_status, response_body, sync"
+        " match_sha256, response_status, response_body, sync"
         " FROM r WHERE key_digest IS NOT NULL ORDER BY tenant_id, source_id, key_digest"
         " ON CONFLICT (tenant_id, source_id, key_digest) DO UPDATE"
         " SET duplicate_count = old.duplicate_count + 1,"
@@ -173,6 +178,7 @@ def row(source: Source, ev: Prepared) -> tuple[Any, ...]:
         ev.content_type,
         ev.body,
         ev.body_sha256,
+        ev.match_sha256 or ev.body_sha256,
         json.dumps(ev.headers),
         ev.response_status,
         ev.response_body,

@@ -91,7 +91,7 @@ def _duplicate_params(source: Source, ev: Prepared) -> dict[str, Any]:
         "tenant_id": source.tenant_id,
         "source_id": source.id,
         "key_digest": ev.key_digest,
-        "body_sha256": ev.body_sha256,
+        "body_sha256": ev.match_sha256 or ev.body_sha256,
     }
 
 
