@@ -12,7 +12,7 @@ import click
 from inbox.cli.base import check_named, main, settings, split_ref, transaction
 from inbox.cli.output import emit_json, fields, json_option, table
 from inbox.domain.records import Source
-from inbox.domain.signatures import SCHEMES
+from inbox.domain.signatures import SCHEMES, Scheme
 from inbox.domain.sources import OPTION_NAMES, SourceOptions
 from inbox.store.write import sources as store
 
@@ -199,13 +199,35 @@ def _where(locations: tuple[str, ...]) -> str:
     return " or ".join(locations[:2]) + more
 
 
+def _identity(scheme: Scheme) -> dict[str, Any]:
+    """What a scheme's deliveries are deduplicated by when no Idempotency-Key is sent."""
+    if scheme.event_id_from:
+        return {"kind": "event_id", "from": list(scheme.event_id_from)}
+    if scheme.body_identity:
+        return {"kind": "body", "from": ["sha256(body)"]}
+    return {"kind": "idempotency_key", "from": ["header:idempotency-key"]}
+
+
+def _dedup(scheme: Scheme) -> str:
+    identity = _identity(scheme)
+    if identity["kind"] == "event_id":
+        return _where(scheme.event_id_from)
+    if identity["kind"] == "body":
+        return "sha256(body)"
+    return "Idempotency-Key only"
+
+
 @sources.command("schemes")
 @json_option
 def sources_schemes(as_json: bool) -> None:
-    """Every scheme, one per line: where the event id and type come from, what it verifies.
+    """Every scheme, one per line: the answer an accepted delivery (and every copy of it)
+    gets, what deliveries are deduplicated by, where the event type comes from, what it
+    verifies.
 
-    An Idempotency-Key header, when sent, is the dedup key on every scheme; the event_id_path
-    and event_type_path options override the JSON paths shown.
+    An Idempotency-Key header, when sent, is the dedup key on every scheme; the
+    event_id_path, event_type_path, body_identity and identity_paths options override what
+    is shown. ``--json`` adds where each answer code is documented and the body fields the
+    provider restamps between retries (left out when a copy is compared).
     """
     names = sorted(SCHEMES)
     if as_json:
@@ -213,6 +235,10 @@ def sources_schemes(as_json: bool) -> None:
             [
                 {
                     "scheme": n,
+                    "answer": SCHEMES[n].accept_status,
+                    "answer_docs": SCHEMES[n].accept_docs,
+                    "identity": _identity(SCHEMES[n]),
+                    "restamped": list(SCHEMES[n].restamped),
                     "verifies": SCHEMES[n].summary,
                     "event_id": list(SCHEMES[n].event_id_from),
                     "event_type": list(SCHEMES[n].event_type_from),
@@ -225,13 +251,14 @@ def sources_schemes(as_json: bool) -> None:
     rows = [
         (
             n,
-            _where(SCHEMES[n].event_id_from),
+            SCHEMES[n].accept_status,
+            _dedup(SCHEMES[n]),
             _where(SCHEMES[n].event_type_from),
             SCHEMES[n].summary,
         )
         for n in names
     ]
-    table(["scheme", "event id", "event type", "verifies"], rows)
+    table(["scheme", "answer", "dedup key", "event type", "verifies"], rows)
 
 
 @sources.command("list")

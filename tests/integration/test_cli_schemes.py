@@ -21,16 +21,20 @@ ACME = {
 }
 
 
-def test_schemes_lists_every_scheme_one_per_line_with_id_and_type() -> None:
+def test_schemes_lists_every_scheme_one_per_line_with_answer_and_dedup_key() -> None:
     result = CliRunner().invoke(main, ["sources", "schemes"], catch_exceptions=False)
     assert result.exit_code == 0
     header, *lines = result.output.splitlines()
-    assert header.split() == ["SCHEME", "EVENT", "ID", "EVENT", "TYPE", "VERIFIES"]
+    assert header.split() == ["SCHEME", "ANSWER", "DEDUP", "KEY", "EVENT", "TYPE", "VERIFIES"]
     assert [line.split()[0] for line in lines] == sorted(SCHEMES)
-    by_name = {line.split()[0]: line.split(None, 3) for line in lines}
-    assert by_name["github"][1:3] == ["header:x-github-delivery", "header:x-github-event"]
-    assert by_name["stripe"][1:3] == ["json:id", "json:type"]
-    assert by_name["zoom"][1] == "-"  # no provider id: said so, not guessed
+    by_name = {line.split()[0]: line.split(None, 4) for line in lines}
+    assert by_name["github"][1:4] == ["202", "header:x-github-delivery", "header:x-github-event"]
+    assert by_name["stripe"][1:4] == ["202", "json:id", "json:type"]
+    assert by_name["paddle"][1:3] == ["200", "json:event_id"]
+    assert by_name["discord"][1:3] == ["204", "sha256(body)"]  # no id: its body is the key
+    assert by_name["zoom"][1:3] == ["200", "sha256(body)"]
+    assert by_name["twilio"][1] == "204"
+    assert by_name["hmac"][1:3] == ["202", "Idempotency-Key"]  # generic: 202, keys only
     text = result.output
     assert "Ed25519" in text and "ECDSA P-256" in text
     out = CliRunner().invoke(main, ["sources", "schemes", "--json"], catch_exceptions=False)
@@ -41,6 +45,14 @@ def test_schemes_lists_every_scheme_one_per_line_with_id_and_type() -> None:
         "header:shopify-webhook-id",
     ]
     assert rows["linear"]["timestamped"] is True
+    hubspot = rows["hubspot"]
+    assert hubspot["answer"] == 202 and hubspot["restamped"] == ["*.attemptNumber"]
+    assert hubspot["identity"] == {"kind": "event_id", "from": ["json:0.eventId"]}
+    assert rows["dropbox"]["identity"] == {"kind": "body", "from": ["sha256(body)"]}
+    assert rows["token"]["identity"]["kind"] == "idempotency_key"
+    # Every answer code says where the provider documents it.
+    assert all(r["answer"] in (200, 202, 204) and r["answer_docs"] for r in rows.values())
+    assert "developer.paddle.com" in rows["paddle"]["answer_docs"]
 
 
 def test_a_recipe_file_adds_a_provider_and_a_bad_one_names_the_field(

@@ -4,9 +4,12 @@ changed byte fails; a stale timestamp fails where the scheme has one; a wrong ke
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from inbox.domain import jsonpath
 from inbox.domain.signatures import SCHEMES, SchemeConfig, SignatureError, SignedRequest
@@ -69,16 +72,37 @@ def test_timestamped_flags_match_the_senders() -> None:
     }
 
 
+def stranger(name: str) -> str:
+    """A valid secret of the same kind as the scheme's, that did not sign anything here."""
+    if name.startswith("discord"):
+        key = ed25519.Ed25519PrivateKey.from_private_bytes(b"s" * 32).public_key()
+        return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
+    if name == "sendgrid":
+        key = ec.derive_private_key(777, ec.SECP256R1()).public_key()
+        der = key.public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        return base64.b64encode(der).decode()
+    if name in ("standard", "clerk", "resend"):
+        return "whsec_" + base64.b64encode(b"k" * 32).decode()
+    if name == "postmark":
+        return "other-user:other-pass"
+    return SIGNERS[name].secret + "-old"
+
+
 @pytest.mark.parametrize("name", SIGNED)
-def test_another_secret_fails(name: str) -> None:
+def test_every_active_secret_verifies_during_a_rotation_and_no_other(name: str) -> None:
     s = SIGNERS[name]
     headers, body = s.request("evt-123", NOW, URL)
+    req = request(s, headers, body)
     other = SIGNERS["sendgrid" if name.startswith("discord") else "discord"].secret
-    for secret in ("not-the-secret", other):
+    for secrets in (("not-the-secret",), (other,), (stranger(name),)):
         with pytest.raises(SignatureError):
-            SCHEMES[name].verify(request(s, headers, body), SchemeConfig((secret,)), NOW)
-    # Rotation: the right secret beside a wrong one passes.
-    SCHEMES[name].verify(request(s, headers, body), SchemeConfig(("nope", s.secret)), NOW)
+            SCHEMES[name].verify(req, SchemeConfig(secrets), NOW)
+    # Rotation: old and new are both active, in either order; the signer's one matches.
+    for secrets in ((stranger(name), s.secret), (s.secret, stranger(name))):
+        verified = SCHEMES[name].verify(req, SchemeConfig(secrets), NOW)
+        assert verified.secret in (None, s.secret)
 
 
 @pytest.mark.parametrize("name", SIGNED)
