@@ -50,6 +50,11 @@ ANSWER = {
 }  # fmt: skip
 
 
+# Dropbox notifications carry no id and no data: every change of one account sends the same
+# bytes, so they are not keyed by their body (docs/providers.md).
+NOT_KEYED = {"dropbox"}
+
+
 def test_every_signed_scheme_has_its_answer_pinned():
     assert set(ANSWER) == set(SIGNED)
     assert {SCHEMES[n].accept_status for n in ("hmac", "token", "none", "recipe")} == {202}
@@ -70,12 +75,15 @@ def test_answered_as_the_provider_counts_success_and_a_retry_replays_it(
     # A retry, signed anew a second later: the provider's id, or (no id) the same body.
     again = send(client, src, s, "evt-1", ts=int(time.time()) + 1)
     assert again.status_code == first.status_code, again.data
-    assert again.headers.get("Idempotent-Replayed") == "true", again.data
-    assert again.data == first.data
-    assert count(engine) == 1
+    if name in NOT_KEYED:
+        assert "Idempotent-Replayed" not in again.headers and count(engine) == 2
+    else:
+        assert again.headers.get("Idempotent-Replayed") == "true", again.data
+        assert again.data == first.data
+        assert count(engine) == 1
     other = send(client, src, s, "evt-2")
     assert other.status_code == ANSWER[name] and "Idempotent-Replayed" not in other.headers
-    assert count(engine) == 2
+    assert count(engine) == (3 if name in NOT_KEYED else 2)
     # Signatures, tokens and credentials are never stored with the headers.
     headers, _ = s.request("evt-1", int(time.time()), "http://localhost" + src.path)
     secret_like = ("signature", "token", "authorization", "hmac")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -133,3 +134,49 @@ def test_a_nul_in_the_event_type_is_400() -> None:
 
 def test_prepare_never_answers_a_plain_post_with_a_handshake() -> None:
     assert not isinstance(prepare(source(), request(b"{}"), NOW, 24), Handshake)
+
+
+# ----------------------------------------------------------------- identity without a key
+
+
+def test_without_key_or_id_the_generic_scheme_keys_nothing_unless_the_source_asks() -> None:
+    body = b'{"order":"o-1"}'
+    assert prepared(source(), request(body)).key_digest is None  # at-least-once
+    asked = prepared(source(body_identity=True), request(body))
+    again = prepared(source(body_identity=True), request(body))
+    assert asked.key_digest is not None and asked.key_digest == again.key_digest
+    other = prepared(source(body_identity=True), request(b'{"order":"o-2"}'))
+    assert other.key_digest != asked.key_digest
+    # Never the digest an Idempotency-Key of the same text would get, nor another source's.
+    assert asked.key_digest != key_digest(1, 3, body_sha256(body).hex())
+    assert prepared(source(4, body_identity=True), request(body)).key_digest != asked.key_digest
+    # A source that requires a key accepts a keyless delivery it asked to key by body.
+    both = source(body_identity=True, require_idempotency_key=True)
+    assert prepared(both, request(body)).key_digest == asked.key_digest
+    with pytest.raises(BadRequest, match="Idempotency-Key"):
+        prepare(source(require_idempotency_key=True), request(body), NOW, 24)
+
+
+def test_identity_paths_key_by_the_named_fields_and_let_the_rest_change() -> None:
+    src = source(identity_paths=("order", "action"))
+    first = prepared(src, request(b'{"order":"o-1","action":"paid","sent_at":1}'))
+    retry = prepared(src, request(b'{"order":"o-1","action":"paid","sent_at":2}'))
+    other = prepared(src, request(b'{"order":"o-1","action":"refunded","sent_at":1}'))
+    assert first.key_digest == retry.key_digest != other.key_digest
+    assert first.match_sha256 == retry.match_sha256  # a copy, not a conflict
+    assert first.body_sha256 != retry.body_sha256  # each keeps its raw bytes' hash
+    # With an Idempotency-Key the fields play no part and the body must match exactly.
+    keyed = prepared(src, request(b'{"order":"o-1"}', idempotency_key="k"))
+    assert keyed.key_digest == key_digest(1, 3, "k") and keyed.match_sha256 is None
+
+
+def test_a_204_scheme_stores_an_empty_answer_and_raw_hashes_stay_raw() -> None:
+    src = Source(SourceId(3), TenantId(1), "acme", "tw", "twilio", True, SourceOptions(), ("t",))
+    url = "https://inbox.test/hooks/acme/tw"
+    params = "Body=hi&MessageSid=SM1"
+    data = url + "BodyhiMessageSidSM1"
+    sig = base64.b64encode(hmac.new(b"t", data.encode(), hashlib.sha1).digest()).decode()
+    headers = {"content-type": "application/x-www-form-urlencoded", "x-twilio-signature": sig}
+    ev = prepared(src, signed_request("POST", url, headers, params.encode()))
+    assert (ev.response_status, ev.response_body) == (204, b"")
+    assert ev.body_sha256 == body_sha256(params.encode()) and ev.match_sha256 is None

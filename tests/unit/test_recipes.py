@@ -257,3 +257,18 @@ def test_a_get_handshake_checked_by_the_signature_okta_style() -> None:
     )
     with pytest.raises(SignatureError):
         scheme.get_challenge(get, SchemeConfig(("other",)))
+
+
+def test_docs_providers_table_states_every_schemes_answer_and_restamped_fields() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "providers.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 5 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = cells
+    assert set(rows) == set(SCHEMES)
+    for name, scheme in SCHEMES.items():
+        answer, cited, _, restamped = rows[name][1:]
+        assert int(answer) == scheme.accept_status, name
+        assert scheme.accept_docs.partition(": ")[2] in cited, name
+        assert all(f"`{path}`" in restamped for path in scheme.restamped), name
