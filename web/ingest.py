@@ -115,6 +115,8 @@ def _answer(result: IngestResult) -> Response:
     if result.outcome == "in_flight":
         return error_response(InFlight())
     resp = BufferedResponse(result.body, status=result.status, content_type="application/json")
+    if result.status == 204:  # no body, so no media type either
+        del resp.headers["Content-Type"]
     if result.outcome == "duplicate":
         resp.headers["Idempotent-Replayed"] = "true"
     return resp

@@ -48,7 +48,8 @@ def test_schemes_lists_every_scheme_one_per_line_with_answer_and_dedup_key() -> 
     hubspot = rows["hubspot"]
     assert hubspot["answer"] == 202 and hubspot["restamped"] == ["*.attemptNumber"]
     assert hubspot["identity"] == {"kind": "event_id", "from": ["json:0.eventId"]}
-    assert rows["dropbox"]["identity"] == {"kind": "body", "from": ["sha256(body)"]}
+    assert rows["zoom"]["identity"] == {"kind": "body", "from": ["sha256(body)"]}
+    assert rows["dropbox"]["identity"]["kind"] == "idempotency_key"  # see docs/providers.md
     assert rows["token"]["identity"]["kind"] == "idempotency_key"
     # Every answer code says where the provider documents it.
     assert all(r["answer"] in (200, 202, 204) and r["answer_docs"] for r in rows.values())

@@ -70,6 +70,7 @@ def test_answered_as_the_provider_counts_success_and_a_retry_replays_it(
     assert first.status_code == ANSWER[name], first.data
     if first.status_code == 204:  # no body at all, as the provider asks
         assert first.data == b"" and "Idempotent-Replayed" not in first.headers
+        assert "Content-Type" not in first.headers
     else:
         assert first.json["status"] == "accepted"
     # A retry, signed anew a second later: the provider's id, or (no id) the same body.

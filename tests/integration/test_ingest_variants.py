@@ -67,14 +67,14 @@ def test_twilio_url_signed_with_the_default_port(client, make_source, engine):
         "X-Twilio-Signature": sig.decode(),
         "I-Twilio-Idempotency-Token": "tw-9",
     }
-    assert client.post(src.path, data=urlencode(params), headers=headers).status_code == 202
+    assert client.post(src.path, data=urlencode(params), headers=headers).status_code == 204
     sha256 = hmac.new(b"auth-token", data.encode(), hashlib.sha256).digest()
     headers |= {
         "X-Twilio-Signature": base64.b64encode(sha256).decode(),
         "X-Twilio-Webhooks-Signature-Settings": "key=KS1,algorithm=HMAC_SHA256",
         "I-Twilio-Idempotency-Token": "tw-10",
     }
-    assert client.post(src.path, data=urlencode(params), headers=headers).status_code == 202
+    assert client.post(src.path, data=urlencode(params), headers=headers).status_code == 204
     assert len(rows(engine)) == 2
 
 

@@ -269,3 +269,22 @@ def test_standard_webhooks_verifies_two_public_keys_during_a_rotation(client, ma
         answers.append(client.post(src.path, data=body, headers=headers).status_code)
     assert answers == [202, 202, 401]
     assert rows(engine, "SELECT count(*) FROM events")[0][0] == 2
+
+
+def test_an_operators_recipe_answers_with_its_own_accept_status(client, make_source, engine):
+    recipe = {
+        "name": "acme",
+        "signature": "header:acme-signature",
+        "event_id": ["header:acme-delivery"],
+        "accept_status": 204,
+        "accept_docs": "https://docs.acme.example/webhooks#respond: 204 No Content",
+    }
+    src = make_source(scheme="recipe", secrets_=("acme-secret",), recipe=recipe)
+    body = dumps({"type": "payment.succeeded"})
+    headers = {"Content-Type": "application/json", "Acme-Signature": hx("acme-secret", body),
+               "Acme-Delivery": "d-1"}  # fmt: skip
+    first = client.post(src.path, data=body, headers=headers)
+    again = client.post(src.path, data=body, headers=headers)
+    assert (first.status_code, first.data, again.status_code, again.data) == (204, b"", 204, b"")
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert rows(engine, "SELECT response_status FROM events")[0][0] == 204
