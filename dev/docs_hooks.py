@@ -38,11 +38,16 @@ def _where(locations: tuple[str, ...]) -> str:
 
 
 def schemes_table() -> str:
-    rows = ["| scheme | verifies | event id (dedup key) | event type |", "|---|---|---|---|"]
+    rows = [
+        "| scheme | answer | verifies | dedup key | event type |",
+        "|---|---|---|---|---|",
+    ]
     for name in sorted(SCHEMES):
         s = SCHEMES[name]
+        dedup = _where(s.event_id_from) if s.event_id_from else ""
+        dedup = dedup or ("body digest" if s.body_identity else "—")
         rows.append(
-            f"| `{name}` | {_cell(s.summary)} | {_where(s.event_id_from)} "
+            f"| `{name}` | {s.accept_status} | {_cell(s.summary)} | {dedup} "
             f"| {_where(s.event_type_from)} |"
         )
     return "\n".join(rows)

@@ -16,7 +16,7 @@ from sqlalchemy import Engine, text
 import tests.sink_playbooks  # noqa: F401  (registers the playbooks the runner resolves)
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
-from inbox.store import sources as store
+from inbox.store.write import sources as store
 from tests.helpers import body_of, hmac_headers, sink_rows
 from tests.signers import SIGNERS, b64, dumps, hx, mac
 
