@@ -242,6 +242,15 @@ def _identity(source: Source, scheme: Scheme, parsed: Any, match: bytes) -> byte
     return match
 
 
+def _match_digest(scheme: Scheme, body: bytes, raw: bytes, ctype: str, parsed: Any) -> bytes:
+    """What a copy must match: the raw body's SHA-256, unless the provider restamps."""
+    if not scheme.restamped:
+        return raw
+    if ctype == FORM:  # the JSON in a form field is not the body: read the body again
+        return scheme.match_digest(body)
+    return scheme.match_digest(body, parsed)  # parsed already: not again per request
+
+
 def _dedup_digest(source: Source, key: str | None, identity: bytes | None) -> bytes | None:
     """The stored dedup key: of the Idempotency-Key or provider id, else of the identity."""
     if key:
@@ -294,7 +303,7 @@ def prepare(
         provider_id = jsonpath.get_text(parsed, id_path)
     dedup = key or provider_id
     raw_sha256 = body_sha256(req.body)
-    match = scheme.match_digest(req.body) if scheme.restamped else raw_sha256
+    match = _match_digest(scheme, req.body, raw_sha256, ctype, parsed)
     identity = None if dedup else _identity(source, scheme, parsed, match)
     if identity is not None and opts.identity_paths:
         match = identity  # the named fields are the delivery: the rest may change on retry

@@ -42,6 +42,32 @@ def get_text(doc: Any, path: str) -> str | None:
     return str(value)
 
 
+def redacted_copy(doc: Any, path: str) -> Any:
+    """``doc`` with the value at ``path`` replaced by the marker, as ``redact`` does, but
+    copied only along the path: ``doc`` itself is left as it was."""
+    return _copy_redact(doc, path.split("."))
+
+
+def _copy_redact(node: Any, parts: list[str]) -> Any:
+    head, rest = parts[0], parts[1:]
+    if isinstance(node, dict):
+        keys = list(node) if head == "*" else [head] if head in node else []
+        if not keys:
+            return node
+        out = dict(node)
+        for key in keys:
+            out[key] = _copy_redact(node[key], rest) if rest else REDACTED
+        return out
+    if isinstance(node, list):
+        if head == "*":
+            return [_copy_redact(item, rest) if rest else REDACTED for item in node]
+        if head.isdigit() and int(head) < len(node):
+            items = list(node)
+            items[int(head)] = _copy_redact(node[int(head)], rest) if rest else REDACTED
+            return items
+    return node
+
+
 def redact(doc: Any, path: str) -> bool:
     """Replace the value at ``path`` with a marker in place; True if it existed. A ``*``
     part stands for every item of a list (or value of an object): ``*.attemptNumber``."""

@@ -272,3 +272,12 @@ def test_docs_providers_table_states_every_schemes_answer_and_restamped_fields()
         assert int(answer) == scheme.accept_status, name
         assert scheme.accept_docs.partition(": ")[2] in cited, name
         assert all(f"`{path}`" in restamped for path in scheme.restamped), name
+
+
+def test_the_match_digest_of_a_parsed_body_is_the_same_and_leaves_it_unchanged() -> None:
+    hubspot = SCHEMES["hubspot"]
+    events = [{"eventId": i, "attemptNumber": 2, "v": {"a": [1, 2]}} for i in (1, 2)]
+    body = json.dumps(events).encode()
+    parsed = json.loads(body)
+    assert hubspot.match_digest(body, parsed) == hubspot.match_digest(body)
+    assert parsed == events  # copied along the path, never changed in place

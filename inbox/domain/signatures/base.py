@@ -7,7 +7,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from inbox.domain import jsonpath
 
@@ -63,6 +63,8 @@ class Answer(NamedTuple):
     body: dict[str, object] | str | None
 
 
+_UNPARSED: Any = object()  # match_digest: the caller has not parsed the body
+
 # Errors that malformed input can provoke inside decoding and hashing code; verify()
 # turns them into SignatureError so callers only ever see one exception type.
 _MALFORMED = (ValueError, TypeError, UnicodeError, OverflowError, binascii.Error)
@@ -96,18 +98,21 @@ class Scheme:
     # body (``match_digest``): the default for providers that send no id of their own.
     body_identity: bool = False
 
-    def match_digest(self, body: bytes) -> bytes:
+    def match_digest(self, body: bytes, parsed: object = _UNPARSED) -> bytes:
         """What a redelivery must match to be a copy (else it is a 422 conflict): the
         SHA-256 of the raw body, or, when the provider restamps fields on every attempt,
-        of the JSON without them (key order and values kept, whitespace not)."""
+        of the JSON without them (key order and values kept, whitespace not). ``parsed``:
+        the body's JSON when the caller has it already (it is not changed)."""
         if not self.restamped:
             return hashlib.sha256(body).digest()
-        try:
-            doc = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return hashlib.sha256(body).digest()
+        doc: Any = parsed
+        if parsed is _UNPARSED:
+            try:
+                doc = json.loads(body)
+            except (ValueError, UnicodeDecodeError):
+                return hashlib.sha256(body).digest()
         for path in self.restamped:
-            jsonpath.redact(doc, path)
+            doc = jsonpath.redacted_copy(doc, path)
         canonical = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(b"restamped\n" + canonical.encode("utf-8")).digest()
 
