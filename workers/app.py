@@ -21,13 +21,17 @@ log = logging.getLogger(__name__)
 
 
 def make_celery(settings: Settings) -> Celery:
-    app = Celery("webhook_inbox", broker=settings.broker_url or None, include=["workers.tasks"])
-    if urlsplit(settings.broker_url).scheme == "redis":
-        # kombu's Redis transport with the broker-restart fix (see workers/transport.py)
-        app.conf.broker_transport = "workers.transport:Transport"
+    conf = broker.celery_conf(settings)  # the queues, routes and transport, as senders have
+    app = Celery("webhook_inbox", broker=conf.pop("broker_url"), include=["workers.tasks"])
+    scheme = urlsplit(settings.broker_url).scheme
+    if scheme in ("redis", "sentinel"):
+        # kombu's Redis transports with the broker-restart fix (see workers/transport.py)
+        app.conf.broker_transport = (
+            "workers.transport:Transport" if scheme == "redis" else "workers.transport:Sentinel"
+        )
+    transport_options = {"visibility_timeout": 3600, **conf.pop("broker_transport_options")}
+    app.conf.update(conf)
     app.conf.update(
-        task_default_queue=broker.QUEUE,
-        task_routes={broker.DELIVER: {"queue": broker.DELIVERIES}},
         # A task is acknowledged after it ran; a worker that dies mid-task gives its
         # message back. The database, not the message, says what is left to do.
         task_acks_late=True,
@@ -45,7 +49,7 @@ def make_celery(settings: Settings) -> Celery:
         # (an eta message) unacknowledged until it is due, so alarms are set at most
         # broker.ALARM_MAX_AHEAD (600 s) ahead: far below this, and below RabbitMQ's
         # consumer_timeout (30 minutes by default).
-        broker_transport_options={"visibility_timeout": 3600},
+        broker_transport_options=transport_options,
         # One beat sends, however many run (workers/beat.py).
         beat_scheduler="workers.beat:LeaderScheduler",
         beat_schedule={

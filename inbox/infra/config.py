@@ -96,6 +96,12 @@ class Settings:
         "Celery broker, e.g. `amqp://guest:guest@127.0.0.1:5672//`",
         shown="the value of `REDIS_URL`",
     )
+    broker_queues: str = setting(
+        "INBOX_BROKER_QUEUES",
+        "classic",
+        "`quorum`: RabbitMQ quorum queues, with what Celery needs with them (docs/ha.md)",
+        parse=lambda raw: raw.strip().lower(),
+    )
     max_body_bytes: int = setting(
         "INBOX_MAX_BODY_BYTES", 1024 * 1024, "default body limit (per source: `max_body_bytes`)"
     )
