@@ -110,3 +110,26 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+def stop_and_settle(procs: list[Any], engine: Any, seconds: float = 30.0) -> None:
+    """Stop a test's processes (celery hard, the rest gently), then wait until no other
+    session is left on the test database, so the tables can be emptied after the test."""
+    import signal
+
+    from sqlalchemy import text
+
+    from tests.procs import CeleryProc
+
+    for p in procs:
+        p.stop(signal.SIGKILL if isinstance(p, CeleryProc) else signal.SIGTERM)
+    others = text(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+
+    def settled() -> bool:
+        with engine.connect() as conn:
+            return conn.execute(others).scalar() == 0
+
+    wait_for(settled, seconds)

@@ -11,7 +11,12 @@ import logging
 from urllib.parse import urlsplit
 
 from celery import Celery
-from celery.signals import setup_logging, worker_process_init, worker_process_shutdown
+from celery.signals import (
+    setup_logging,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+)
 
 from inbox.infra import broker, tracing
 from inbox.infra.config import Settings
@@ -72,6 +77,20 @@ def load_playbooks(settings: Settings) -> None:
 settings = Settings.from_env()
 app = make_celery(settings)
 load_playbooks(settings)
+
+
+@worker_init.connect  # type: ignore[untyped-decorator]
+def _declare_quorum_queues(**_: object) -> None:
+    # Every queue, before the consumer starts: Celery binds each queue it knows to the
+    # delayed-delivery exchanges, and one that no process has declared yet is not there.
+    if settings.broker_queues != "quorum":
+        return
+    try:
+        with app.connection_for_write() as conn:
+            for queue in app.amqp.queues.values():
+                queue(conn.default_channel).declare()
+    except Exception as exc:  # the consumer declares its own queues again as it starts
+        log.warning("could not declare the quorum queues: %s", exc.__class__.__name__)
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

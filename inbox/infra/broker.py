@@ -91,11 +91,22 @@ def celery_conf(settings: Settings) -> dict[str, Any]:
 
 
 def _quorum_queue(name: str) -> Queue:
-    exchange = Exchange(name, type="topic")  # type: ignore[no-untyped-call]
+    # One topic exchange for both queues: Celery binds every queue's exchange to the
+    # delayed-delivery exchanges when a worker starts, and an exchange of a queue that no
+    # process has declared yet (the couriers' while only workers run) is not there.
+    exchange = Exchange(QUEUE, type="topic")  # type: ignore[no-untyped-call]
     queue: Queue = Queue(  # type: ignore[no-untyped-call]
         name, exchange, routing_key=name, queue_arguments={"x-queue-type": "quorum"}
     )
     return queue
+
+
+def countdown(settings: Settings, seconds: float) -> float:
+    """A countdown as the broker can keep it. RabbitMQ's native delayed delivery (quorum
+    queues) counts whole seconds and refuses less than one: rounded up, never early."""
+    if settings.broker_queues == "quorum" and seconds > 0:
+        return float(math.ceil(seconds))
+    return seconds
 
 
 def sender(settings: Settings) -> Celery:
