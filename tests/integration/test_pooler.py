@@ -109,9 +109,10 @@ def test_a_lock_wait_is_cut_off_through_pgbouncer(pooled, engine, make_source):
     )
 
 
-def test_no_statement_is_prepared_on_a_server_session(database_url, pg_server_url):
-    """One server session for many clients, each running one statement many times: a
-    client that prepared its statement would meet another's name there (or miss its own)."""
+def test_no_statement_is_prepared_on_a_server_session(pgbouncer, database_url, pg_server_url):
+    """A pooler of its own with one server session for many clients, each running one
+    statement many times: a client that prepared its statement would meet another's name
+    there (or miss its own). (``pgbouncer``: skipped where it is not installed.)"""
     bouncer = PgBouncer(pg_server_url, pool_size=1)
     eng = make_engine(_pooled(bouncer, database_url, pool_size=4, db_timeout_ms=5000))
     failures: list[BaseException] = []
