@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import text
 
 from inbox.domain import callbacks
-from inbox.store import endpoints as estore
+from inbox.store.write import endpoints as estore
 from tests.brokers import Broker
 from tests.e2e.test_storm import COPIES, KEYS, _storm
 from tests.e2e.test_worker_processes import wait_for

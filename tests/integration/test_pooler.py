@@ -19,8 +19,8 @@ from sqlalchemy.exc import OperationalError
 
 from dev.pgbouncer import PgBouncer
 from inbox.infra.config import Settings
-from inbox.store.write import queue
 from inbox.store.db.engine import alone, make_engine
+from inbox.store.write import queue
 from tests.helpers import body_of, hmac_headers
 
 SECRET = "s3cret"
