@@ -15,7 +15,7 @@ import pytest
 
 from tests.brokers import PrivateRedis, RabbitVhost, rabbit_available, rabbitmqctl
 from tests.e2e.test_worker_processes import wait_for
-from tests.helpers import body_of, events_by_state, hmac_headers, sink_rows, stop_and_settle
+from tests.helpers import body_of, hmac_headers, sink_rows, states_of, stop_and_settle
 from tests.procs import CeleryProc, Web
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("sink_table")]
@@ -58,7 +58,7 @@ def test_a_worker_drains_quorum_queues(database_url, vhost, private_redis: Priva
     # One event fails once: its retry is rung by an alarm, a countdown message.
     body = body_of({"type": "two.step", "fail_notify_times": 1})
     assert web.request("POST", src.path, body, hmac_headers("s3cret", body, "retry"))[0] == 202
-    wait_for(lambda: events_by_state(engine) == {"completed": 21}, 120, "every event")
+    wait_for(lambda: states_of(engine, src.id) == {"completed": 21}, 180, "every event")
     rows = sink_rows(engine)
     per_step = Counter((r.event, r.step, r.step_key) for r in rows)
     assert sum(1 for r in rows if r.step == "work") == 20
