@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import redis
 
 from dev.embedded import free_port
+from tests.helpers import eventually
 
 MASTER_NAME = "inbox"
 
@@ -64,15 +64,14 @@ class SentinelStack:
 
     @staticmethod
     def _until(cond, what: str, seconds: float = 60) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        def holds() -> bool:
             try:
-                if cond():
-                    return
+                return bool(cond())
             except redis.RedisError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"the private Sentinel stack: no {what} within {seconds} s")
+                return False
+
+        if not eventually(holds, seconds, interval=0.1):
+            raise RuntimeError(f"the private Sentinel stack: no {what} within {seconds} s")
 
     def client(self, port: int) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
