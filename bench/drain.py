@@ -40,6 +40,7 @@ from sqlalchemy import create_engine
 
 from bench.common import baselines as raw
 from bench.common import cpu, load, procs
+from dev import pgbouncer
 from inbox import Playbook, StepContext, register
 from inbox.domain.sources import SourceOptions
 from inbox.store.db.engine import sqlalchemy_url
@@ -48,6 +49,7 @@ from inbox.store.write import sources as store
 TENANT, SECRET, EVENT_TYPE = "bench", "bench-drain-secret", "bench.noop"
 TARGET_RATIO, TARGET_RATE, TARGET_P99_MS = 2.0, 2000.0, 250.0
 INBOX = "inbox drain"
+POOLED = "inbox drain via pgbouncer"  # --pgbouncer
 RAW_VARIANTS = (("acks_late, prefetch=1", 1), ("acks_late, prefetch=4 default", 4))
 
 # -- what the workers load ---------------------------------------------------------------
@@ -77,6 +79,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     quiet = "before each measurement, wait up to this long for the machine to be < 25%% busy"
     add("--quiet-wait", type=float, default=180.0, help=quiet)
     add("--skip", default="", help="comma-separated phases to skip: inbox,raw,e2e")
+    pooled = "also the inbox's drain through a private pgbouncer in transaction mode"
+    add("--pgbouncer", action="store_true", help=pooled + " (INBOX_DB_POOLER), as a ratio")
     server = os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
     maintenance = "a maintenance database on the server where the run's database is created"
     add("--pg-url", default=server, help=maintenance)
@@ -108,6 +112,7 @@ class Bench:
         self.ctl.conf.broker_connection_retry_on_startup = True
         raw.raw_app.conf.broker_url = args.redis_url  # this process only sends to it
         self.started: list[procs.Proc] = []
+        self.bouncer = pgbouncer.PgBouncer(self.url) if args.pgbouncer else None
 
     def env(self, **extra: str) -> dict[str, str]:
         redis_url, batch = self.args.redis_url, self.args.batch_size
@@ -149,7 +154,12 @@ _PENDING = """
 
 
 def _timed(
-    b: Bench, worker: procs.Proc, kick: Callable[[], None], wait: Callable[[], float], pg: bool
+    b: Bench,
+    worker: procs.Proc,
+    kick: Callable[[], None],
+    wait: Callable[[], float],
+    pg: bool,
+    extra: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """On an idle worker and a quiet machine: ``kick``, ``wait`` for the epoch of the last
     completion. The rate; CPU seconds of the worker's tree, this process, redis-server,
@@ -157,7 +167,7 @@ def _timed(
     machine and ``other``; the worker's and PostgreSQL's per event."""
     procs.wait_celery(b.ctl, worker)
     quiet = cpu.wait_quiet(b.args.quiet_wait)
-    trees = {"process": worker.pid, "bench": os.getpid(), "redis": b.redis_pid}
+    trees = {"process": worker.pid, "bench": os.getpid(), "redis": b.redis_pid, **(extra or {})}
     sampler = cpu.Sampler(trees, b.postmaster if pg else None, b.dbname, private=False)
     before, started, t0 = sampler.sample(), time.monotonic(), time.time()
     kick()
@@ -176,7 +186,9 @@ def _timed(
     return rate | quiet | usage
 
 
-def run_inbox(b: Bench, concurrency: int) -> dict[str, Any]:
+def run_inbox(b: Bench, concurrency: int, pooled: bool = False) -> dict[str, Any]:
+    """The inbox's drain; ``pooled``: its workers through ``b.bouncer`` (pgbouncer's CPU
+    counted apart)."""
     n, src = b.args.events, b.sources["noop"]
     rerings: list[dict[str, Any]] = []
     with psycopg.connect(b.url, autocommit=True) as conn:
@@ -202,11 +214,16 @@ def run_inbox(b: Bench, concurrency: int) -> dict[str, Any]:
             procs.wait_progress(lambda: _progress(conn)[0], n, "drain", ring_again)
             return _progress(conn)[1]
 
-        tag = f"inbox-c{concurrency}"
-        worker = b.start(procs.celery_worker("workers.app", "inbox", concurrency, b.env(), tag))
-        run = _timed(b, worker, ring, drained, pg=True)
+        tag, env, extra = f"inbox-c{concurrency}", b.env(), {}
+        if pooled and b.bouncer is not None:
+            tag += "-pgbouncer"
+            env |= {"DATABASE_URL": b.bouncer.url(b.url), "INBOX_DB_POOLER": "transaction"}
+            extra = {"pgbouncer": b.bouncer.proc.pid}
+        worker = b.start(procs.celery_worker("workers.app", "inbox", concurrency, env, tag))
+        run = _timed(b, worker, ring, drained, pg=True, extra=extra)
         states = _states(conn)
-    head = {"system": INBOX, "app": "workers.app", "concurrency": concurrency}
+    system = POOLED if pooled else INBOX
+    head = {"system": system, "app": "workers.app", "concurrency": concurrency}
     done = {k: states.get(k, 0) for k in ("completed", "quarantined")}
     return {**head, **run, **done, "rerings": rerings}
 
@@ -350,6 +367,8 @@ def report(results: dict[str, Any]) -> None:
     if any(r.get("rerings") for r in runs):
         lines.append("! the chain of drain tasks stopped with events left; rung again (see JSON)")
     lines.append("events/s: best of the repeats; cpu and seconds are those of the best run")
+    for c, ratio in results.get("pgbouncer_ratios", {}).items():
+        lines.append(f"{POOLED} / {INBOX} at concurrency {c}: {ratio}x events/s")
     lines += ["", *_e2e_lines(results["e2e"])] if "e2e" in results else []
     lines += ["", "Targets:"]
     for t in results["targets"]:
@@ -392,6 +411,8 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def run_phases(b: Bench, results: dict[str, Any], skip: set[str]) -> None:
     levels = [int(n) for n in b.args.concurrency.split(",") if n.strip()]
     plan = [partial(run_inbox, b, n) for n in levels if "inbox" not in skip]
+    if b.bouncer is not None and "inbox" not in skip:
+        plan += [partial(run_inbox, b, n, True) for n in levels]
     for label, prefetch in RAW_VARIANTS if "raw" not in skip else ():
         plan += [partial(run_raw, b, n, label, prefetch) for n in levels]
     every = results["throughput_all"]
@@ -430,10 +451,18 @@ def main(argv: list[str] | None = None) -> int:
         status = 1
     finally:
         b.stop_all()
+        if b.bouncer is not None:
+            b.bouncer.stop()
         b.ctl.close()
         b.redis.flushdb()
         procs.drop_database(a.pg_url, b.dbname)
     results["targets"] = targets(results)
+    best = {(r["system"], r["concurrency"]): r["per_s"] for r in results["throughput"]}
+    results["pgbouncer_ratios"] = {
+        c: round(best[(POOLED, c)] / best[(INBOX, c)], 2)
+        for (system, c) in best
+        if system == POOLED and best.get((INBOX, c))
+    }
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(results, indent=2) + "\n")
     report(results)

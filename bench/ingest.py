@@ -26,6 +26,10 @@ measured seconds apart; the targets are judged on the medians of the per-run rat
 
     .venv/bin/python -m bench.ingest --seconds 10 --repeats 5
 
+``--pgbouncer`` adds ``inbox-pgbouncer``: the same receiver through a private pgbouncer in
+transaction mode (``dev/pgbouncer.py``, ``INBOX_DB_POOLER=transaction``), measured in the
+same runs, and reports its 2xx/s as a ratio to the direct inbox (pgbouncer's CPU apart).
+
 Targets at 32 senders: unique keys >= 1.2x handwritten with p99 <= 50 ms; the storm
 >= 1.0x handwritten with p99 <= 100 ms and no 5xx. It also checks that every first answer
 (a 202 without Idempotent-Replayed; for the baselines a 202) has its row. JSON goes to
@@ -51,19 +55,23 @@ import psycopg
 
 from bench.common import baselines, cpu, load, procs
 from bench.common.otlp_sink import OtlpSink
+from dev import pgbouncer
 from web.keepalive import keepalive_requests
 
 SECRET = "benchsecret"
 TENANT, SOURCE = "bench", "own"
 HOST = "127.0.0.1"
+POOLED = "inbox-pgbouncer"  # the inbox behind a private PgBouncer (``--pgbouncer``)
 APPS = {
     "inbox": "web.wsgi:app",
+    POOLED: "web.wsgi:app",
     "handwritten": "bench.common.baselines:handwritten",
     "naive": "bench.common.baselines:naive",
     "inbox-otlp": "web.wsgi:app",
 }
 ROWS_SQL = {
     "inbox": "SELECT count(*) FROM events",
+    POOLED: "SELECT count(*) FROM events",
     "handwritten": "SELECT count(*) FROM handwritten_events",
     "naive": "SELECT count(*) FROM naive_events",
     "inbox-otlp": "SELECT count(*) FROM events",
@@ -91,10 +99,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     procs.server_arguments(p)
     p.add_argument("--out", type=Path, default=procs.RESULTS / "ingest.json")
+    p.add_argument(
+        "--pgbouncer",
+        action="store_true",
+        help=f"also {POOLED}: the inbox through a private pgbouncer in transaction mode"
+        " (INBOX_DB_POOLER=transaction), reported as a ratio to the direct inbox",
+    )
     args = p.parse_args(argv)
     args.receiver_list = [r for r in args.receivers.split(",") if r]
     if args.otlp and TRACED not in args.receiver_list:
         args.receiver_list.append(TRACED)
+    if args.pgbouncer and POOLED not in args.receiver_list:
+        args.receiver_list.append(POOLED)
+    if POOLED in args.receiver_list and pgbouncer.available() is not None:
+        p.error(str(pgbouncer.available()))
     args.workload_list = [w for w in args.workloads.split(",") if w]
     if set(args.receiver_list) - set(APPS) or set(args.workload_list) - set(WORKLOADS):
         p.error("unknown receiver or workload")
@@ -107,8 +125,14 @@ def start_receiver(
     name: str, args: argparse.Namespace, db_url: str, otlp_url: str | None = None
 ) -> tuple[procs.Proc, int]:
     """One ``python -m web`` serving ``name``, without a broker, up and answering; tracing
-    off, except for ``inbox-otlp`` (OTLP to ``otlp_url``, batch span processor)."""
+    off, except for ``inbox-otlp`` (OTLP to ``otlp_url``, batch span processor);
+    ``inbox-pgbouncer`` through ``args.bouncer``."""
+    pooled: dict[str, str | None] = {}
+    if name == POOLED:
+        pooled = {"INBOX_DB_POOLER": "transaction"}
+        db_url = args.bouncer.url(db_url)
     env: dict[str, str | None] = {
+        **pooled,
         **dict.fromkeys(("REDIS_URL", "BROKER_URL", "PROMETHEUS_MULTIPROC_DIR")),
         **dict.fromkeys(("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")),
         "DATABASE_URL": db_url,
@@ -169,8 +193,9 @@ def measure(
     CPU is counted apart, under ``idle``, and is about nothing)."""
     proc, port = receivers[name]
     idle = {f"idle-{n}": p.pid for n, (p, _) in receivers.items() if n != name}
+    bouncer = {"pgbouncer": args.bouncer.proc.pid} if args.bouncer is not None else {}
     sampler = cpu.Sampler(
-        {"receiver": proc.pid, **idle, "load": os.getpid()},
+        {"receiver": proc.pid, **idle, **bouncer, "load": os.getpid()},
         cpu.postmaster_of(db_url),
         db_url.rsplit("/", 1)[1].split("?")[0],
     )
@@ -214,6 +239,8 @@ def drive(
     receivers: dict[str, tuple[procs.Proc, int]] = {}
     levels: list[dict[str, Any]] = []
     otlp = OtlpSink() if TRACED in args.receiver_list else None
+    # In front of the benchmark's server; its CPU is counted apart ("pgbouncer").
+    args.bouncer = pgbouncer.PgBouncer(db_url) if POOLED in args.receiver_list else None
     try:
         for name in args.receiver_list:
             receivers[name] = start_receiver(name, args, db_url, otlp.url if otlp else None)
@@ -232,6 +259,8 @@ def drive(
         if otlp is not None:
             print(f"OTLP sink: {otlp.requests} exports, {otlp.bytes:,} bytes", flush=True)
             otlp.close()
+        if args.bouncer is not None:
+            args.bouncer.stop()
     return levels
 
 
@@ -287,11 +316,14 @@ def judge(levels: list[dict[str, Any]], runs: int) -> dict[str, Any]:
     by = {(lv["run"], lv["receiver"], lv["workload"]): lv for lv in levels}
     out: dict[str, Any] = {}
     for workload in sorted({lv["workload"] for lv in levels}):
-        ratios, p99s, five_xx = [], [], 0
+        ratios, p99s, five_xx, pooled = [], [], 0, []
         for run in range(1, runs + 1):
             mine, theirs = by.get((run, "inbox", workload)), by.get((run, BASELINE, workload))
+            through = by.get((run, POOLED, workload))
             if mine is None:
                 continue
+            if through is not None and mine["ok_per_s"]:
+                pooled.append(through["ok_per_s"] / mine["ok_per_s"])
             p99s.append(mine["p99_ms"])
             five_xx += mine["five_xx"]
             if theirs is not None and theirs["ok_per_s"]:
@@ -307,6 +339,9 @@ def judge(levels: list[dict[str, Any]], runs: int) -> dict[str, Any]:
             "p99_ms_max": max_p99,
             "five_xx": five_xx,
             "met": bool(ratio >= min_ratio and p99 <= max_p99 and five_xx == 0) if ratios else None,
+            # the inbox through pgbouncer against the inbox direct, per run (no target)
+            "pgbouncer_ratios": pooled,
+            "pgbouncer_ratio": _median(pooled),
         }
     return out
 
@@ -364,6 +399,13 @@ def print_report(report: dict[str, Any]) -> None:
             + ", ".join(c_fmt(r) for r in t["ratios"])
             + ")"
         )
+    for workload, t in report["targets"].items():
+        if t["pgbouncer_ratios"]:
+            print(
+                f"{workload}: {POOLED}/inbox {c_fmt(t['pgbouncer_ratio'])}x 2xx/s (runs: "
+                + ", ".join(c_fmt(r) for r in t["pgbouncer_ratios"])
+                + ")"
+            )
     bad = [f"{lv['run']}/{lv['receiver']}/{lv['workload']}" for lv in report["levels"]]
     bad = [b for b, lv in zip(bad, report["levels"], strict=True) if not lv["rows_ok"]]
     print("rows check: " + ("every first answer has its row" if not bad else f"MISMATCH {bad}"))

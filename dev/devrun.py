@@ -274,7 +274,7 @@ def main() -> None:
         os.environ.setdefault("INBOX_ALLOW_PRIVATE_TARGETS", "1")
         # Signing secrets are encrypted at rest: a development key kept in .data/ (0600).
         os.environ.setdefault("INBOX_KEK", keyring.dev_key(DATA / "kek"))
-        migrate.upgrade(os.environ["DATABASE_URL"])
+        migrate.upgrade(Settings.from_env().migration_url)
         path, secret = _demo_source()
         token = _operator_token()
         if Settings.from_env().allow_private_targets:

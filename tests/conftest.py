@@ -268,3 +268,17 @@ def sink_table(engine: Engine) -> Iterator[None]:
     yield
     with engine.begin() as conn:
         conn.execute(text("DROP TABLE IF EXISTS test_sink"))
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_server_url: str) -> Iterator[object]:
+    """A PgBouncer of this run's own in transaction mode (``dev.pgbouncer``), in front of
+    the test server; skipped where Debian's pgbouncer is not installed."""
+    from dev import pgbouncer as pb
+
+    why = pb.available()
+    if why is not None:
+        pytest.skip(why)
+    bouncer = pb.PgBouncer(pg_server_url)
+    yield bouncer
+    bouncer.stop()

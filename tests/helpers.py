@@ -110,3 +110,41 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+def stop_and_settle(procs: list[Any], engine: Any, seconds: float = 30.0) -> None:
+    """Stop a test's processes (celery hard, the rest gently), then wait until no other
+    session on the test database is busy or inside a transaction (a killed client's backend
+    may still run its statement and hold its locks for a moment), so the tables can be
+    emptied after the test. Idle sessions (a pooler's, kept open) hold nothing."""
+    import signal
+
+    from sqlalchemy import text
+
+    from tests.procs import CeleryProc
+
+    for p in procs:
+        p.stop(signal.SIGKILL if isinstance(p, CeleryProc) else signal.SIGTERM)
+    others = text(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        " AND state IS DISTINCT FROM 'idle'"
+    )
+
+    def settled() -> bool:
+        with engine.connect() as conn:
+            return conn.execute(others).scalar() == 0
+
+    wait_for(settled, seconds)
+
+
+def states_of(engine: Any, *source_ids: int) -> dict[str, int]:
+    """Events by state, of these sources only."""
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT state, count(*) FROM events WHERE source_id = ANY(:s) GROUP BY state"),
+            {"s": list(source_ids)},
+        )
+        return {r[0]: int(r[1]) for r in rows}

@@ -81,7 +81,7 @@ def check_broker(settings: Settings) -> str:
         return NOT_CONFIGURED
     scheme = urlsplit(url).scheme.lower()
     try:
-        if scheme.startswith("redis") or scheme == "unix":
+        if scheme.startswith(("redis", "sentinel")) or scheme == "unix":
             _ping_redis(url)
         elif scheme.startswith(("amqp", "pyamqp")):
             _connect(url, 5671 if scheme.endswith("s") else 5672)
@@ -93,11 +93,11 @@ def check_broker(settings: Settings) -> str:
 
 
 def _ping_redis(url: str) -> None:
-    import redis
+    from inbox.infra import redis_client
 
     if url.startswith("redis+socket://"):  # kombu's spelling of a Unix socket
         url = "unix://" + url[len("redis+socket://") :]
-    client = redis.Redis.from_url(
+    client = redis_client.client(
         url,
         socket_timeout=BROKER_TIMEOUT_SECONDS,
         socket_connect_timeout=BROKER_TIMEOUT_SECONDS,

@@ -11,7 +11,12 @@ import logging
 from urllib.parse import urlsplit
 
 from celery import Celery
-from celery.signals import setup_logging, worker_process_init, worker_process_shutdown
+from celery.signals import (
+    setup_logging,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+)
 
 from inbox.infra import broker, tracing
 from inbox.infra.config import Settings
@@ -21,13 +26,17 @@ log = logging.getLogger(__name__)
 
 
 def make_celery(settings: Settings) -> Celery:
-    app = Celery("webhook_inbox", broker=settings.broker_url or None, include=["workers.tasks"])
-    if urlsplit(settings.broker_url).scheme == "redis":
-        # kombu's Redis transport with the broker-restart fix (see workers/transport.py)
-        app.conf.broker_transport = "workers.transport:Transport"
+    conf = broker.celery_conf(settings)  # the queues, routes and transport, as senders have
+    app = Celery("webhook_inbox", broker=conf.pop("broker_url"), include=["workers.tasks"])
+    scheme = urlsplit(settings.broker_url).scheme
+    if scheme in ("redis", "sentinel"):
+        # kombu's Redis transports with the broker-restart fix (see workers/transport.py)
+        app.conf.broker_transport = (
+            "workers.transport:Transport" if scheme == "redis" else "workers.transport:Sentinel"
+        )
+    transport_options = {"visibility_timeout": 3600, **conf.pop("broker_transport_options")}
+    app.conf.update(conf)
     app.conf.update(
-        task_default_queue=broker.QUEUE,
-        task_routes={broker.DELIVER: {"queue": broker.DELIVERIES}},
         # A task is acknowledged after it ran; a worker that dies mid-task gives its
         # message back. The database, not the message, says what is left to do.
         task_acks_late=True,
@@ -45,7 +54,7 @@ def make_celery(settings: Settings) -> Celery:
         # (an eta message) unacknowledged until it is due, so alarms are set at most
         # broker.ALARM_MAX_AHEAD (600 s) ahead: far below this, and below RabbitMQ's
         # consumer_timeout (30 minutes by default).
-        broker_transport_options={"visibility_timeout": 3600},
+        broker_transport_options=transport_options,
         # One beat sends, however many run (workers/beat.py).
         beat_scheduler="workers.beat:LeaderScheduler",
         beat_schedule={
@@ -68,6 +77,20 @@ def load_playbooks(settings: Settings) -> None:
 settings = Settings.from_env()
 app = make_celery(settings)
 load_playbooks(settings)
+
+
+@worker_init.connect  # type: ignore[untyped-decorator]
+def _declare_quorum_queues(**_: object) -> None:
+    # Every queue, before the consumer starts: Celery binds each queue it knows to the
+    # delayed-delivery exchanges, and one that no process has declared yet is not there.
+    if settings.broker_queues != "quorum":
+        return
+    try:
+        with app.connection_for_write() as conn:
+            for queue in app.amqp.queues.values():
+                queue(conn.default_channel).declare()
+    except Exception as exc:  # the consumer declares its own queues again as it starts
+        log.warning("could not declare the quorum queues: %s", exc.__class__.__name__)
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

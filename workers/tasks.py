@@ -52,7 +52,7 @@ def through_outages(task: Callable[P, R]) -> Callable[P, R | None]:
 
 
 def _send_later(task: str, args: list[int], countdown: float) -> None:
-    app.send_task(task, args=args, countdown=countdown)
+    app.send_task(task, args=args, countdown=broker.countdown(settings, countdown))
 
 
 _alarms = broker.Alarms(

@@ -15,8 +15,8 @@ not a connection error, so the worker reports an "Unrecoverable error" and exits
 The fix: the transport keeps the connection it was made for, so a channel closed after
 ``collect()`` restores its messages (or, with the broker still down, fails with a
 connection error, which kombu ignores and the consumer's reconnect loop handles). It is
-used for ``redis://`` broker URLs only (``workers.app``); tests/e2e/test_broker_restarts.py
-restarts a private redis-server under running processes.
+used for ``redis://`` and ``sentinel://`` broker URLs only (``workers.app``);
+tests/e2e/test_broker_restarts.py restarts a private redis-server under running processes.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 from kombu.transport import redis
 
 
-class Transport(redis.Transport):
+class _Kept:
     _kept_client: Any = None
 
     @property
@@ -39,3 +39,12 @@ class Transport(redis.Transport):
         # still has (closed later) need the connection's parameters to reach Redis.
         if value is not None:
             self._kept_client = value
+
+
+class Transport(_Kept, redis.Transport):
+    """``redis://``."""
+
+
+class Sentinel(_Kept, redis.SentinelTransport):
+    """``sentinel://`` (``inbox.infra.redis_client``): the same channels, reached through
+    the Sentinels, and the same crash when the master goes away under a worker."""

@@ -19,10 +19,10 @@ from inbox.store.write import sources as store
 
 @main.command()
 def migrate() -> None:
-    """Apply the database migrations."""
+    """Apply the database migrations (on INBOX_MIGRATE_DATABASE_URL when set)."""
     from inbox.store.schema import migrate as mig
 
-    mig.upgrade(settings().database_url)
+    mig.upgrade(settings().migration_url)
     click.echo("migrated to head")
 
 

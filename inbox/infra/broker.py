@@ -21,10 +21,13 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 from celery import Celery
+from kombu.entity import Exchange, Queue
 
+from inbox.infra import redis_client
 from inbox.infra.config import Settings
 
 log = logging.getLogger(__name__)
@@ -44,15 +47,78 @@ ALARM_SLOT = 0.25  # alarms due within one slot share one message
 ALARM_MAX_AHEAD = 600.0  # far below Redis's visibility_timeout and RabbitMQ's consumer_timeout
 
 
-def sender(broker_url: str) -> Celery:
-    """A Celery app that only sends (by task name), with the workers' routes."""
-    app = Celery("webhook_inbox", broker=broker_url)
-    app.conf.update(task_default_queue=QUEUE, task_routes={DELIVER: {"queue": DELIVERIES}})
+QUEUE_TYPES = ("classic", "quorum")  # INBOX_BROKER_QUEUES
+
+
+def celery_conf(settings: Settings) -> dict[str, Any]:
+    """What every Celery app of the inbox, sender or worker, is told of its broker: the
+    URL (``inbox.infra.redis_client.kombu_broker``: a Sentinel URL as kombu takes it), the
+    transport options, the queues and the routes.
+
+    ``INBOX_BROKER_QUEUES=quorum`` (RabbitMQ): both queues are declared quorum queues
+    (``x-queue-type: quorum``, replicated by Raft, so they outlive a node). What Celery
+    requires with them: no global QoS (``worker_detect_quorum_queues``, which turns it off
+    when a quorum queue is consumed), and exchanges that are not direct, so a countdown
+    (the retry alarms) goes through RabbitMQ's native delayed delivery instead of being
+    held by a worker; publisher confirms, so a send returns once the queue has the message.
+    A queue's type is fixed when it is declared: an existing classic queue of the same
+    name is refused (PRECONDITION_FAILED), so switching takes a new vhost (docs/ha.md).
+    """
+    if settings.broker_queues not in QUEUE_TYPES:
+        raise RuntimeError(
+            f"INBOX_BROKER_QUEUES={settings.broker_queues!r}: use 'classic' or 'quorum'"
+        )
+    url, options = redis_client.kombu_broker(settings.broker_url)
+    conf: dict[str, Any] = {
+        "broker_url": url or None,
+        "task_default_queue": QUEUE,
+        "task_routes": {DELIVER: {"queue": DELIVERIES}},
+        "broker_transport_options": options,
+    }
+    if settings.broker_queues == "quorum":
+        conf.update(
+            task_queues=[_quorum_queue(name) for name in (QUEUE, DELIVERIES)],
+            task_default_exchange=QUEUE,
+            task_default_exchange_type="topic",
+            task_default_routing_key=QUEUE,
+            task_default_queue_type="quorum",
+            task_create_missing_queue_type="quorum",
+            worker_detect_quorum_queues=True,
+            broker_native_delayed_delivery_queue_type="quorum",
+            broker_transport_options={**options, "confirm_publish": True},
+        )
+    return conf
+
+
+def _quorum_queue(name: str) -> Queue:
+    # One topic exchange for both queues: Celery binds every queue's exchange to the
+    # delayed-delivery exchanges when a worker starts, and an exchange of a queue that no
+    # process has declared yet (the couriers' while only workers run) is not there.
+    exchange = Exchange(QUEUE, type="topic")  # type: ignore[no-untyped-call]
+    queue: Queue = Queue(  # type: ignore[no-untyped-call]
+        name, exchange, routing_key=name, queue_arguments={"x-queue-type": "quorum"}
+    )
+    return queue
+
+
+def countdown(settings: Settings, seconds: float) -> float:
+    """A countdown as the broker can keep it. RabbitMQ's native delayed delivery (quorum
+    queues) counts whole seconds and refuses less than one: rounded up, never early."""
+    if settings.broker_queues == "quorum" and seconds > 0:
+        return float(math.ceil(seconds))
+    return seconds
+
+
+def sender(settings: Settings) -> Celery:
+    """A Celery app that only sends (by task name), with the workers' queues and routes."""
+    conf = celery_conf(settings)
+    app = Celery("webhook_inbox", broker=conf.pop("broker_url"))
+    app.conf.update(conf)
     return app
 
 
 def make_doorbell(redis_url: str, send: Callable[[], None]) -> Callable[[], None]:
-    client = redis.Redis.from_url(redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    client = redis_client.client(redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
 
     def ring() -> None:
         if client.set(FLAG, b"1", nx=True, px=FLAG_TTL_MS):
@@ -129,7 +195,7 @@ class FlagClearer:
             return
         try:
             if self._client is None:
-                self._client = redis.Redis.from_url(redis_url, socket_timeout=1)
+                self._client = redis_client.client(redis_url, socket_timeout=1)
             self._client.delete(FLAG)
         except redis.RedisError:
             log.warning("could not clear the doorbell flag")
@@ -172,7 +238,7 @@ class Alarms:
         try:
             if self.redis_url:
                 if self._client is None:
-                    self._client = redis.Redis.from_url(self.redis_url, socket_timeout=1)
+                    self._client = redis_client.client(self.redis_url, socket_timeout=1)
                 if not self._client.set(key, b"1", nx=True, px=int((delay + 60) * 1000)):
                     return False
         except redis.RedisError:
@@ -216,7 +282,7 @@ class BeatLease:
 
     def _redis(self) -> redis.Redis:
         if self._client is None:
-            self._client = redis.Redis.from_url(self.redis_url, socket_timeout=1)
+            self._client = redis_client.client(self.redis_url, socket_timeout=1)
         return self._client
 
     def held(self) -> bool:
@@ -246,7 +312,7 @@ def default_doorbell(settings: Settings, background: bool = False) -> Callable[[
     right after)."""
     if not settings.redis_url or not settings.broker_url:
         return lambda: None  # no broker configured: the sweeper finds the events
-    app = sender(settings.broker_url)
+    app = sender(settings)
     ring = make_doorbell(settings.redis_url, lambda: app.send_task(DRAIN))
     return Ringer(ring) if background else ring
 
@@ -262,7 +328,7 @@ class Rings:
 def rings(settings: Settings) -> Rings:
     if not settings.broker_url:
         return Rings()
-    app = sender(settings.broker_url)
+    app = sender(settings)
 
     def start_bulk_replay(job_id: int) -> None:
         app.send_task(BULK_REPLAY, args=[job_id])

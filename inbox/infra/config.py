@@ -70,6 +70,20 @@ class Settings:
         "PostgreSQL URL (libpq multi-host URLs work); `make run` starts an embedded one",
         shown="embedded under `make run`",
     )
+    db_pooler: str = setting(
+        "INBOX_DB_POOLER",
+        "",
+        "`transaction`: behind PgBouncer in transaction mode (no startup options, no "
+        "prepared statements, the timeouts set in every transaction; docs/ha.md)",
+        parse=lambda raw: raw.strip().lower(),
+        shown="none (a direct connection)",
+    )
+    migrate_database_url: str = setting(
+        "INBOX_MIGRATE_DATABASE_URL",
+        "",
+        "a direct PostgreSQL URL for `inbox migrate` and `make run`'s migrations (past a pooler)",
+        shown="the value of `DATABASE_URL`",
+    )
     redis_url: str = setting(
         "REDIS_URL",
         "",
@@ -81,6 +95,12 @@ class Settings:
         "",
         "Celery broker, e.g. `amqp://guest:guest@127.0.0.1:5672//`",
         shown="the value of `REDIS_URL`",
+    )
+    broker_queues: str = setting(
+        "INBOX_BROKER_QUEUES",
+        "classic",
+        "`quorum`: RabbitMQ quorum queues, with what Celery needs with them (docs/ha.md)",
+        parse=lambda raw: raw.strip().lower(),
     )
     max_body_bytes: int = setting(
         "INBOX_MAX_BODY_BYTES", 1024 * 1024, "default body limit (per source: `max_body_bytes`)"
@@ -234,6 +254,11 @@ class Settings:
         "the OTLP protocol for traces alone (over `OTEL_EXPORTER_OTLP_PROTOCOL`)",
         shown="`OTEL_EXPORTER_OTLP_PROTOCOL`",
     )
+
+    @property
+    def migration_url(self) -> str:
+        """Where the migrations run: INBOX_MIGRATE_DATABASE_URL, else DATABASE_URL."""
+        return self.migrate_database_url or self.database_url
 
     @property
     def secure_cookie(self) -> bool:

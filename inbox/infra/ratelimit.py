@@ -18,6 +18,7 @@ import time
 import redis
 
 from inbox.domain.ratelimit import TokenBucket
+from inbox.infra import redis_client
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class RateLimiter:
     def __init__(self, redis_url: str = "", fallback_seconds: float = 5.0) -> None:
         self._client: redis.Redis | None = None
         if redis_url:
-            self._client = redis.Redis.from_url(
+            self._client = redis_client.client(
                 redis_url, socket_timeout=0.05, socket_connect_timeout=0.05
             )
         self._script = self._client.register_script(_TAKE) if self._client else None

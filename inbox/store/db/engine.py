@@ -20,9 +20,9 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, quote, unquote
 
 import psycopg
@@ -35,6 +35,7 @@ from inbox.infra.config import Settings
 _DEADLINE: ContextVar[float | None] = ContextVar("inbox_db_deadline", default=None)
 TIMEOUT_INFO = "inbox_timeout_s"  # a pooled connection's info: its engine's timeout
 DEFAULT_TIMEOUT_S = 2.0  # the settings' default, for a connection not made by make_engine
+T = TypeVar("T")
 
 
 class _Deadline:
@@ -280,10 +281,70 @@ def _host_port(item: str) -> tuple[str, str]:
     return quote(unquote(host), safe=":"), port
 
 
+POOLERS = ("", "transaction")  # INBOX_DB_POOLER's values
+# A pooled connection's info: behind a transaction pooler, the statement that sets this
+# engine's timeouts for one transaction (``per_transaction``); absent on a direct one.
+PER_TRANSACTION_INFO = "inbox_per_transaction"
+
+
+def session_settings(settings: Settings) -> dict[str, str]:
+    """What every transaction runs under: the server cuts a statement or a lock wait at
+    the database timeout, and JIT stays off (compiling the claim's plan costs more than
+    running it)."""
+    ms = str(settings.db_timeout_ms)
+    return {"statement_timeout": ms, "lock_timeout": ms, "jit": "off"}
+
+
+def per_transaction(settings: Settings) -> str:
+    """``session_settings`` as one statement local to its transaction (``set_config``'s
+    ``is_local``: SET LOCAL), for a pooler that gives each transaction any server session."""
+    values = session_settings(settings).items()
+    sets = ", ".join(f"set_config('{k}', '{v}', true)" for k, v in values)
+    return f"SELECT {sets}"
+
+
+def alone(driver: psycopg.Connection[Any], info: dict[Any, Any], run: Callable[[], T]) -> T:
+    """``run()``, one statement on ``driver`` in autocommit. Behind a transaction pooler the
+    session has none of the engine's timeouts, so the statement that sets them goes first
+    in one pipeline: the two share one implicit transaction (PostgreSQL's, up to the Sync
+    that ``run``'s fetch sends) and one round trip."""
+    prelude = info.get(PER_TRANSACTION_INFO)
+    if prelude is None:
+        return run()
+    with driver.pipeline():
+        driver.execute(prelude)
+        return run()
+
+
 def make_engine(settings: Settings, pool_size: int | None = None) -> Engine:
     """An engine whose checkouts, connects and statements give up by the deadline, so
-    callers can answer 503."""
+    callers can answer 503.
+
+    ``settings.db_pooler == "transaction"`` (PgBouncer in transaction mode, which refuses
+    the ``options`` startup parameter and gives each transaction whichever server session
+    is free): no startup options and no server-side prepared statements; the timeouts are
+    set at the start of every transaction instead (the ``begin`` event), and of every
+    autocommit statement (``alone``)."""
+    if settings.db_pooler not in POOLERS:
+        raise RuntimeError(
+            f"INBOX_DB_POOLER={settings.db_pooler!r}: use 'transaction' (PgBouncer in"
+            " transaction mode) or leave it empty (a direct connection)"
+        )
+    pooled = settings.db_pooler == "transaction"
     timeout_s = settings.db_timeout_ms / 1000
+    connect_args: dict[str, Any] = {
+        # whole seconds; psycopg waits at least 2 s for a connection
+        "connect_timeout": max(2, round(timeout_s)),
+        "application_name": "webhook-inbox",
+    }
+    if pooled:
+        # psycopg prepares a statement after a few executions, by a name that a pooler's
+        # next transaction may find on another session (or taken there).
+        connect_args["prepare_threshold"] = None
+    else:
+        connect_args["options"] = " ".join(
+            f"-c {k}={v}" for k, v in session_settings(settings).items()
+        )
     engine = sqlalchemy.create_engine(  # by name: the tracing instrumentation wraps it
         sqlalchemy_url(settings.database_url),
         poolclass=_DeadlinePool,
@@ -296,20 +357,22 @@ def make_engine(settings: Settings, pool_size: int | None = None) -> Engine:
         # event than the default FIFO order).
         pool_use_lifo=True,
         pool_recycle=1800,
-        connect_args={
-            # whole seconds; psycopg waits at least 2 s for a connection
-            "connect_timeout": max(2, round(timeout_s)),
-            # JIT compiling the claim's plan costs more than running it.
-            "options": f"-c statement_timeout={settings.db_timeout_ms}"
-            f" -c lock_timeout={settings.db_timeout_ms} -c jit=off",
-            "application_name": "webhook-inbox",
-        },
+        connect_args=connect_args,
     )
     _guard_statements(engine)
+    prelude = per_transaction(settings) if pooled else None
 
     @event.listens_for(engine, "connect")
     def _connected(dbapi_conn: Any, record: Any) -> None:
         record.info[TIMEOUT_INFO] = timeout_s
+        if prelude is not None:
+            record.info[PER_TRANSACTION_INFO] = prelude
+
+    if prelude is not None:
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Any) -> None:
+            conn.exec_driver_sql(prelude)
 
     @event.listens_for(engine, "do_connect")
     def _connect(dialect: Any, record: Any, cargs: Any, cparams: Any) -> Any:

@@ -42,6 +42,7 @@ from inbox.infra import tracing
 from inbox.store.db.engine import (
     DEFAULT_TIMEOUT_S,
     TIMEOUT_INFO,
+    alone,
     current_deadline,
     deadline_at,
     watchdog,
@@ -229,7 +230,7 @@ def execute_on(
     if until is None:
         until = current_deadline(info.get(TIMEOUT_INFO, DEFAULT_TIMEOUT_S))
     with watchdog.guard(driver, until):
-        found = cur.execute(statement(len(rows)), params).fetchall()
+        found = alone(driver, info, lambda: cur.execute(statement(len(rows)), params).fetchall())
     return {
         mine: event_id if first is None else Copy(event_id, first, status, bytes(body))
         for mine, event_id, first, status, body in found

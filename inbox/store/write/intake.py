@@ -12,7 +12,7 @@ from sqlalchemy.dialects.postgresql import insert
 from inbox.domain.intake import Prepared
 from inbox.domain.records import Source
 from inbox.domain.states import FINISHED
-from inbox.store.db.engine import watchdog
+from inbox.store.db.engine import alone, watchdog
 from inbox.store.db.group_commit import Claims
 from inbox.store.schema.tables import event_keys, idempotency_conflicts
 from inbox.store.write.claims import Claimed, Copy, autocommit, execute, row
@@ -111,8 +111,9 @@ def replay(engine: Engine, source: Source, ev: Prepared, until: float) -> Ingest
     with autocommit(engine, until) as pooled:
         driver = pooled.driver_connection
         assert isinstance(driver, psycopg.Connection)
+        params = _duplicate_params(source, ev)
         with watchdog.guard(driver, until):
-            dup = driver.execute(_DUPLICATE, _duplicate_params(source, ev)).fetchone()
+            dup = alone(driver, pooled.info, lambda: driver.execute(_DUPLICATE, params).fetchone())
     return None if dup is None else _as_duplicate(dup)
 
 

@@ -19,7 +19,12 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    engine = create_engine(config.get_main_option("sqlalchemy.url") or sqlalchemy_url())
+    engine = create_engine(
+        config.get_main_option("sqlalchemy.url") or sqlalchemy_url(),
+        # No server-side prepared statements: a run through a transaction pooler (without
+        # INBOX_MIGRATE_DATABASE_URL) must not meet another session's names.
+        connect_args={"prepare_threshold": None},
+    )
     try:
         with engine.connect() as conn:
             context.configure(connection=conn, target_metadata=target_metadata)
