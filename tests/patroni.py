@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import psycopg
 
 from dev.embedded import free_port
+from tests.helpers import eventually, wait_for
 
 SCOPE = "inbox-failover"
 RUNNING = ("running", "streaming")  # a member's state: Patroni 3.0 says running
@@ -353,11 +353,8 @@ class Pair:
         for node in self.nodes:
             node.stop()
         self.etcd.kill()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(n.postmaster() for n in self.nodes):
-            if not any(_running(n.postmaster()) for n in self.nodes):
-                break
-            time.sleep(0.2)
+        # Best effort: a postmaster still running after 30 s is left to the folder's removal.
+        eventually(lambda: not any(_running(n.postmaster()) for n in self.nodes), 30, 0.2)
         # Patroni's, PostgreSQL's and etcd's logs outlive the folder, for a failed run.
         kept = Path(__file__).resolve().parent.parent / ".data" / f"patroni-{os.getpid()}"
         shutil.rmtree(kept, ignore_errors=True)
@@ -389,9 +386,4 @@ def writable(node: Node, timeout: float = 1.0) -> bool:
 
 
 def wait(cond: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    wait_for(cond, timeout, what, interval=0.1)

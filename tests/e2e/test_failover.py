@@ -49,7 +49,7 @@ from inbox.store.schema import migrate
 from inbox.store.write import queue
 from tests import patroni
 from tests.brokers import PrivateRedis
-from tests.helpers import body_of, hmac_headers
+from tests.helpers import body_of, hmac_headers, wait_for
 from tests.procs import ROOT, CeleryProc, Web
 from tests.sink import Sink
 from tests.sink_playbooks import SINK_DDL
@@ -298,6 +298,20 @@ def on_primary(pair: patroni.Pair, load: Load, what: str) -> None:
     assert not set(ids) - found, f"{what}: 2xx'd events missing on the new primary"
 
 
+def steady(load: Load, answers: int) -> None:
+    """Until the load has had ``answers`` more 2xx answers from here on."""
+
+    def accepted() -> int:
+        return sum(1 for a in list(load.answers) if 200 <= a.status < 300)
+
+    seen = accepted()
+    wait_for(
+        lambda: accepted() >= seen + answers,
+        120,
+        f"{answers} more accepted events",
+    )
+
+
 def run_faults(
     pair: patroni.Pair, url: str, web: Web, load: Load, probes: list[Probe]
 ) -> tuple[list[dict[str, float | int | str]], list[Claim]]:
@@ -308,7 +322,7 @@ def run_faults(
 
     def fault(name: str, act: Callable[[patroni.Node], None]) -> None:
         old = pair.wait_healthy(180)
-        time.sleep(1.5)  # a steady load on a healthy pair before each fault
+        steady(load, 20)  # a steady load on a healthy pair before each fault
         at = time.monotonic()
         act(old)
         windows.append(windows_of(name, at, old, probes, load))
@@ -489,7 +503,7 @@ def test_failover_under_load_loses_nothing_and_doubles_nothing(
         t.start()
     try:
         windows, held = run_faults(pair, url, web, load, probes)
-        time.sleep(1.5)  # the load goes on for a moment on the healthy pair
+        steady(load, 20)  # the load goes on for a moment on the healthy pair
     finally:
         load.stop.set()
         for p in probes:
