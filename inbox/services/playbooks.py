@@ -9,6 +9,7 @@ source's playbook name is checked against the registry when it is set (``check_n
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from dataclasses import dataclass
 
@@ -32,7 +33,13 @@ class Loaded:
 
 
 def load(modules: tuple[str, ...], reg: Registry = registry) -> None:
-    """Import each module (they register their playbooks); remember who registered what."""
+    """Import each module (they register their playbooks); remember who registered what.
+
+    As ``celery -A`` and ``python -m`` do, the working directory is on the import path, so
+    every process (the CLI's console script too) finds a module kept next to the Procfile.
+    """
+    if modules and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     for module in modules:
         before = dict(reg.by_name)
         try:
