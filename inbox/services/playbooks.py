@@ -59,7 +59,9 @@ def listing(reg: Registry = registry) -> list[Loaded]:
     """Every registered playbook with the module and file it came from, by name."""
     out = []
     for name, pb in sorted(reg.by_name.items()):
-        module = reg.origins.get(name, BUILT_IN)
+        # The module that registered it when this process imported it; else (imported
+        # before, e.g. by another module) the module of its first step.
+        module = reg.origins.get(name) or (pb.steps[0].fn.__module__ if pb.steps else BUILT_IN)
         file = getattr(sys.modules.get(module), "__file__", None) or "-"
         out.append(Loaded(name, module, file, tuple(s.name for s in pb.steps)))
     return out

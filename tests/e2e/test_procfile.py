@@ -26,7 +26,7 @@ from tests.helpers import body_of, hmac_headers
 ROOT = Path(__file__).resolve().parent.parent.parent
 BIN = Path(sys.executable).parent
 SECRET = "procfile-s3cret"
-PLAYBOOK_MODULE = '''
+PLAYBOOK_MODULE = """
 from inbox.domain.playbooks import Playbook, register
 
 tell = Playbook("tell")
@@ -38,7 +38,7 @@ def note(ctx):
 
 
 register(tell, event_type="*")
-'''
+"""
 
 
 def docs_env(tmp: Path, database_url: str, redis_url: str, kek: str | None) -> dict[str, str]:
