@@ -343,3 +343,12 @@ def test_readyz_is_503_and_says_secrets_when_the_key_is_not_theirs(app_dir, migr
             proc.wait(30)
         finally:
             _kill_group(proc.pid)
+
+
+def test_a_cli_command_that_needs_the_key_says_so_in_one_line(app_dir, migrated):
+    with_a_secret(app_dir, migrated, keyring.new_key())
+    env = docs_env(app_dir, migrated, "", kek=None)
+    done = run([str(BIN / "inbox"), "sources", "list"], app_dir, env)
+    assert done.returncode != 0
+    assert done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert "INBOX_KEK is not set" in done.stderr and "inbox secrets keygen" in done.stderr
