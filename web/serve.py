@@ -163,7 +163,7 @@ def check_start() -> None:
     except startup.CannotStart as exc:
         configure_logging(settings.log_level)
         logging.getLogger("web").critical("cannot start: %s", exc)
-        sys.exit(2)
+        sys.exit(exc.exit_code)
 
 
 def main(argv: list[str] | None = None) -> None:

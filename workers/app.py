@@ -67,12 +67,12 @@ def make_celery(settings: Settings) -> Celery:
     return app
 
 
-def cannot_start(settings: Settings, reason: object) -> NoReturn:
-    """One line in the log (what is wrong, which setting, the fix), then exit 2: a
+def cannot_start(settings: Settings, reason: object, code: int = startup.EX_CONFIG) -> NoReturn:
+    """One line in the log (what is wrong, which setting, the fix), then exit ``code``: a
     supervisor's restart loop shows the line, not a traceback."""
     configure_logging(settings.log_level)
     log.critical("cannot start: %s", reason)
-    raise SystemExit(2)
+    raise SystemExit(code)
 
 
 def load_playbooks(settings: Settings) -> None:
@@ -95,7 +95,7 @@ def _check_start(**_: object) -> None:
     try:
         startup.check(settings)
     except startup.CannotStart as exc:
-        cannot_start(settings, exc)
+        cannot_start(settings, exc, exc.exit_code)
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

@@ -28,8 +28,18 @@ log = logging.getLogger(__name__)
 REQUIRE_DATABASE = "INBOX_REQUIRE_DATABASE_AT_START"
 
 
+# Exit statuses, as sysexits.h names them: a supervisor (systemd's
+# RestartPreventExitStatus=78) need not restart a process whose configuration is wrong.
+EX_UNAVAILABLE = 69  # the database does not answer (INBOX_REQUIRE_DATABASE_AT_START)
+EX_CONFIG = 78  # a setting is missing or wrong: restarting will not help
+
+
 class CannotStart(Exception):
-    """The one line a process says before it exits non-zero."""
+    """The one line a process says before it exits non-zero, and the status to exit with."""
+
+    def __init__(self, message: str, exit_code: int = EX_CONFIG) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def check(settings: Settings, engine: Engine | None = None) -> None:
@@ -57,7 +67,8 @@ def check(settings: Settings, engine: Engine | None = None) -> None:
             if settings.require_database_at_start:
                 raise CannotStart(
                     f"the database does not answer ({first}) and {REQUIRE_DATABASE} is set:"
-                    f" start the database first, or unset {REQUIRE_DATABASE} to wait for it"
+                    f" start the database first, or unset {REQUIRE_DATABASE} to wait for it",
+                    EX_UNAVAILABLE,
                 ) from None
             log.warning(
                 "the database does not answer yet (%s); starting anyway, /readyz says so"

@@ -268,7 +268,7 @@ def test_without_the_key_of_stored_secrets_a_process_stops_in_one_line(
     with_a_secret(app_dir, migrated, keyring.new_key())
     env = docs_env(app_dir, migrated, redis.url, kek=None)
     code, out = start_and_wait(PROCESSES[name], app_dir, env)
-    assert code != 0
+    assert code == 78  # EX_CONFIG
     line = the_line(out)
     assert "INBOX_KEK is not set" in line and "1 signing secrets" in line, line
     assert "inbox secrets keygen" in line  # the fix
@@ -282,7 +282,7 @@ def test_a_playbook_module_that_does_not_import_stops_a_process_in_one_line(
     env = {**docs_env(app_dir, migrated, redis.url, keyring.new_key())}
     env["INBOX_PLAYBOOKS"] = "my_playbooks,no_such_playbooks"
     code, out = start_and_wait(PROCESSES[name], app_dir, env)
-    assert code != 0
+    assert code == 78  # EX_CONFIG
     line = the_line(out)
     assert "INBOX_PLAYBOOKS" in line and "'no_such_playbooks'" in line, line
 
@@ -293,7 +293,7 @@ def test_an_unreachable_database_stops_a_process_only_when_asked(app_dir, redis)
     env["INBOX_REQUIRE_DATABASE_AT_START"] = "1"
     for cmd in PROCESSES.values():
         code, out = start_and_wait(cmd, app_dir, env)
-        assert code != 0
+        assert code == 69  # EX_UNAVAILABLE
         assert "INBOX_REQUIRE_DATABASE_AT_START" in the_line(out)
     # By default the web process starts and waits; /readyz names the database.
     del env["INBOX_REQUIRE_DATABASE_AT_START"]

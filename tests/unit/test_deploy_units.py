@@ -49,3 +49,13 @@ def test_no_procfile_process_needs_a_path_of_the_checkout():
         assert ".data" not in cmd and "--schedule" not in cmd, name
     beat = unit("inbox-beat.service")["Service"]["ExecStart"]
     assert "--schedule" not in beat
+
+
+def test_a_wrong_setting_is_not_restarted_forever():
+    # inbox/services/startup.py exits 78 (EX_CONFIG) when a setting is missing or wrong.
+    from inbox.services.startup import EX_CONFIG
+
+    for name in procfile():
+        assert unit(f"inbox-{name}.service")["Service"]["RestartPreventExitStatus"] == str(
+            EX_CONFIG
+        ), name
