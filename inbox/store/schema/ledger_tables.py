@@ -163,7 +163,7 @@ events = Table(
     Column("trace_id", Text),
     Column("trace_context", Text),
     # Why a received event is not due: its source's playbook is not registered (migration
-    # 0018). The sweep of a process that has the playbook clears it (inbox.store.queue).
+    # 0018). The sweep of a process that has the playbook clears it (inbox.store.write.queue).
     Column("held_reason", Text),
     CheckConstraint(one_of("state", STATES), name="state"),
     # A public id carries its day: the lookup names the partition (ledger_reads).
