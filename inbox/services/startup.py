@@ -80,6 +80,9 @@ def check(settings: Settings, engine: Engine | None = None) -> None:
     finally:
         if own:
             eng.dispose()
+    if count is None:
+        log.warning("the schema is not migrated yet: run inbox migrate (/readyz says schema)")
+        return
     if count and ring is None:
         raise CannotStart(
             f"{kr.ENV} is not set, yet {count} signing secrets are stored encrypted:"

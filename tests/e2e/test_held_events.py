@@ -86,3 +86,5 @@ def test_missing_playbook_holds_events_until_a_worker_has_it(
             text("SELECT count(*) FROM event_attempts WHERE outcome = 'quarantined'")
         ).scalar_one()
     assert quarantined == 0
+    for p in reversed(procs):  # gently, so no backend is left mid-statement at the teardown
+        p.stop()

@@ -317,6 +317,31 @@ def test_an_unreachable_database_stops_a_process_only_when_asked(app_dir, redis)
             _kill_group(proc.pid)
 
 
+def test_a_schema_not_migrated_yet_is_waited_for_not_a_reason_to_stop(app_dir, empty_db, redis):
+    env = docs_env(app_dir, empty_db, redis.url, keyring.new_key())
+    env["INBOX_REQUIRE_DATABASE_AT_START"] = "1"  # the database answers: it is not the cause
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(BIN / "python"), "-m", "web", "--host", "127.0.0.1"],
+        cwd=app_dir,
+        env={**env, "PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        status, body = wait_for(lambda: get(port, "/readyz"), 60, "/readyz answers")
+        assert status == 503 and json.loads(body)["cause"] == "schema"
+        inbox(app_dir, env, "migrate")  # the release step, run late
+        wait_for(lambda: get(port, "/readyz")[0] == 200, 60, "/readyz 200 once migrated")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        finally:
+            _kill_group(proc.pid)
+
+
 def test_readyz_is_503_and_says_secrets_when_the_key_is_not_theirs(app_dir, migrated, redis):
     with_a_secret(app_dir, migrated, keyring.new_key())
     env = docs_env(app_dir, migrated, redis.url, keyring.new_key())  # another key

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Table, func, select, update
+from sqlalchemy import Connection, Table, func, inspect, select, update
 
 from inbox.infra.keyring import Keyring, is_encrypted
 from inbox.store.schema.tables import endpoint_secrets, source_secrets
@@ -44,8 +44,11 @@ def reencrypt(conn: Connection, ring: Keyring) -> list[Reencrypted]:
     return out
 
 
-def encrypted_count(conn: Connection) -> int:
-    """Active (unrevoked) stored secrets, of sources and endpoints."""
+def encrypted_count(conn: Connection) -> int | None:
+    """Active (unrevoked) stored secrets, of sources and endpoints; None before the schema
+    is migrated (no tables yet)."""
+    if not all(inspect(conn).has_table(t.name) for t in TABLES):
+        return None
     n = 0
     for table in TABLES:
         n += conn.execute(
