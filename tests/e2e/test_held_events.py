@@ -4,8 +4,12 @@ and run once a worker that has the playbook sweeps (inbox.services.drain.release
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -30,7 +34,7 @@ def rows(engine, source_id: int) -> list:
     with engine.connect() as conn:
         return conn.execute(
             text(
-                "SELECT state, attempts, held_reason, last_error_class FROM events"
+                "SELECT public_id, state, attempts, held_reason, last_error_class FROM events"
                 " WHERE source_id = :s ORDER BY id"
             ),
             {"s": source_id},
@@ -75,12 +79,22 @@ def test_missing_playbook_holds_events_until_a_worker_has_it(
     assert status == 200, doc
     assert f"{src.tenant}/{src.name} names 'noop'" in doc["checks"]["playbooks"]
     assert "event" in without.output() and "held" in without.output()
+    shown = subprocess.run(
+        [str(Path(sys.executable).parent / "inbox"), "events", "show", held[0].public_id],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "DATABASE_URL": database_url},
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "held until its playbook is registered" in shown.stdout
+    assert "no playbook named 'noop'" in shown.stdout
     # A worker that has the playbook: its sweep releases them, and they complete.
     without.stop()
     procs.append(CeleryProc({**env, "INBOX_PLAYBOOKS": "tests.sink_playbooks"}))
     wait_for(lambda: [r.state for r in rows(engine, src.id)] == ["completed"] * 3, 90, "completion")
     for r in rows(engine, src.id):
-        assert r.attempts == 1 and r.held_reason is None
+        assert r.attempts == 1 and r.held_reason is None and r.last_error_class is None
     with engine.connect() as conn:
         quarantined = conn.execute(
             text("SELECT count(*) FROM event_attempts WHERE outcome = 'quarantined'")

@@ -372,7 +372,8 @@ _HELD_SOURCES = DayBounded(
 )
 _RELEASE = DayBounded(
     """
-    UPDATE events SET available_at = now(), held_reason = NULL
+    UPDATE events SET available_at = now(), held_reason = NULL,
+           last_error_class = NULL, last_error_message = NULL
      WHERE held_reason IS NOT NULL AND state = 'received'
        AND source_id = ANY(CAST(:ids AS bigint[])) AND id >= {lo} AND id < {hi}
     """
@@ -386,7 +387,8 @@ def held_playbooks(conn: Connection) -> dict[int, str | None]:
 
 
 def release_held(conn: Connection, source_ids: list[int]) -> int:
-    """Held events of these sources become due now; returns how many."""
+    """Held events of these sources become due now, their hold's reason cleared (it was
+    never a failure of the event); returns how many."""
     if not source_ids:
         return 0
     result = conn.execute(_RELEASE.over(*open_days(conn)), {"ids": source_ids})
