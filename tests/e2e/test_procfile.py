@@ -1,6 +1,6 @@
 """The Procfile as a team runs it: under honcho, from a directory that is not the checkout,
-with only the environment docs/procfile.md lists; and the one line each process says when
-it cannot do its job (docs/procfile.md, inbox/services/startup.py)."""
+with only the environment docs/how-to/deploy.md lists; and the one line each process says when
+it cannot do its job (docs/how-to/deploy.md, inbox/services/startup.py)."""
 
 from __future__ import annotations
 
@@ -42,13 +42,12 @@ register(tell, event_type="*")
 
 
 def docs_env(tmp: Path, database_url: str, redis_url: str, kek: str | None) -> dict[str, str]:
-    """The environment docs/procfile.md lists, and nothing else of this test's."""
+    """The environment docs/how-to/deploy.md lists, and nothing else of this test's."""
     env = {
         "PATH": f"{BIN}:/usr/bin:/bin",
         "HOME": str(tmp),
         "DATABASE_URL": database_url,
         "REDIS_URL": redis_url,
-        "INBOX_SECRET_KEY": "k" * 43,
         "INBOX_PLAYBOOKS": "my_playbooks",
         # Small, for a 2-core test machine: one web worker, one worker process.
         "WEB_CONCURRENCY": "1",
