@@ -14,6 +14,7 @@ from inbox.infra import broker, metrics, tracing
 from inbox.infra.config import Settings
 from inbox.infra.logs import configure_logging
 from inbox.infra.ratelimit import RateLimiter
+from inbox.services import playbooks
 from inbox.store.db.engine import make_engine
 from inbox.store.db.group_commit import Claims
 from web.api import api
@@ -77,6 +78,8 @@ def create_app(
     settings = settings or Settings.from_env()
     configure_logging(settings.log_level)
     tracing.configure(settings, "web")  # off (nothing installed) unless OTEL_TRACES_EXPORTER
+    # For /readyz, which names a source whose playbook no module registers.
+    playbooks.load(settings.playbook_modules)
     app = InboxFlask(__name__)
     engine = engine or make_engine(settings)
     rings = broker.Rings()

@@ -1,9 +1,12 @@
 """``/healthz`` (the process is up) and ``/readyz`` (ready for traffic: the database
-answers and takes writes, its schema is the code's, and the broker answers).
+answers and takes writes, its schema is the code's, the stored signing secrets can be
+read, and the broker answers).
 
 ``/readyz`` answers 503 with ``cause`` naming the first failing check (database, schema,
-broker) and ``checks`` saying what each found, so a load balancer stops sending events
-to a receiver that would answer every one of them 503, and an operator sees why. A
+secrets: INBOX_KEK missing or not the key of the stored secrets, broker) and ``checks``
+saying what each found, so a load balancer stops sending events to a receiver that would
+answer every one of them 503, and an operator sees why. ``playbooks`` names sources whose
+playbook is not registered; it is advisory: their events are accepted and held. A
 database that answers but refuses writes (a standby, a primary demoted during a
 failover, ``default_transaction_read_only``, or no host of a multi-host URL taking writes)
 is not ready: ``checks.database`` says ``read-only: …``; one that does not answer says
@@ -18,15 +21,22 @@ from urllib.parse import urlsplit
 from flask import Blueprint
 from sqlalchemy import Connection, text
 
+from inbox.domain.playbooks import registry
 from inbox.infra.config import Settings
+from inbox.services import startup
 from inbox.store.db.availability import unreachable, writable
 from inbox.store.schema.migrate import head_revision
+from inbox.store.write import sources as source_reads
 from web.services import services
 
 health = Blueprint("health", __name__)
 BROKER_TIMEOUT_SECONDS = 1.0
 NOT_CONFIGURED = "not configured"
 NOT_CHECKED = "not checked"  # a broker this probe does not speak (e.g. sqs://)
+# Named in ``checks`` but not a reason for 503: events of a source whose playbook is
+# missing are accepted and held (nothing is lost), where a 503 would have the provider
+# retry, then give up on the endpoint.
+ADVISORY = frozenset({"playbooks"})
 
 
 @health.get("/healthz")
@@ -42,14 +52,39 @@ def readyz() -> tuple[dict[str, object], int]:
         with ext.engine.connect() as conn:
             checks["database"] = writable(conn)
             checks["schema"] = check_schema(conn)
+            if checks["schema"] == "ok":
+                checks["secrets"] = startup.secrets_problem(conn) or "ok"
+                checks["playbooks"] = check_playbooks(conn)
     except Exception as exc:
         checks.setdefault("database", unreachable(exc))
         checks.setdefault("schema", NOT_CHECKED)
+    checks.setdefault("secrets", NOT_CHECKED)
+    checks.setdefault("playbooks", NOT_CHECKED)
     checks["broker"] = check_broker(ext.settings)
-    failed = [k for k, v in checks.items() if v not in ("ok", NOT_CONFIGURED, NOT_CHECKED)]
+    failed = [
+        k
+        for k, v in checks.items()
+        if v not in ("ok", NOT_CONFIGURED, NOT_CHECKED) and k not in ADVISORY
+    ]
     if not failed:
         return {"status": "ok", "checks": checks}, 200
     return {"status": "unavailable", "cause": failed[0], "checks": checks}, 503
+
+
+def check_playbooks(conn: Connection) -> str:
+    """ "ok", or the sources whose playbook no module of INBOX_PLAYBOOKS registers here."""
+    missing = [
+        f"{t}/{s} names {pb!r}"
+        for t, s, pb in source_reads.named_playbooks(conn)
+        if pb not in registry.by_name
+    ]
+    if not missing:
+        return "ok"
+    more = f" (+{len(missing) - 3} more)" if len(missing) > 3 else ""
+    return (
+        f"not registered: {'; '.join(missing[:3])}{more}; their events are held until"
+        " INBOX_PLAYBOOKS loads it"
+    )
 
 
 def check_schema(conn: Connection) -> str:

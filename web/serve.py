@@ -150,6 +150,22 @@ def parse_args(argv: list[str] | None, env: Mapping[str, str]) -> tuple[str, Ser
     return a.app, replace(base, host=a.host, port=a.port, workers=a.workers, threads=a.threads)
 
 
+def check_start() -> None:
+    """Stop here, in one log line with the fix, when this process could not do its job
+    (inbox.services.startup): before granian starts a worker that would answer 503."""
+    from inbox.infra.config import Settings
+    from inbox.infra.logs import configure_logging
+    from inbox.services import startup
+
+    settings = Settings.from_env()
+    try:
+        startup.check(settings)
+    except startup.CannotStart as exc:
+        configure_logging(settings.log_level)
+        logging.getLogger("web").critical("cannot start: %s", exc)
+        sys.exit(exc.exit_code)
+
+
 def main(argv: list[str] | None = None) -> None:
     from granian import Granian
     from granian.constants import HTTPModes, Interfaces
@@ -159,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     if not port_is_free(s.host, s.port):
         # one line, not granian's traceback
         sys.exit(f"PORT {s.port} is in use on {s.host}: set PORT (or --port) to a free port")
+    check_start()
     owned = metrics_dir(os.environ)
     server = Granian(
         target,

@@ -6,12 +6,14 @@ REDIS_URL (or BROKER_URL, e.g. an amqp:// URL for RabbitMQ).
 
 from __future__ import annotations
 
-import importlib
 import logging
+from typing import NoReturn
 from urllib.parse import urlsplit
 
 from celery import Celery
 from celery.signals import (
+    beat_init,
+    celeryd_init,
     setup_logging,
     worker_init,
     worker_process_init,
@@ -21,6 +23,7 @@ from celery.signals import (
 from inbox.infra import broker, tracing
 from inbox.infra.config import Settings
 from inbox.infra.logs import configure_logging
+from inbox.services import playbooks, startup
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +72,19 @@ def make_celery(settings: Settings) -> Celery:
     return app
 
 
+def cannot_start(settings: Settings, reason: object, code: int = startup.EX_CONFIG) -> NoReturn:
+    """One line in the log (what is wrong, which setting, the fix), then exit ``code``: a
+    supervisor's restart loop shows the line, not a traceback."""
+    configure_logging(settings.log_level)
+    log.critical("cannot start: %s", reason)
+    raise SystemExit(code)
+
+
 def load_playbooks(settings: Settings) -> None:
-    for module in settings.playbook_modules:
-        importlib.import_module(module)
+    try:
+        playbooks.load(settings.playbook_modules)
+    except playbooks.CannotLoad as exc:
+        cannot_start(settings, exc)
 
 
 settings = Settings.from_env()
@@ -91,6 +104,17 @@ def _declare_quorum_queues(**_: object) -> None:
                 queue(conn.default_channel).declare()
     except Exception as exc:  # the consumer declares its own queues again as it starts
         log.warning("could not declare the quorum queues: %s", exc.__class__.__name__)
+
+
+@celeryd_init.connect  # type: ignore[untyped-decorator]
+@beat_init.connect  # type: ignore[untyped-decorator]
+def _check_start(**_: object) -> None:
+    # Before a worker, courier or beat starts work: the key for the stored secrets, and
+    # the database if INBOX_REQUIRE_DATABASE_AT_START asks for it (inbox.services.startup).
+    try:
+        startup.check(settings)
+    except startup.CannotStart as exc:
+        cannot_start(settings, exc, exc.exit_code)
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from inbox.infra import broker
 from inbox.services.bulk import run_bulk_once
 from inbox.services.courier import BATCH, deliver_once
-from inbox.services.drain import drain_once, sweep_once
+from inbox.services.drain import drain_once, release_held, sweep_once
 from inbox.services.outages import Outages
 from inbox.services.runner import DEFERRED
 from inbox.store.db.engine import make_engine
@@ -142,7 +142,8 @@ def deliver(endpoint_id: int) -> dict[str, int]:
 def sweep() -> dict[str, int]:
     """The lifeline: requeue expired leases and re-ring for anything due."""
     result = sweep_once(engine())
-    if result.due or result.requeued:
+    released = release_held(engine())
+    if result.due or result.requeued or released:
         drain.delay()
     with engine().begin() as conn:  # the claim's floor follows the oldest unfinished day
         queue.raise_floor(conn)
@@ -156,7 +157,12 @@ def sweep() -> dict[str, int]:
             set_alarms(broker.DELIVER, [endpoint_id], [delay])
     for job_id in jobs:
         bulk_replay.delay(job_id)
-    return {"requeued": result.requeued, "quarantined": result.quarantined, "due": result.due}
+    return {
+        "requeued": result.requeued,
+        "quarantined": result.quarantined,
+        "due": result.due,
+        "released": released,
+    }
 
 
 @app.task(name=broker.PRUNE)  # type: ignore[untyped-decorator]

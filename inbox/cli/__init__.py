@@ -6,6 +6,7 @@ from inbox.cli import (  # noqa: F401  (they add their groups)
     callbacks,
     events,
     ops,
+    playbooks,
     secrets,
     sources,
     tokens,

@@ -7,6 +7,7 @@ and every ``InboxError`` the store raises; never a traceback.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import metadata
@@ -167,6 +168,11 @@ def main(traceback: bool) -> None:
     saying what is wrong (an unknown tenant, source, event or delivery, a value the
     database refuses, an unreachable database), and 2 for a usage error.
     """
+    # The keyring logs why secrets are locked (for the long-running processes); here the
+    # same sentence is the command's one error line: not twice.
+    keyring_log = logging.getLogger("inbox.infra.keyring")
+    keyring_log.addHandler(logging.NullHandler())
+    keyring_log.propagate = False
 
 
 def split_ref(ref: str) -> tuple[str, str]:

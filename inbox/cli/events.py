@@ -92,7 +92,10 @@ def summary(d: dict[str, Any]) -> None:
         ("received", d["received_at"]),
         ("finished", d.get("finished_at")),
     ]
-    if d.get("state") == EventState.RECEIVED and d.get("available_at"):
+    if d.get("state") == EventState.RECEIVED and d.get("last_error_class") == "PlaybookMissing":
+        # Held (inbox.store.write.queue.hold): not due until a sweep finds its playbook.
+        pairs.append(("next try", "held until its playbook is registered (see last error)"))
+    elif d.get("state") == EventState.RECEIVED and d.get("available_at"):
         pairs.append(("next try", d["available_at"]))
     if d.get("duplicate_count"):
         pairs.append(

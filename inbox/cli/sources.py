@@ -11,6 +11,7 @@ import click
 
 from inbox.cli.base import check_named, main, settings, split_ref, transaction
 from inbox.cli.output import emit_json, fields, json_option, table
+from inbox.cli.playbooks import check as check_playbook
 from inbox.domain.records import Source
 from inbox.domain.signatures import SCHEMES, Scheme
 from inbox.domain.sources import OPTION_NAMES, SourceOptions
@@ -115,6 +116,7 @@ def sources_create(
     if scheme == "recipe" and "recipe" not in dict(o.partition("=")[::2] for o in options):
         raise click.UsageError("--scheme recipe needs --option recipe=@FILE (docs/recipes.md).")
     opts = SourceOptions.from_dict(_parse_options(options))
+    check_playbook(opts.playbook)
     with transaction() as conn:
         src = store.create_source(conn, tenant, name, scheme, list(secrets), opts)
     _show(src, as_json)
@@ -183,6 +185,8 @@ def sources_update(
         merged = {k: v for k, v in src.options.to_dict().items() if k not in unset}
         merged.update(changes)
         new = SourceOptions.from_dict(merged)
+        if new.playbook != src.options.playbook:
+            check_playbook(new.playbook)
         if new != src.options:
             store.set_options(conn, src, new)
         if enabled is not None and enabled != src.enabled:

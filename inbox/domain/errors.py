@@ -66,6 +66,19 @@ class Forbidden(InboxError):
     code = "forbidden"
 
 
+class PlaybookMissing(InboxError):
+    """The source names a playbook that no loaded module registers. Not the event's
+    failure: it is held, and runs when a process that has the playbook sweeps."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"no playbook named {name!r} is registered here (check INBOX_PLAYBOOKS;"
+            " the event is held and runs once the playbook is loaded)",
+            playbook=name,
+        )
+        self.name = name
+
+
 class BadRequest(InboxError):
     """The request is malformed."""
 

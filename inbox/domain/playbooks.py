@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from inbox.domain.callbacks import Outgoing
-from inbox.domain.errors import PermanentError
+from inbox.domain.errors import PermanentError, PlaybookMissing
 from inbox.domain.ordering import Newer
 
 StepFn = Callable[["StepContext"], Any]
@@ -154,6 +154,8 @@ class Registry:
     def __init__(self) -> None:
         self._rules: list[_Rule] = []
         self.by_name: dict[str, Playbook] = {}
+        # The module that registered each playbook (inbox.services.playbooks.load).
+        self.origins: dict[str, str] = {}
 
     def register(
         self,
@@ -172,7 +174,7 @@ class Registry:
         """The source's named playbook, else the most specific rule, else ``record``."""
         if named:
             if named not in self.by_name:
-                raise PermanentError(f"No playbook named {named!r} is registered.")
+                raise PlaybookMissing(named)
             return self.by_name[named]
         matches = [
             r

@@ -206,6 +206,12 @@ class Settings:
         "longest key window in use)",
     )
 
+    require_database_at_start: bool = setting(
+        "INBOX_REQUIRE_DATABASE_AT_START",
+        False,
+        "`true`: a process whose database does not answer at start exits (69) in one line; "
+        "by default it starts and waits, `/readyz` saying `database`",
+    )
     metrics_tenant_labels: bool = setting(
         "INBOX_METRICS_TENANT_LABELS",
         True,

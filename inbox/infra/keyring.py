@@ -134,6 +134,11 @@ def keyring() -> Keyring:
         return ring
 
 
+def configured() -> bool:
+    """Whether ``INBOX_KEK`` names at least one key."""
+    return bool(parse_keys(os.environ.get(ENV, "")))
+
+
 def new_key() -> str:
     return Fernet.generate_key().decode()
 

@@ -100,6 +100,14 @@ RETRIES = Counter(
 DEAD_LETTERED = Counter(
     "inbox_dead_lettered", "Events moved to quarantine (the dead-letter state).", _TS
 )
+HELD = Counter(
+    "inbox_events_held",
+    "Events held because their source's playbook is not registered (not a failure).",
+    _TS,
+)
+RELEASED = Counter(
+    "inbox_events_released", "Held events released once their playbook was registered."
+)
 RECONCILE_MISMATCHES = Counter(
     "inbox_reconcile_mismatches",
     "Events the provider knows and we do not (missing), or the reverse (extra).",
@@ -142,6 +150,8 @@ ALL: tuple[MetricWrapperBase, ...] = (
     LATENCY,
     RETRIES,
     DEAD_LETTERED,
+    HELD,
+    RELEASED,
     RECONCILE_MISMATCHES,
     RECONCILE_LAST_RUN,
     DELIVERY_ATTEMPTS,
@@ -215,6 +225,21 @@ def record_completed(tenant: str, source: str, latency_seconds: float, state: st
             RETRIES.labels(tenant, source).inc()
     except Exception as exc:
         _failed("record_completed", exc)
+
+
+def record_held(tenant: str, source: str) -> None:
+    """An event held: its source's playbook is not registered in the process that ran it."""
+    try:
+        HELD.labels(tenant_label(tenant), str(source)).inc()
+    except Exception as exc:
+        _failed("record_held", exc)
+
+
+def record_released(count: int) -> None:
+    try:
+        RELEASED.inc(max(0, int(count)))
+    except Exception as exc:
+        _failed("record_released", exc)
 
 
 def record_dead_lettered(tenant: str, source: str, count: int = 1) -> None:

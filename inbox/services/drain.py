@@ -21,6 +21,7 @@ from inbox.infra import metrics, tracing
 from inbox.infra.config import Settings
 from inbox.services.ports import WorkStore, work_store
 from inbox.services.runner import RunConfig, is_pure, run_claimed, run_in_memory, run_span
+from inbox.store.write import queue
 from inbox.store.write.batch import Completion
 
 
@@ -122,6 +123,17 @@ class SweepResult:
     requeued: int
     quarantined: int
     due: int
+
+
+def release_held(engine: Engine, reg: Registry = registry) -> int:
+    """Held events whose source's playbook this process has (or whose source no longer
+    names one) become due again; returns how many."""
+    with engine.begin() as conn:
+        sources = queue.held_playbooks(conn)
+        ready = [sid for sid, name in sources.items() if name is None or name in reg.by_name]
+        released = queue.release_held(conn, ready)
+    metrics.record_released(released)
+    return released
 
 
 def sweep_once(db: Engine | WorkStore) -> SweepResult:

@@ -21,7 +21,13 @@ from inbox.domain import ordering
 from inbox.domain.backoff import retry_delay
 from inbox.domain.bodyschema import check_body
 from inbox.domain.callbacks import Outgoing
-from inbox.domain.errors import BadRequest, LeaseLost, PermanentError, RetryableError
+from inbox.domain.errors import (
+    BadRequest,
+    LeaseLost,
+    PermanentError,
+    PlaybookMissing,
+    RetryableError,
+)
 from inbox.domain.ordering import Newer
 from inbox.domain.playbooks import EventView, Playbook, Registry, StepContext, registry
 from inbox.domain.records import Claim, LoadedEvent
@@ -101,6 +107,8 @@ def _run_loaded(
         outcome, decision, dup_of = _run_steps(store, c, ev, playbook, cfg, pending, newer)
     except LeaseLost:
         raise
+    except PlaybookMissing as exc:
+        return _hold(store, c, ev, exc)
     except Exception as exc:
         tracing.failed(tracing.current_span(), exc)
         permanent = playbook is None or playbook.is_permanent(exc)
@@ -157,6 +165,23 @@ def _fields(ev: LoadedEvent, **more: object) -> dict[str, object]:
         "attempt": ev.attempts,
         **more,
     }
+
+
+def _hold(store: WorkStore, c: Claim, ev: LoadedEvent, exc: PlaybookMissing) -> str:
+    """Not the event's failure: held (no attempt spent) until its playbook is registered."""
+    with store.begin() as tx:
+        state = store.hold(tx, c, exc.message)
+    metrics.record_held(ev.tenant, ev.source)
+    log.warning(
+        "event %s held: source %s/%s names playbook %r, which no module in INBOX_PLAYBOOKS"
+        " of this process registers; it runs once a worker that has it sweeps",
+        ev.public_id,
+        ev.tenant,
+        ev.source,
+        exc.name,
+        extra=_fields(ev, outcome="held", playbook=exc.name),
+    )
+    return state
 
 
 def _judge(store: WorkStore, c: Claim, ev: LoadedEvent) -> Judgement | None:

@@ -154,7 +154,7 @@ def test_sources_update_validates_and_changes(cli, make_source):
             "--option",
             "tolerance=60",
             "--playbook",
-            "deny-account",
+            "forward",
             "--body-schema",
             '{"account": "str", "n": "int?"}',
             "--disable",
@@ -164,11 +164,49 @@ def test_sources_update_validates_and_changes(cli, make_source):
     assert changed["enabled"] is False
     assert changed["options"] == {
         "tolerance": 60,
-        "playbook": "deny-account",
+        "playbook": "forward",
         "body_schema": {"account": "str", "n": "int?"},
     }
     again = json.loads(cli("sources", "update", ref, "--unset", "tolerance", "--enable", "--json"))
     assert again["enabled"] is True and "tolerance" not in again["options"]
+
+
+def test_a_playbook_name_is_checked_at_create_and_update(cli, make_source, monkeypatch):
+    make_source(tenant="acme", name="billing")
+    create = ["sources", "create", "--tenant", "acme", "--scheme", "none"]
+    monkeypatch.delenv("INBOX_PLAYBOOKS", raising=False)
+    out = cli(*create, "--name", "x", "--option", "playbook=deny-acount", ok=False)
+    assert out.count("\n") == 1 and "INBOX_PLAYBOOKS is not set" in out, out
+    assert "'deny-acount'" in out and "forward, record" in out
+    out = cli("sources", "update", "acme/billing", "--playbook", "deny-acount", ok=False)
+    assert "INBOX_PLAYBOOKS is not set" in out
+    monkeypatch.setenv("INBOX_PLAYBOOKS", "tests.sink_playbooks")
+    out = cli("sources", "update", "acme/billing", "--playbook", "deny-acount", ok=False)
+    assert "registered by INBOX_PLAYBOOKS (tests.sink_playbooks)" in out and "deny," in out
+    assert "Traceback" not in out
+    cli("sources", "update", "acme/billing", "--playbook", "deny")
+    cli(*create, "--name", "y", "--option", "playbook=deny")
+    with psycopg.connect(os.environ["DATABASE_URL"]) as conn:
+        names = conn.execute(
+            "SELECT name, options->>'playbook' FROM sources ORDER BY name"
+        ).fetchall()
+    assert names == [("billing", "deny"), ("y", "deny")]  # nothing stored for the refusals
+
+
+def test_playbooks_list_says_what_is_loaded_and_from_where(cli, monkeypatch):
+    monkeypatch.delenv("INBOX_PLAYBOOKS", raising=False)
+    out = cli("playbooks", "list")
+    assert out.startswith("INBOX_PLAYBOOKS is not set")
+    monkeypatch.setenv("INBOX_PLAYBOOKS", "tests.sink_playbooks")
+    doc = json.loads(cli("playbooks", "list", "--json"))
+    assert doc["modules"] == ["tests.sink_playbooks"]
+    by_name = {p["name"]: p for p in doc["playbooks"]}
+    assert by_name["deny"]["module"] == "tests.sink_playbooks"
+    assert by_name["deny"]["file"].endswith("tests/sink_playbooks.py")
+    assert by_name["record"]["module"] == "inbox.domain.playbooks"
+    monkeypatch.setenv("INBOX_PLAYBOOKS", "tests.sink_playbooks,tests.no_such_module")
+    out = cli("playbooks", "list", ok=False)
+    assert out.count("\n") == 1 and "'tests.no_such_module' does not import" in out
 
 
 def test_an_invalid_body_schema_is_refused_at_create(cli, make_source):

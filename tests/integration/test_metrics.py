@@ -371,7 +371,13 @@ def closed_port() -> int:
 
 def test_readyz_pings_the_redis_broker(settings, engine, redis_url):
     status, body = ready(replace(settings, redis_url=redis_url, broker_url=redis_url), engine)
-    assert status == 200 and body["checks"] == {"database": "ok", "schema": "ok", "broker": "ok"}
+    assert status == 200 and body["checks"] == {
+        "database": "ok",
+        "schema": "ok",
+        "secrets": "ok",
+        "playbooks": "ok",
+        "broker": "ok",
+    }
     down = f"redis://127.0.0.1:{closed_port()}/0"
     status, body = ready(replace(settings, redis_url=down, broker_url=down), engine)
     assert status == 503 and body["status"] == "unavailable"
@@ -397,6 +403,8 @@ def test_readyz_without_a_broker_checks_the_database_only(settings, engine, dead
     assert status == 200 and body["checks"] == {
         "database": "ok",
         "schema": "ok",
+        "secrets": "ok",
+        "playbooks": "ok",
         "broker": "not configured",
     }
     status, body = ready(settings, dead_engine)

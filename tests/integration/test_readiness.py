@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 from dataclasses import replace
 
+from inbox.infra import keyring
 from inbox.infra.config import Settings
 from inbox.store.db.engine import make_engine
 from inbox.store.schema import migrate
@@ -84,3 +85,27 @@ def test_the_receivers_503_names_the_database_when_it_is_down(make_source):
     finally:
         engine.dispose()
     assert resp.status_code == 503 and resp.json["error"]["cause"] == "database"
+
+
+def test_secrets_the_key_cannot_read_are_the_cause(settings, make_source, monkeypatch):
+    make_source()  # a stored, encrypted signing secret
+    status, body = ready(settings)
+    assert status == 200 and body["checks"]["secrets"] == "ok", body
+    monkeypatch.setenv("INBOX_KEK", keyring.new_key())  # not the key they were stored with
+    status, body = ready(settings)
+    assert status == 503 and body["cause"] == "secrets"
+    assert body["checks"]["secrets"].startswith("1 of the 1 newest signing secrets do not")
+    monkeypatch.delenv("INBOX_KEK")
+    status, body = ready(settings)
+    assert status == 503 and body["cause"] == "secrets"
+    assert body["checks"]["secrets"].startswith("INBOX_KEK is not set")
+
+
+def test_a_source_whose_playbook_is_missing_is_named_but_not_a_cause(settings, make_source):
+    src = make_source(playbook="nowhere-registered")
+    make_source(playbook="record")
+    status, body = ready(settings)
+    assert status == 200, body
+    assert body["checks"]["playbooks"].startswith(
+        f"not registered: {src.tenant}/{src.name} names 'nowhere-registered'"
+    )

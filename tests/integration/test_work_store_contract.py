@@ -34,6 +34,8 @@ class Subject(Protocol):
 
     def expire(self, event_id: int) -> None: ...
 
+    def release(self, event_id: int) -> None: ...
+
     def state(self, event_id: int) -> str: ...
 
     def public_id(self, event_id: int) -> str: ...
@@ -65,6 +67,13 @@ class Sql:
                         **params,
                     },
                 ).scalar_one()
+            )
+
+    def release(self, event_id: int) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                text("UPDATE events SET available_at = now(), held_reason = NULL WHERE id = :id"),
+                {"id": event_id},
             )
 
     def expire(self, event_id: int) -> None:
@@ -106,6 +115,9 @@ class Fake:
             "ordering_key": fields.get("ok"),
         }
         return self.fake.add_event(**renamed)
+
+    def release(self, event_id: int) -> None:
+        self.fake.event(event_id).available_at = self.fake.now
 
     def expire(self, event_id: int) -> None:
         self.fake.event(event_id).lease_expires_at = self.fake.now - 1
@@ -182,6 +194,23 @@ def test_failures_retry_until_attempts_run_out(subject: Subject) -> None:
     with subject.store.begin() as tx:
         assert subject.store.fail(tx, c, ValueError("x"), True, 0.0) == "quarantined"
     assert subject.state(other) == "quarantined"
+
+
+def test_a_held_event_keeps_its_attempts_and_is_not_due(subject: Subject) -> None:
+    event_id = subject.add_event(max_attempts=2)
+    for _ in range(3):  # held again and again: never quarantined, no attempt spent
+        [c] = claim(subject)
+        with subject.store.begin() as tx:
+            assert subject.store.hold(tx, c, "no playbook named 'x'") == "held"
+            assert subject.store.due_count(tx) == 0
+        assert subject.state(event_id) == "received"
+        assert claim(subject) == []
+        subject.release(event_id)
+    [c] = claim(subject)
+    with pytest.raises(LeaseLost), subject.store.begin() as tx:
+        subject.store.hold(tx, Claim(c.id, c.fence - 1), "stale")  # fenced like every write
+    with subject.store.begin() as tx:  # the first failure after three holds: a retry
+        assert subject.store.fail(tx, c, ValueError("x"), False, 0.0) == "received"
 
 
 def test_a_delayed_retry_is_not_due_yet(subject: Subject) -> None:

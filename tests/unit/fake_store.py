@@ -360,6 +360,16 @@ class InMemoryStore:
         row.last_error = type(error).__name__
         return str(row.state)
 
+    def hold(self, tx: Any, c: Claim, reason: str) -> str:
+        self.calls.append("hold")
+        row = self._live(c)
+        self._move(row, EventState.RECEIVED)
+        self._release(row)
+        row.attempts = max(row.attempts - 1, 0)
+        row.available_at = float("inf")
+        row.last_error = "PlaybookMissing"
+        return "held"
+
     def extend(self, tx: Any, claims: list[Claim], lease_seconds: float) -> int:
         self.calls.append("extend")
         extended = 0

@@ -41,3 +41,21 @@ def test_every_procfile_process_has_a_unit_that_always_restarts():
     migrate = unit("inbox-migrate.service")
     assert migrate["Service"]["ExecStart"].endswith("/inbox migrate")
     assert (UNITS / "README.md").exists() and (UNITS / "inbox.env.example").exists()
+
+
+def test_no_procfile_process_needs_a_path_of_the_checkout():
+    # beat keeps its schedule in memory (workers/beat.py): no .data/, no file to write.
+    for name, cmd in procfile().items():
+        assert ".data" not in cmd and "--schedule" not in cmd, name
+    beat = unit("inbox-beat.service")["Service"]["ExecStart"]
+    assert "--schedule" not in beat
+
+
+def test_a_wrong_setting_is_not_restarted_forever():
+    # inbox/services/startup.py exits 78 (EX_CONFIG) when a setting is missing or wrong.
+    from inbox.services.startup import EX_CONFIG
+
+    for name in procfile():
+        assert unit(f"inbox-{name}.service")["Service"]["RestartPreventExitStatus"] == str(
+            EX_CONFIG
+        ), name

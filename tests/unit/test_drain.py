@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from inbox import Playbook, StepContext
 from inbox.domain.playbooks import Registry, record
 from inbox.domain.states import EventState
+from inbox.infra import metrics
 from inbox.infra.config import Settings
 from inbox.services import drain
 from inbox.services.drain import drain_once, sweep_once
@@ -117,12 +119,26 @@ def test_the_rest_of_a_slow_batch_keeps_its_leases(monkeypatch: pytest.MonkeyPat
     assert all(store.event(i).state == EventState.COMPLETED for i in ids)
 
 
-def test_an_unknown_named_playbook_quarantines_the_event() -> None:
+def held_count(source: str) -> float:
+    labels = {"tenant": metrics.tenant_label("acme"), "source": source}
+    return REGISTRY.get_sample_value("inbox_events_held_total", labels) or 0.0
+
+
+def test_an_unknown_named_playbook_holds_the_event_without_spending_an_attempt() -> None:
     store = InMemoryStore()
-    event_id = store.add_event(source_options={"playbook": "missing"})
-    result = drain_once(store, SETTINGS, owner="w", reg=registry())
-    assert result.states == {"quarantined": 1}
-    assert store.event(event_id).last_error == "PermanentError"
+    event_id = store.add_event(
+        source_options={"playbook": "missing"}, max_attempts=1, source="held-src"
+    )
+    before = held_count("held-src")
+    for _ in range(3):
+        result = drain_once(store, SETTINGS, owner="w", reg=registry())
+        assert result.states in ({"held": 1}, {})
+        store.event(event_id).available_at = store.now  # as the sweep's release would
+    row = store.event(event_id)
+    assert row.state == EventState.RECEIVED and row.attempts == 0
+    assert row.last_error == "PlaybookMissing"
+    assert "fail" not in store.calls and store.calls.count("hold") == 3
+    assert held_count("held-src") == before + 3  # inbox_events_held_total
 
 
 def test_the_sweeper_requeues_expired_leases_and_quarantines_spent_events() -> None:

@@ -41,3 +41,29 @@ def test_a_dev_key_is_made_once_and_kept_private(tmp_path):
     assert kr.dev_key(path) == first
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     kr.Keyring([first])  # a valid key
+
+
+def test_the_log_line_says_what_is_missing_and_is_not_redacted(monkeypatch):
+    import io
+    import json
+    import logging
+
+    from inbox.infra.logs import configure_logging
+
+    stream = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        configure_logging("INFO", stream=stream)
+        monkeypatch.setattr(kr.SecretsLocked, "_logged_at", 0.0)
+        # (the CLI, run in-process by other tests, keeps this logger to itself)
+        monkeypatch.setattr(logging.getLogger(kr.__name__), "propagate", True)
+        monkeypatch.delenv("INBOX_KEK", raising=False)
+        with pytest.raises(kr.KeyMissing):
+            kr.keyring()
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    [line] = [json.loads(x) for x in stream.getvalue().splitlines()]
+    assert "INBOX_KEK is not set: signing secrets cannot be read" in line["message"]
+    assert "inbox secrets keygen" in line["message"] and "[redacted]" not in line["message"]

@@ -162,6 +162,9 @@ events = Table(
     # search, and the W3C traceparent of the claim's span, which the worker continues.
     Column("trace_id", Text),
     Column("trace_context", Text),
+    # Why a received event is not due: its source's playbook is not registered (migration
+    # 0018). The sweep of a process that has the playbook clears it (inbox.store.write.queue).
+    Column("held_reason", Text),
     CheckConstraint(one_of("state", STATES), name="state"),
     # A public id carries its day: the lookup names the partition (ledger_reads).
     Index("ix_events_public_id", "public_id"),
@@ -198,6 +201,13 @@ events = Table(
     ),
     # Search by trace id: partial, so it costs nothing while tracing is off.
     Index("ix_events_trace_id", "trace_id", postgresql_where=text("trace_id IS NOT NULL")),
+    # Held events: empty unless a source's playbook is missing.
+    Index(
+        "ix_events_held",
+        "source_id",
+        "id",
+        postgresql_where=text("held_reason IS NOT NULL"),
+    ),
     postgresql_partition_by="RANGE (id)",
 )
 

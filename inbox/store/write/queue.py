@@ -333,6 +333,68 @@ def fail(
     return str(row.state)
 
 
+# A held event is received but never due (this far-off time) until it is released; the
+# attempt its claim counted is given back: holding is not a failure of the event.
+HELD_UNTIL = "9999-01-01 00:00:00+00"
+_HOLD = DayBounded(
+    f"""
+    UPDATE events
+       SET state = 'received', available_at = CAST('{HELD_UNTIL}' AS timestamptz),
+           attempts = greatest(attempts - 1, 0), held_reason = :reason,
+           lease_owner = NULL, lease_expires_at = NULL,
+           last_error_class = 'PlaybookMissing', last_error_message = :reason
+     WHERE {_LIVE}
+    """
+)
+
+
+def hold(conn: Connection, c: Claim, reason: str) -> str:
+    """Hold the claimed event (its playbook is not registered) until ``release_held``."""
+    result = conn.execute(_HOLD.over(c.id, c.id), {"id": c.id, "fence": c.fence, "reason": reason})
+    if result.rowcount != 1:
+        raise LeaseLost()
+    return HELD
+
+
+HELD = "held"
+
+
+# Held events are unfinished, so they lie in the open days (from the floor to tomorrow):
+# both statements name those days alone, as the claim does.
+_HELD_SOURCES = DayBounded(
+    """
+    SELECT s.id, s.options->>'playbook' AS playbook
+      FROM sources s
+     WHERE EXISTS (SELECT 1 FROM events e
+                    WHERE e.source_id = s.id AND e.held_reason IS NOT NULL
+                      AND e.id >= {lo} AND e.id < {hi})
+    """
+)
+_RELEASE = DayBounded(
+    """
+    UPDATE events SET available_at = now(), held_reason = NULL,
+           last_error_class = NULL, last_error_message = NULL
+     WHERE held_reason IS NOT NULL AND state = 'received'
+       AND source_id = ANY(CAST(:ids AS bigint[])) AND id >= {lo} AND id < {hi}
+    """
+)
+
+
+def held_playbooks(conn: Connection) -> dict[int, str | None]:
+    """The sources with held events, and the playbook each names now."""
+    rows = conn.execute(_HELD_SOURCES.over(*open_days(conn)))
+    return {int(r.id): r.playbook for r in rows}
+
+
+def release_held(conn: Connection, source_ids: list[int]) -> int:
+    """Held events of these sources become due now, their hold's reason cleared (it was
+    never a failure of the event); returns how many."""
+    if not source_ids:
+        return 0
+    result = conn.execute(_RELEASE.over(*open_days(conn)), {"ids": source_ids})
+    return int(result.rowcount)
+
+
 def sweep_expired(conn: Connection) -> tuple[int, int]:
     """Expired leases go back to received, or to quarantine when out of attempts.
 

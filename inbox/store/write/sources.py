@@ -158,3 +158,15 @@ def set_enabled(conn: Connection, source: Source, enabled: bool) -> None:
 
 def set_options(conn: Connection, source: Source, options: SourceOptions) -> None:
     conn.execute(update(sources).where(sources.c.id == source.id).values(options=options.to_dict()))
+
+
+def named_playbooks(conn: Connection) -> list[tuple[str, str, str]]:
+    """(tenant, source, playbook) of every enabled source that names a playbook."""
+    name = sources.c.options["playbook"].astext
+    rows = conn.execute(
+        select(tenants.c.name.label("tenant"), sources.c.name.label("source"), name.label("pb"))
+        .join_from(sources, tenants, sources.c.tenant_id == tenants.c.id)
+        .where(sources.c.options.has_key("playbook"), sources.c.enabled, ~tenants.c.disabled)
+        .order_by(tenants.c.name, sources.c.name)
+    )
+    return [(r.tenant, r.source, r.pb) for r in rows]

@@ -32,6 +32,7 @@ class SqlWorkStore:
     complete = staticmethod(queue.complete)
     complete_many = staticmethod(batch.complete_many)
     fail = staticmethod(queue.fail)
+    hold = staticmethod(queue.hold)
     extend = staticmethod(queue.extend)
     sweep_expired = staticmethod(queue.sweep_expired)
     due_count = staticmethod(queue.due_count)
