@@ -19,6 +19,7 @@ from inbox.store.write import tokens as tstore
 from inbox.store.write.retention import prune_once
 from tests.integration.ledger_support import put_event
 from tests.integration.test_partitions import add_day, exists, today
+from tests.integration.ui_support import CSRF, grab, new_token, sign_in
 
 
 def cli(*args: str) -> str:
@@ -209,3 +210,40 @@ def test_a_hold_names_something_that_exists(engine, make_source):
     assert bad.exit_code == 1 and "No tenant" in bad.output
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM legal_holds")).scalar() == 0
+
+
+def test_the_console_places_and_releases_with_two_operators(client, app, engine, make_source):
+    make_source(tenant="acme")
+    alice = new_token(engine, "alice", "operator")
+    bob = new_token(engine, "bob", "operator")
+    sign_in(client, alice)
+    page = client.get("/ui/holds").get_data(as_text=True)
+    assert 'id="no-holds"' in page and 'id="place-hold"' in page
+    placed = client.post(
+        "/ui/holds",
+        data={"csrf": grab(CSRF, page), "tenant": "acme", "subject": "tenant", "reason": "m-1"},
+    )
+    assert placed.status_code == 302
+    with engine.connect() as conn:
+        [hold] = holds.listing(conn)
+    page = client.get("/ui/holds").get_data(as_text=True)
+    assert f'data-hold="{hold.public_id}"' in page and "Ask to release" in page
+    url = f"/ui/holds/{hold.public_id}/release"
+    assert client.post(url, data={"csrf": grab(CSRF, page)}).status_code == 302
+    page = client.get("/ui/holds").get_data(as_text=True)
+    assert 'data-field="own-request"' in page and 'data-action="release"' not in page
+    assert client.post(url, data={"csrf": grab(CSRF, page)}).status_code == 403
+
+    second = app.test_client()
+    sign_in(second, bob)
+    page = second.get("/ui/holds").get_data(as_text=True)
+    assert "Confirm release" in page
+    assert second.post(url, data={"csrf": grab(CSRF, page)}).status_code == 302
+    with engine.connect() as conn:
+        done = holds.get(conn, hold.public_id)
+    assert done is not None and done.status == "released" and done.released_by == "bob"
+    assert audit(engine) == [
+        ("alice", "hold_placed"),
+        ("alice", "hold_release_requested"),
+        ("bob", "hold_released"),
+    ]
