@@ -13,11 +13,12 @@ from inbox.cli import main
 from inbox.domain import ledger
 from inbox.domain.idempotency import business_key_digest
 from inbox.infra.config import Settings
+from inbox.store.schema import partitions
 from inbox.store.schema.tables import PARTITIONED
 from inbox.store.write import holds
 from inbox.store.write import tokens as tstore
 from inbox.store.write.retention import prune_once
-from tests.integration.ledger_support import put_event
+from tests.integration.ledger_support import put_delivery, put_event
 from tests.integration.test_partitions import add_day, exists, today
 from tests.integration.ui_support import CSRF, grab, new_token, sign_in
 
@@ -247,3 +248,23 @@ def test_the_console_places_and_releases_with_two_operators(client, app, engine,
         ("alice", "hold_release_requested"),
         ("bob", "hold_released"),
     ]
+
+
+def test_the_day_of_a_held_events_delivery_is_kept_too(engine, make_source, made_days):
+    src = make_source(tenant="acme")
+    event_day = today(engine) - dt.timedelta(days=401)
+    delivery_day = event_day + dt.timedelta(days=1)
+    evt = old_event(engine, made_days, event_day, src)
+    made_days.append(delivery_day)
+    with engine.begin() as conn:
+        partitions.make_day(conn, delivery_day)
+        put_delivery(conn, delivery_day, 9, src, ledger.make_id(event_day, 1), "delivered")
+        hold = holds.place(conn, "acme", "alice", "m-2", event=evt)
+    result = prune_once(engine, Settings())
+    assert result.days_dropped == []
+    assert f"{delivery_day}: legal hold {hold.public_id} (1 held event(s))" in result.days_kept
+    assert exists(engine, ledger.partition_name("delivery_attempts", delivery_day))
+    with engine.begin() as conn:
+        holds.release(conn, hold.public_id, "bob")
+    dropped = prune_once(engine, Settings()).days_dropped
+    assert sorted(dropped) == [str(event_day), str(delivery_day)]
