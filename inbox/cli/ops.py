@@ -38,6 +38,8 @@ def prune(dry_run: bool) -> None:
     verb = "would remove" if dry_run else "removed"
     click.echo(f"keys              {verb} {result.keys_removed}")
     click.echo(f"bodies            {verb} {result.bodies_removed}")
+    if result.bodies_held:
+        click.echo(f"bodies            kept {result.bodies_held} under legal hold")
     click.echo(f"delivery attempts {verb} {result.attempts_folded} (counts kept on deliveries)")
     days = ", ".join(result.days_dropped) or "none"
     click.echo(f"ledger days       {'would drop' if dry_run else 'dropped'} {days}")

@@ -100,6 +100,8 @@ class PruneResult:
 
     keys_removed: int = 0
     bodies_removed: int = 0
+    # Bodies past their retention kept because a legal hold covers their event.
+    bodies_held: int = 0
     attempts_folded: int = 0
     # "tenant/source: reason" for each source whose keys were kept because its key
     # window is shorter than its provider's retry horizon.
@@ -119,7 +121,8 @@ class PruneResult:
 # - it is older than the window (the setting, stretched to the key window: below);
 # - it holds no unfinished event (received, processing) and no unfinished delivery
 #   (pending, sending): those are still being worked on, whatever their age;
-# - no dedup key points into it: a live key answers its duplicates from its event.
+# - no dedup key points into it: a live key answers its duplicates from its event;
+# - no legal hold covers an event of it, or the event of a delivery of it.
 DEFAULT_LEDGER_RETENTION_DAYS = 365
 
 
@@ -147,6 +150,9 @@ class DayContents:
     unfinished_events: int = 0
     unfinished_deliveries: int = 0
     live_keys: int = 0
+    # Events of the day under a legal hold, and those holds' public ids.
+    held_events: int = 0
+    holds: tuple[str, ...] = ()
 
 
 def day_kept_because(
@@ -158,6 +164,8 @@ def day_kept_because(
         return f"inside the ledger window ({window_days} d)"
     if contents is None:
         return "not looked at"
+    if contents.held_events:
+        return f"legal hold {', '.join(contents.holds)} ({contents.held_events} held event(s))"
     if contents.unfinished_events:
         return f"{contents.unfinished_events} unfinished event(s)"
     if contents.unfinished_deliveries:

@@ -32,4 +32,4 @@ def _unauthorized(err: Unauthorized) -> Response:
 
 
 # The route modules register themselves on ``api``.
-from web.api import auth, bulk, deliveries, events, openapi  # noqa: E402, F401
+from web.api import auth, bulk, deliveries, events, holds, openapi  # noqa: E402, F401

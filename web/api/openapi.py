@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from inbox.domain.approval import BulkStatus
+from inbox.domain.holds import SCOPES
 from inbox.services import bulk
 from inbox.store.schema.tables import DELIVERY_STATES, STATES
 from web.api import api
@@ -235,6 +236,36 @@ _SCHEMAS: dict[str, Any] = {
             },
         },
     },
+    "LegalHold": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "tenant": {"type": "string"},
+            "scope": {"type": "string", "enum": list(SCOPES)},
+            "subject": {"type": "string"},
+            "reason": {"type": "string"},
+            "status": {"type": "string", "enum": ["active", "release requested", "released"]},
+            "placed_by": {"type": "string"},
+            "release_requested_by": {"type": ["string", "null"]},
+            "released_by": {"type": ["string", "null"]},
+            **{k: {"type": ["string", "null"], **_TIME} for k in ("placed_at", "released_at")},
+        },
+    },
+    "LegalHoldRequest": {
+        "type": "object",
+        "required": ["tenant", "reason"],
+        "additionalProperties": False,
+        "description": "A tenant, plus at most one of source, business_key and event.",
+        "properties": {
+            "tenant": {"type": "string"},
+            "reason": {"type": "string"},
+            "source": {"type": "string"},
+            "business_key": {
+                "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]
+            },
+            "event": {"type": "string", "description": "An event id (evt_...)."},
+        },
+    },
 }
 
 _PATHS: dict[str, Any] = {
@@ -297,6 +328,36 @@ _PATHS: dict[str, Any] = {
         "Reject a bulk replay awaiting approval; nothing is replayed."
         ' Optional body {"note": "..."}.',
         _ref("BulkReplay"),
+        409,
+    ),
+    "/api/v1/holds": {
+        "get": {
+            "summary": "Legal holds in force; ?all=true includes released ones.",
+            "parameters": [_q("all", "Include released holds.", type="boolean")],
+            "responses": {
+                **_ok(
+                    {
+                        "type": "object",
+                        "properties": {"data": {"type": "array", "items": _ref("LegalHold")}},
+                    }
+                ),
+                **_errors(400),
+            },
+        },
+        "post": {
+            "summary": "Place a legal hold: retention keeps what it covers (operator).",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref("LegalHoldRequest")}},
+            },
+            "responses": {**_ok(_ref("LegalHold"), "201", "Created"), **_errors(400, 403, 404)},
+        },
+    },
+    "/api/v1/holds/{public_id}": _detail("One legal hold.", "LegalHold"),
+    "/api/v1/holds/{public_id}/release": _action(
+        "Release a legal hold (operator). A tenant-wide hold: the first release asks for"
+        " it, another operator's release ends it (403 for the same operator).",
+        _ref("LegalHold"),
         409,
     ),
     "/api/v1/openapi.json": {

@@ -31,6 +31,7 @@ from web.ui import (  # noqa: E402, F401
     endpoints,
     errors,
     events,
+    holds,
     replays,
     session,
     sources,

@@ -229,3 +229,39 @@ bulk_replay_items = Table(
         postgresql_where=text("outcome IS NULL"),
     ),
 )
+
+# Legal holds (inbox.domain.holds): while released_at is NULL, retention leaves the
+# events a hold covers, their bodies and their day partitions alone. Rows are never
+# deleted: a released hold says who placed it, who asked for its release, who released it.
+legal_holds = Table(
+    "legal_holds",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("public_id", Text, nullable=False, unique=True),
+    Column("tenant_id", BigInteger, ForeignKey("tenants.id"), nullable=False),
+    Column("scope", Text, nullable=False),
+    # What the scope names: one source, a business key's digest, or one event (by its id
+    # and public id; no foreign key, the events table is partitioned).
+    Column("source_id", BigInteger, ForeignKey("sources.id")),
+    Column("business_key_digest", LargeBinary),
+    Column("event_id", BigInteger),
+    Column("event_public_id", Text),
+    Column("reason", Text, nullable=False),
+    Column("placed_by", Text, nullable=False),
+    now_column(),
+    Column("release_requested_by", Text),
+    Column("release_requested_at", DateTime(timezone=True)),
+    Column("released_by", Text),
+    Column("released_at", DateTime(timezone=True)),
+    CheckConstraint(
+        "(scope = 'tenant' AND num_nonnulls(source_id, business_key_digest, event_id) = 0)"
+        " OR (scope = 'source' AND source_id IS NOT NULL"
+        " AND num_nonnulls(business_key_digest, event_id) = 0)"
+        " OR (scope = 'business_key' AND business_key_digest IS NOT NULL"
+        " AND num_nonnulls(source_id, event_id) = 0)"
+        " OR (scope = 'event' AND event_id IS NOT NULL"
+        " AND num_nonnulls(source_id, business_key_digest) = 0)",
+        name="scope",
+    ),
+    Index("ix_legal_holds_active", "tenant_id", postgresql_where=text("released_at IS NULL")),
+)

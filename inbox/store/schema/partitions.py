@@ -18,6 +18,7 @@ partition. A plain DETACH holds the parent's lock only for the moment of the com
 the transaction runs under a short ``lock_timeout``, so a busy moment makes the day wait
 for the next round instead of stalling the receivers. The day's partitions are locked
 first and checked again under the lock, so an event replayed meanwhile keeps its day.
+A day holding an event under a legal hold (or a delivery of one) is never dropped.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from psycopg.errors import LockNotAvailable
 from sqlalchemy import Connection, Engine, text
@@ -33,6 +35,7 @@ from sqlalchemy.exc import OperationalError
 from inbox.domain import ledger
 from inbox.domain.retention import DayContents, day_kept_because
 from inbox.store.schema.ledger_tables import DROP_ORDER, PARTITIONED
+from inbox.store.write import holds
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +187,40 @@ def contents(conn: Connection, day: dt.date) -> DayContents:
             " AND state IN ('pending', 'sending')"
         ),
         live_keys=count(f"SELECT count(*) FROM event_keys WHERE {_in_day('event_id')}"),
+        **_held(conn, bounds),
     )
+
+
+def _held(conn: Connection, bounds: dict[str, int]) -> dict[str, Any]:
+    """How many of the day's events are under a legal hold (with the events of the day's
+    deliveries, wherever they are, and its deliveries of no event under a tenant-wide
+    hold), and the public ids of those holds."""
+    row = conn.execute(
+        text(
+            f"""
+            WITH day_events AS (
+                SELECT e.id, e.tenant_id, e.source_id, e.business_key_digest
+                  FROM events e WHERE {_in_day("e.id")}
+                UNION
+                SELECT e.id, e.tenant_id, e.source_id, e.business_key_digest
+                  FROM deliveries d JOIN events e ON e.id = d.event_id
+                 WHERE {_in_day("d.id")}
+            ), pairs AS (
+                SELECT x.id, h.public_id FROM day_events x, {holds.covering("x")}
+                UNION ALL
+                SELECT -d.id, h.public_id FROM deliveries d
+                  JOIN legal_holds h ON h.tenant_id = d.tenant_id
+                 WHERE {_in_day("d.id")} AND d.event_id IS NULL
+                   AND h.released_at IS NULL AND h.scope = 'tenant'
+            )
+            SELECT count(DISTINCT id) AS n, array_agg(DISTINCT public_id) AS holds FROM pairs
+            """
+        ),
+        bounds,
+    ).one()
+    if not row.n:
+        return {}
+    return {"held_events": int(row.n), "holds": tuple(sorted(row.holds))}
 
 
 def _drop(conn: Connection, day: dt.date) -> None:
@@ -259,8 +295,9 @@ def _retire_day(
             for t in DROP_ORDER
             if _exists(conn, ledger.partition_name(t, day))
         ]
-        if not dry_run:  # no writer gets in between the check and the drop
+        if not dry_run:  # no writer (nor a new legal hold) gets in between check and drop
             conn.execute(text(f"LOCK TABLE {', '.join(present)} IN ACCESS EXCLUSIVE MODE"))
+            conn.execute(text("LOCK TABLE legal_holds IN SHARE MODE"))
         why = day_kept_because(day, current, window_days, contents(conn, day))
         if why is not None:
             result.kept.append((day, why))

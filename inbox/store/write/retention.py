@@ -13,7 +13,9 @@ One round, per source:
    shorter window is not trusted).
 2. **Bodies.** A finished event received longer ago than the source's
    ``retention_days`` loses its raw body (``body`` = NULL). Everything else on the
-   row stays: body hash, headers, decision, outcome, steps, audit entries.
+   row stays: body hash, headers, decision, outcome, steps, audit entries. An event
+   under a legal hold (``inbox.store.write.holds``) keeps its body, and its delivered
+   attempts, while the hold stands; the bodies kept so are counted.
 3. **Folding receipts.** Receipts are the per-copy records of something that happened
    more than once. *Folding* means keeping only their count on the parent row:
    - duplicate deliveries of an event are folded at ingest already (one counter on its
@@ -53,6 +55,7 @@ from inbox.domain.retention import (
 )
 from inbox.infra.config import Settings
 from inbox.store.schema import partitions
+from inbox.store.write import holds
 from inbox.store.write.sources import list_sources
 
 log = logging.getLogger(__name__)
@@ -74,13 +77,16 @@ _EXPIRED_KEYS = f"""
      AND e.{_FINISHED}
 """
 
-_OLD_BODIES = f"""
-    FROM events
-   WHERE tenant_id = :tenant_id AND source_id = :source_id
-     AND body IS NOT NULL
-     AND received_at <= {_NOW} - make_interval(days => :days)
-     AND {_FINISHED}
+_OLD_BODIES_ANY = f"""
+    FROM events e
+   WHERE e.tenant_id = :tenant_id AND e.source_id = :source_id
+     AND e.body IS NOT NULL
+     AND e.received_at <= {_NOW} - make_interval(days => :days)
+     AND e.{_FINISHED}
 """
+# A body under a legal hold is never removed (inbox.store.write.holds); those are counted.
+_OLD_BODIES = f"{_OLD_BODIES_ANY} AND NOT {holds.held('e')}"
+_HELD_BODIES = f"{_OLD_BODIES_ANY} AND {holds.held('e')}"
 
 _DELIVERED = f"""
    d.state = 'delivered' AND d.finished_at <= {_NOW} - make_interval(days => :days)
@@ -92,6 +98,7 @@ _SOURCE_ATTEMPTS = f"""
     JOIN deliveries d ON d.id = a.delivery_id
     JOIN events e ON e.id = d.event_id
    WHERE e.tenant_id = :tenant_id AND e.source_id = :source_id AND {_DELIVERED}
+     AND NOT {holds.held("e")}
 """
 
 # ... and of deliveries that belong to no event (they get the default retention).
@@ -99,6 +106,8 @@ _ORPHAN_ATTEMPTS = f"""
     FROM delivery_attempts a
     JOIN deliveries d ON d.id = a.delivery_id
    WHERE d.event_id IS NULL AND {_DELIVERED}
+     AND NOT EXISTS (SELECT 1 FROM legal_holds h WHERE h.released_at IS NULL
+                      AND h.scope = 'tenant' AND h.tenant_id = d.tenant_id)
 """
 
 
@@ -208,6 +217,7 @@ def prune_once(
         result.bodies_removed += _apply(
             engine, _OLD_BODIES, _REMOVE_BODIES, params, dry_run, batch_size
         )
+        result.bodies_held += _apply(engine, _HELD_BODIES, "", params, True, batch_size)
         result.attempts_folded += _apply(
             engine,
             _SOURCE_ATTEMPTS,
@@ -226,10 +236,12 @@ def prune_once(
     )
     _retire_days(engine, settings, all_sources, result, now)
     log.info(
-        "prune%s: %d keys, %d bodies, %d delivery attempts folded, %d sources refused",
+        "prune%s: %d keys, %d bodies (%d kept under legal hold), %d delivery attempts folded,"
+        " %d sources refused",
         " (dry run)" if dry_run else "",
         result.keys_removed,
         result.bodies_removed,
+        result.bodies_held,
         result.attempts_folded,
         len(result.refused_sources),
     )

@@ -1,0 +1,270 @@
+"""Legal holds in the database: place, release (two operators for a tenant-wide hold),
+list, and the SQL retention uses to leave held events alone (``HELD``).
+
+Every change writes an ``audit_log`` row (``subject_kind = 'legal_hold'``) in the same
+transaction. The release is a conditional UPDATE, so two operators releasing at once are
+serialised by the row lock and the second finds the hold released (409).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from inbox.domain import holds as rules
+from inbox.domain.errors import BadRequest, NotFound
+from inbox.domain.holds import HoldNotActive, HoldScope
+from inbox.domain.idempotency import business_key_digest
+from inbox.store.reads import ledger_reads
+from inbox.store.write.sources import get_source, get_tenant
+
+
+def covering(event: str) -> str:
+    """``FROM`` text: the active holds that cover the events row aliased ``event``."""
+    return f"""legal_holds h
+     WHERE h.released_at IS NULL AND h.tenant_id = {event}.tenant_id
+       AND (h.scope = 'tenant'
+            OR (h.scope = 'source' AND h.source_id = {event}.source_id)
+            OR (h.scope = 'business_key' AND h.business_key_digest = {event}.business_key_digest)
+            OR (h.scope = 'event' AND h.event_id = {event}.id))"""
+
+
+def held(event: str) -> str:
+    """SQL true when an active hold covers the events row aliased ``event``."""
+    return f"EXISTS (SELECT 1 FROM {covering(event)})"
+
+
+@dataclass(frozen=True)
+class Hold:
+    id: int
+    public_id: str
+    tenant: str
+    scope: str
+    subject: str  # what the scope names, for people: a source, an event, "business key"
+    reason: str
+    placed_by: str
+    created_at: datetime
+    release_requested_by: str | None
+    released_by: str | None
+    released_at: datetime | None
+
+    @property
+    def status(self) -> str:
+        if self.released_at is not None:
+            return "released"
+        return "release requested" if self.release_requested_by else "active"
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "id": self.public_id,
+            "tenant": self.tenant,
+            "scope": self.scope,
+            "subject": self.subject,
+            "reason": self.reason,
+            "status": self.status,
+            "placed_by": self.placed_by,
+            "placed_at": self.created_at.isoformat(),
+            "release_requested_by": self.release_requested_by,
+            "released_by": self.released_by,
+            "released_at": self.released_at.isoformat() if self.released_at else None,
+        }
+
+
+_HOLD = """
+    SELECT h.id, h.public_id, t.name AS tenant, h.scope, h.reason, h.placed_by, h.created_at,
+           h.release_requested_by, h.released_by, h.released_at, h.event_public_id,
+           s.name AS source
+      FROM legal_holds h JOIN tenants t ON t.id = h.tenant_id
+      LEFT JOIN sources s ON s.id = h.source_id
+"""
+
+
+def _hold(row: Any) -> Hold:
+    subject = {
+        "tenant": row.tenant,
+        "source": f"{row.tenant}/{row.source}",
+        "business_key": f"{row.tenant}: a business key",
+        "event": row.event_public_id or "",
+    }[row.scope]
+    return Hold(
+        row.id,
+        row.public_id,
+        row.tenant,
+        row.scope,
+        subject,
+        row.reason,
+        row.placed_by,
+        row.created_at,
+        row.release_requested_by,
+        row.released_by,
+        row.released_at,
+    )
+
+
+def _audit(conn: Connection, actor: str, action: str, hold: Hold, **extra: Any) -> None:
+    detail = {"public_id": hold.public_id, "scope": hold.scope, "subject": hold.subject}
+    detail.update(reason=hold.reason, **extra)
+    conn.execute(
+        text(
+            "INSERT INTO audit_log (actor, action, subject_kind, subject_id, detail)"
+            " VALUES (:a, :act, 'legal_hold', :id, CAST(:d AS jsonb))"
+        ),
+        {"a": actor, "act": action, "id": hold.id, "d": json.dumps(detail, sort_keys=True)},
+    )
+
+
+def _event(conn: Connection, tenant_id: int, public_id: str) -> int:
+    try:
+        params = ledger_reads.bounds_params(public_id)
+    except ValueError:
+        raise BadRequest(f"{public_id!r} is not an event id.") from None
+    found = conn.execute(
+        text(f"SELECT id FROM events e WHERE {ledger_reads.by_public_id('e')} AND tenant_id = :t"),
+        {**params, "t": tenant_id},
+    ).scalar()
+    if found is None:
+        raise NotFound(f"No event {public_id!r} in this tenant.")
+    return int(found)
+
+
+def place(
+    conn: Connection,
+    tenant: str,
+    actor: str,
+    reason: str,
+    *,
+    source: str | None = None,
+    business_key: list[str] | None = None,
+    event: str | None = None,
+    scope: int | None = None,
+) -> Hold:
+    """Place a hold on a tenant, or on one of its sources, business keys or events (at
+    most one of them), and audit it. ``scope``: the tenant the caller is limited to."""
+    if sum(x is not None for x in (source, business_key, event)) > 1:
+        raise BadRequest("A hold covers a tenant, or one source, business key or event of it.")
+    if not reason.strip() or len(reason) > rules.MAX_REASON:
+        raise BadRequest(f"A hold needs a reason (1-{rules.MAX_REASON} characters).")
+    t = get_tenant(conn, tenant)
+    if scope is not None and t.id != scope:
+        raise NotFound(f"No tenant {tenant!r}.")
+    values: dict[str, Any] = {"source_id": None, "bk": None, "event_id": None, "event_pid": None}
+    kind = HoldScope.TENANT
+    if source is not None:
+        kind, values["source_id"] = HoldScope.SOURCE, get_source(conn, tenant, source).id
+    elif business_key is not None:
+        if not business_key:
+            raise BadRequest("A business key hold needs the key's value(s).")
+        kind, values["bk"] = HoldScope.BUSINESS_KEY, business_key_digest(t.id, business_key)
+    elif event is not None:
+        kind, values["event_id"] = HoldScope.EVENT, _event(conn, t.id, event)
+        values["event_pid"] = event
+    hold_id = conn.execute(
+        text(
+            "INSERT INTO legal_holds (public_id, tenant_id, scope, source_id,"
+            " business_key_digest, event_id, event_public_id, reason, placed_by)"
+            " VALUES (:p, :t, :scope, :source_id, :bk, :event_id, :event_pid, :reason, :a)"
+            " RETURNING id"
+        ),
+        {
+            **values,
+            "p": "hold_" + secrets.token_hex(8),
+            "t": t.id,
+            "scope": kind.value,
+            "reason": reason,
+            "a": actor,
+        },
+    ).scalar_one()
+    hold = _get(conn, "h.id = :id", {"id": hold_id})
+    assert hold is not None
+    _audit(conn, actor, "hold_placed", hold)
+    return hold
+
+
+def _get(conn: Connection, where: str, params: dict[str, Any]) -> Hold | None:
+    row = conn.execute(text(f"{_HOLD} WHERE {where}"), params).first()
+    return None if row is None else _hold(row)
+
+
+def get(conn: Connection, public_id: str, scope: int | None = None) -> Hold | None:
+    """A hold the tenant scope may see (None: every tenant)."""
+    return _get(
+        conn,
+        "h.public_id = :p AND (CAST(:scope AS bigint) IS NULL OR h.tenant_id = :scope)",
+        {"p": public_id, "scope": scope},
+    )
+
+
+def release(conn: Connection, public_id: str, actor: str, scope: int | None = None) -> Hold:
+    """End a hold; a tenant-wide one ends on the second operator's release (the first only
+    asks for it). Raises NotFound, HoldNotActive (released already) or Forbidden (the
+    operator who asked confirms their own request)."""
+    hold = get(conn, public_id, scope)
+    if hold is None:
+        raise NotFound(f"No legal hold {public_id!r}.")
+    if hold.released_at is not None:
+        raise HoldNotActive()
+    ends = rules.check_release(hold.scope, hold.release_requested_by, actor)
+    # The state test is in the UPDATE: a concurrent release is found here, not overwritten.
+    if ends:
+        sql = (
+            "UPDATE legal_holds SET released_by = :a, released_at = now()"
+            " WHERE id = :id AND released_at IS NULL"
+            " AND release_requested_by IS NOT DISTINCT FROM :asked RETURNING id"
+        )
+    else:
+        sql = (
+            "UPDATE legal_holds SET release_requested_by = :a, release_requested_at = now()"
+            " WHERE id = :id AND released_at IS NULL AND release_requested_by IS NULL"
+            " RETURNING id"
+        )
+    changed = conn.execute(
+        text(sql), {"a": actor, "id": hold.id, "asked": hold.release_requested_by}
+    ).first()
+    if changed is None:
+        raise HoldNotActive("This legal hold changed meanwhile: look at it again.")
+    done = _get(conn, "h.id = :id", {"id": hold.id})
+    assert done is not None
+    if ends:
+        _audit(conn, actor, "hold_released", done, requested_by=hold.release_requested_by)
+    else:
+        _audit(conn, actor, "hold_release_requested", done)
+    return done
+
+
+def cancel_release(conn: Connection, public_id: str, actor: str, scope: int | None = None) -> Hold:
+    """Withdraw a pending request to release a tenant-wide hold (anyone entitled may)."""
+    hold = get(conn, public_id, scope)
+    if hold is None:
+        raise NotFound(f"No legal hold {public_id!r}.")
+    changed = conn.execute(
+        text(
+            "UPDATE legal_holds SET release_requested_by = NULL, release_requested_at = NULL"
+            " WHERE id = :id AND released_at IS NULL AND release_requested_by IS NOT NULL"
+            " RETURNING id"
+        ),
+        {"id": hold.id},
+    ).first()
+    if changed is None:
+        raise HoldNotActive("No release of this legal hold is waiting.")
+    done = _get(conn, "h.id = :id", {"id": hold.id})
+    assert done is not None
+    _audit(conn, actor, "hold_release_withdrawn", done, requested_by=hold.release_requested_by)
+    return done
+
+
+def listing(
+    conn: Connection, scope: int | None = None, include_released: bool = False
+) -> list[Hold]:
+    rows = conn.execute(
+        text(
+            f"{_HOLD} WHERE (CAST(:scope AS bigint) IS NULL OR h.tenant_id = :scope)"
+            " AND (:all OR h.released_at IS NULL) ORDER BY h.id"
+        ),
+        {"scope": scope, "all": include_released},
+    )
+    return [_hold(r) for r in rows]

@@ -1,0 +1,92 @@
+"""``/api/v1/holds``: legal holds, placed and released (two operators for a tenant-wide one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response, jsonify, request
+
+from inbox.domain.errors import BadRequest
+from inbox.store.write import holds as store
+from web.api import api, auth
+from web.api.common import jsonable, not_found
+from web.services import services
+
+_SUBJECTS = ("source", "business_key", "event")
+
+
+def _text(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise BadRequest(f"{name} must be a string")
+    return value
+
+
+def _business_key(value: object) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return value
+    raise BadRequest("business_key must be a string or a non-empty list of strings")
+
+
+@api.get("/holds")
+def list_holds() -> dict[str, Any]:
+    """Holds in force (``?all=true``: released ones too), for the token's tenants."""
+    every = request.args.get("all", "false").lower() in ("1", "true", "yes")
+    with services().engine.connect() as conn:
+        found = store.listing(conn, auth.scope(), include_released=every)
+    return {"data": [jsonable(h.public()) for h in found]}
+
+
+@api.post("/holds")
+def place_hold() -> Response:
+    """``{"tenant": T, "reason": R}`` plus at most one of ``source``, ``business_key``
+    (a value or a list of values) and ``event`` (an event id)."""
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise BadRequest("The body must be a JSON object.")
+    unknown = set(body) - {"tenant", "reason", *_SUBJECTS}
+    if unknown:
+        raise BadRequest(f"Unknown field(s): {', '.join(sorted(unknown))}.")
+    tenant, reason = _text(body, "tenant"), _text(body, "reason")
+    if not tenant or reason is None:
+        raise BadRequest("tenant and reason are required.")
+    token = auth.current()
+    with services().engine.begin() as conn:
+        hold = store.place(
+            conn,
+            tenant,
+            token.name,
+            reason,
+            source=_text(body, "source"),
+            business_key=_business_key(body.get("business_key")),
+            event=_text(body, "event"),
+            scope=token.tenant_id,
+        )
+    resp = jsonify(jsonable(hold.public()))
+    resp.status_code = 201
+    return resp
+
+
+@api.get("/holds/<public_id>")
+def show_hold(public_id: str) -> dict[str, Any]:
+    with services().engine.connect() as conn:
+        hold = store.get(conn, public_id, auth.scope())
+    if hold is None:
+        raise not_found("legal hold")
+    shown: dict[str, Any] = jsonable(hold.public())
+    return shown
+
+
+@api.post("/holds/<public_id>/release")
+def release_hold(public_id: str) -> dict[str, Any]:
+    """End a hold; a tenant-wide one ends on a second operator's release (the first
+    asks for it: ``status`` is then ``release requested``)."""
+    token = auth.current()
+    with services().engine.begin() as conn:
+        hold = store.release(conn, public_id, token.name, token.tenant_id)
+    shown: dict[str, Any] = jsonable(hold.public())
+    return shown
