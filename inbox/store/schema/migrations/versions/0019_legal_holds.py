@@ -1,7 +1,7 @@
 """legal holds: events a hold covers are kept by retention while it stands
 
-Revision ID: 0018_legal_holds
-Revises: 0017_trace_context
+Revision ID: 0019_legal_holds
+Revises: 0018_held_events
 Create Date: 2026-12-03
 
 One small table (inbox.domain.holds). Retention reads the active holds (a partial index)
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0018_legal_holds"
-down_revision = "0017_trace_context"
+revision = "0019_legal_holds"
+down_revision = "0018_held_events"
 branch_labels = None
 depends_on = None
 
