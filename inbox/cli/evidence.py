@@ -15,7 +15,7 @@ from inbox.services import evidence
 from inbox.store.reads import evidence as reads
 from inbox.store.reads.admin import Filter
 
-_FILTERS = {f.name for f in fields(Filter)} - {"endpoint"}
+_FILTERS = {f.name for f in fields(Filter)} - {"endpoint", "untyped"}
 
 
 def _filter(given: tuple[str, ...]) -> Filter:
@@ -42,10 +42,16 @@ def _filter(given: tuple[str, ...]) -> Filter:
 @events.command("export")
 @click.argument("public_ids", nargs=-1)
 @click.option("--filter", "filters", multiple=True, help="NAME=VALUE, e.g. source=stripe")
-@click.option("--limit", default=1000, show_default=True, help="at most this many (--filter)")
-@click.option("--out", type=click.Path(path_type=Path), default=Path("."), show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 100_000),
+    default=1000,
+    show_default=True,
+    help="at most this many (--filter)",
+)
+@click.option("--out", default=".", show_default=True, help="the directory to write into")
 def events_export(
-    public_ids: tuple[str, ...], filters: tuple[str, ...], limit: int, out: Path
+    public_ids: tuple[str, ...], filters: tuple[str, ...], limit: int, out: str
 ) -> None:
     """Write one signed evidence bundle per event (a directory OUT/EVENT_ID)."""
     if bool(public_ids) == bool(filters):
@@ -56,7 +62,7 @@ def events_export(
             ids = reads.matching(conn, _filter(filters), limit)
         else:
             ids = list(public_ids)
-        written = evidence.export(conn, ids, out, key)
+        written = evidence.export(conn, ids, Path(out), key)
     for path in written:
         click.echo(path)
     click.echo(
@@ -70,30 +76,28 @@ def evidence_group() -> None:
 
 
 @evidence_group.command("keygen")
-@click.argument("path", type=click.Path(path_type=Path))
-def keygen(path: Path) -> None:
+@click.argument("path")
+def keygen(path: str) -> None:
     """Make an Ed25519 export key at PATH (and its public key at PATH.pub)."""
-    public = evidence.keygen(path)
+    public = evidence.keygen(Path(path))
     click.echo(f"export key {bundle.key_id(public)}: {path} (public key {path}.pub)")
     click.echo(f"export INBOX_EVIDENCE_KEY_FILE={path}")
 
 
 @evidence_group.command("verify")
-@click.argument("path", type=click.Path(path_type=Path))
-@click.option("--public-key", type=click.Path(path_type=Path), help="the export key's PEM")
+@click.argument("path")
+@click.option("--public-key", help="the export key's public PEM (PATH.pub of keygen)")
 @click.option("--secret", help="the source's secret: re-verify the provider's signature")
-@click.option("--secret-file", type=click.Path(path_type=Path), help="the secret, from a file")
-def verify(
-    path: Path, public_key: Path | None, secret: str | None, secret_file: Path | None
-) -> None:
+@click.option("--secret-file", help="the source's secret, read from this file")
+def verify(path: str, public_key: str | None, secret: str | None, secret_file: str | None) -> None:
     """Check a bundle offline: every digest, the manifest's signature, and (given the
     source's secret) the provider's signature over the stored bytes."""
     if secret is not None and secret_file is not None:
         raise click.UsageError("give --secret or --secret-file, not both")
     if secret_file is not None:
-        secret = secret_file.read_text("utf-8").strip()
-    files = evidence.load(path)
-    pinned = evidence.load_public(public_key) if public_key is not None else None
+        secret = evidence.read_secret(Path(secret_file))
+    files = evidence.load(Path(path))
+    pinned = evidence.load_public(Path(public_key)) if public_key is not None else None
     try:
         checked = bundle.check(files, pinned)
         scheme = bundle.reverify(files, secret) if secret is not None else None

@@ -36,6 +36,8 @@ def keygen(path: Path) -> Ed25519PublicKey:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         raise BadRequest(f"{path} exists: an export key is never replaced in place") from None
+    except OSError as exc:
+        raise BadRequest(f"cannot write {path}: {exc.strerror}") from None
     with os.fdopen(fd, "wb") as f:
         f.write(pem)
     public = key.public_key()
@@ -89,14 +91,30 @@ def export(
         parts = evidence.parts(found.detail, found.body, found.verification)
         sealed.append((target, evidence.seal(parts, public_id, key)))
     for target, files in sealed:
-        target.mkdir(parents=True)
-        for name, data in files.items():
-            (target / name).write_bytes(data)
+        try:
+            target.mkdir(parents=True)
+            for name, data in files.items():
+                (target / name).write_bytes(data)
+        except OSError as exc:
+            raise BadRequest(f"cannot write the bundle {target}: {exc.strerror}") from None
     return [target for target, _ in sealed]
+
+
+def read_secret(path: Path) -> str:
+    try:
+        secret = path.read_text("utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"cannot read the secret from {path}: {exc}") from None
+    if not secret:
+        raise BadRequest(f"{path} holds no secret")
+    return secret
 
 
 def load(bundle: Path) -> dict[str, bytes]:
     """A bundle's files by name (a directory as ``export`` writes it)."""
     if not bundle.is_dir():
         raise BadRequest(f"{bundle} is not a bundle directory")
-    return {p.name: p.read_bytes() for p in bundle.iterdir() if p.is_file()}
+    try:
+        return {p.name: p.read_bytes() for p in bundle.iterdir() if p.is_file()}
+    except OSError as exc:
+        raise BadRequest(f"cannot read the bundle {bundle}: {exc.strerror}") from None
