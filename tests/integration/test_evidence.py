@@ -211,3 +211,20 @@ def test_export_by_filter_and_its_refusals(
     monkeypatch.setenv("INBOX_EVIDENCE_KEY_FILE", "")
     assert "keygen" in cli("events", "export", first, "--out", str(tmp_path / "g"), ok=False)
     assert "never replaced" in cli("evidence", "keygen", str(export_key), ok=False)
+
+
+def test_an_event_without_a_verdict_exports_and_says_it_cannot_be_re_verified(
+    client, make_source, engine, cli, export_key, tmp_path
+):
+    s = SIGNERS["stripe"]
+    _, public_id, _, _ = receive(client, make_source, s)
+    with engine.begin() as conn:  # as an event received before verdicts were kept
+        conn.execute(
+            text("UPDATE events SET verification = NULL WHERE public_id = :p"), {"p": public_id}
+        )
+    cli("events", "export", public_id, "--out", str(tmp_path))
+    v = json.loads((tmp_path / public_id / "verification.json").read_text())
+    assert v["verified"] is None
+    cli("evidence", "verify", str(tmp_path / public_id))
+    said = cli("evidence", "verify", str(tmp_path / public_id), "--secret", s.secret, ok=False)
+    assert "holds no verdict" in said
