@@ -1,7 +1,7 @@
 """events keep their verification verdict, for evidence bundles
 
-Revision ID: 0018_evidence
-Revises: 0017_trace_context
+Revision ID: 0019_evidence
+Revises: 0018_held_events
 Create Date: 2026-12-03
 
 How a request was authenticated (scheme, which secret by id, time of the check and
@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
-revision = "0018_evidence"
-down_revision = "0017_trace_context"
+revision = "0019_evidence"
+down_revision = "0018_held_events"
 branch_labels = None
 depends_on = None
 
