@@ -5,6 +5,7 @@ from __future__ import annotations
 from inbox.cli import (  # noqa: F401  (they add their groups)
     callbacks,
     events,
+    evidence,
     holds,
     ops,
     playbooks,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from inbox.domain import jsonpath, ledger, ordering, random_ids
+from inbox.domain import evidence, jsonpath, ledger, ordering, random_ids
 from inbox.domain.errors import BadRequest, Unauthorized, UnsupportedMediaType
 from inbox.domain.idempotency import (
     body_key_digest,
@@ -73,6 +73,8 @@ class Prepared:
     # What a copy must match to be answered as this delivery was (else 422): the body's
     # digest without the fields the provider restamps between retries. None: body_sha256.
     match_sha256: bytes | None = None
+    # How the request was authenticated (inbox.domain.evidence.verdict).
+    verification: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -274,8 +276,9 @@ def prepare(
         raise UnsupportedMediaType(
             f"This source accepts {', '.join(sorted(scheme.content_types))}."
         )
+    cfg = scheme_config(source)
     try:
-        verified = scheme.verify(req, scheme_config(source), now)
+        verified = scheme.verify(req, cfg, now)
     except SignatureError as exc:
         # The reason goes to the log (never the signature); the client sees one uniform body.
         log.info(
@@ -331,12 +334,14 @@ def prepare(
     # The day of receipt in the id: a lookup by public id prunes to its partitions.
     day = dt.datetime.fromtimestamp(now, dt.UTC).date()
     public_id = ledger.public_id("evt_", day, random_ids.token_hex(8))
+    digest = _dedup_digest(source, dedup, identity)
+    signed = evidence.signature_headers(scheme, req.headers, source.secrets, opts.header)
     status = scheme.accept_status
     # The id is hex: nothing to escape. A 204 carries no body (the provider asks for none).
     response = b"" if status == 204 else f'{{"id":"{public_id}","status":"accepted"}}'.encode()
     return Prepared(
         public_id=public_id,
-        key_digest=_dedup_digest(source, dedup, identity),
+        key_digest=digest,
         key_expires_hours=key_window_hours(
             source.scheme, opts.key_ttl_hours, default_key_ttl_hours
         ),
@@ -350,4 +355,16 @@ def prepare(
         response_body=response,
         wait_seconds=parse_wait(req.headers.get("prefer")),
         match_sha256=None if match == raw_sha256 else match,
+        verification=evidence.verdict(
+            scheme,
+            cfg,
+            source.secret_ids,
+            verified.secret,
+            now,
+            digest,
+            raw_sha256,
+            signed,
+            req.url,
+            opts.recipe,
+        ),
     )

@@ -34,6 +34,8 @@ class Source:
     enabled: bool
     options: SourceOptions
     secrets: tuple[str, ...]
+    # The secrets' row ids, in the same order (the verdict names the one that matched).
+    secret_ids: tuple[int, ...] = ()
 
     @property
     def path(self) -> str:

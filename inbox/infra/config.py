@@ -205,6 +205,12 @@ class Settings:
         "days of the ledger kept before a whole day is dropped (never shorter than the "
         "longest key window in use)",
     )
+    evidence_key_file: str = setting(
+        "INBOX_EVIDENCE_KEY_FILE",
+        "",
+        "the Ed25519 private key (PEM, made by `inbox evidence keygen`) that signs exported "
+        "evidence bundles; `inbox events export` refuses to run without it",
+    )
 
     require_database_at_start: bool = setting(
         "INBOX_REQUIRE_DATABASE_AT_START",

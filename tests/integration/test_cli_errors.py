@@ -22,7 +22,7 @@ from inbox.cli.params import MAX_TEXT, Rate, Seconds, Text
 
 # Commands that make something when the names they are given are new: a well-formed
 # unknown name is a success for them, not a mistake.
-MAKERS = {"tenants create", "tokens create"}
+MAKERS = {"tenants create", "tokens create", "evidence keygen"}
 
 TEXT_HOSTILE = ["", "   ", "x" * (MAX_TEXT + 1), "a\x00b", "\x1b[31mred", "tab\x7f"]
 

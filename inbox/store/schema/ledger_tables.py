@@ -127,6 +127,8 @@ events = Table(
     # SHA-256 of the body exactly as received (before redaction).
     Column("body_sha256", LargeBinary, nullable=False),
     Column("headers", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # How the request was authenticated (inbox.domain.evidence.verdict); NULL before 0019.
+    Column("verification", JSONB),
     # The exact answer given to the first delivery (also on the key, for duplicates).
     Column("response_status", Integer, nullable=False),
     Column("response_body", LargeBinary, nullable=False),

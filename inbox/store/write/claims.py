@@ -70,6 +70,7 @@ _PARAMS = (
     ("max_attempts", "integer"),
     ("trace_id", "text"),
     ("trace_context", "text"),
+    ("verification", "jsonb"),
 )
 _EVENT_COLUMNS = ", ".join(
     ["id", "key_digest"]
@@ -187,6 +188,7 @@ def row(source: Source, ev: Prepared) -> tuple[Any, ...]:
         source.options.max_attempts,
         tracing.trace_id_of(trace_context),
         trace_context,
+        None if ev.verification is None else json.dumps(ev.verification),
     )
 
 

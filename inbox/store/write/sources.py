@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Connection, Select, and_, func, insert, select, update
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.records import Source, Tenant
@@ -77,11 +78,12 @@ def create_source(
 
 
 def _source_query() -> Select[Any]:
-    active = (
-        select(func.coalesce(func.array_agg(source_secrets.c.secret), []))
-        .where(source_secrets.c.source_id == sources.c.id, source_secrets.c.revoked_at.is_(None))
-        .scalar_subquery()
-    )
+    live = (source_secrets.c.source_id == sources.c.id, source_secrets.c.revoked_at.is_(None))
+
+    def active(column: Any) -> Any:  # the live secrets' values, in the order of their ids
+        agg = func.array_agg(aggregate_order_by(column, source_secrets.c.id))
+        return select(func.coalesce(agg, [])).where(*live).scalar_subquery()
+
     return select(
         sources.c.id,
         sources.c.tenant_id,
@@ -90,7 +92,8 @@ def _source_query() -> Select[Any]:
         sources.c.scheme,
         and_(sources.c.enabled, ~tenants.c.disabled).label("enabled"),
         sources.c.options,
-        active.label("secrets"),
+        active(source_secrets.c.secret).label("secrets"),
+        active(source_secrets.c.id).label("secret_ids"),
     ).join(tenants, tenants.c.id == sources.c.tenant_id)
 
 
@@ -104,6 +107,7 @@ def _to_source(row: Any) -> Source:
         enabled=row.enabled,
         options=SourceOptions.from_dict(row.options, check_schema=False),
         secrets=tuple(keyring().decrypt(s) for s in row.secrets or ()),
+        secret_ids=tuple(int(i) for i in row.secret_ids or ()),
     )
 
 
