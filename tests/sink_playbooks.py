@@ -151,3 +151,33 @@ def tell(ctx: StepContext) -> dict[str, Any]:
     sink(ctx)
     ctx.send("charge.told", {"id": ctx.payload["id"], "charged": ctx.results["charge"]["charged"]})
     return {"told": True}
+
+
+# A replay's preview (tests/integration/test_replay_preview.py): a step with a recovery
+# point, a once-per-business-key step, a stale-guarded step, and declared callbacks. The
+# payload's fail_open / fail_close break a step in the original processing only.
+preview_case = register(Playbook("preview-case"), event_type="preview.case")
+
+
+@preview_case.step("open", sends=("case.opened",))
+def open_case(ctx: StepContext) -> dict[str, Any]:
+    if ctx.payload.get("fail_open") and ctx.replay == 0:
+        raise PermanentError("the case system refused to open")
+    sink(ctx)
+    ctx.send("case.opened", {"case": ctx.payload["case"]})
+    return {"opened": True}
+
+
+@preview_case.step("lock", once_per_business_key=True, sends=())
+def lock_case(ctx: StepContext) -> dict[str, Any]:
+    sink(ctx)
+    return {"locked": True}
+
+
+@preview_case.step("close", skip_if_stale=True, sends=("case.closed",))
+def close_case(ctx: StepContext) -> dict[str, Any]:
+    if ctx.payload.get("fail_close") and ctx.replay == 0:
+        raise PermanentError("the case system refused to close")
+    sink(ctx)
+    ctx.send("case.closed", {"case": ctx.payload["case"]})
+    return {"closed": True}

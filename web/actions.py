@@ -10,7 +10,7 @@ from inbox.domain import callbacks
 from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.idempotency import validate_key
 from inbox.domain.records import Endpoint
-from inbox.services import bulk
+from inbox.services import bulk, preview
 from inbox.services.bulk import NotReplayable
 from inbox.store.reads import admin
 from inbox.store.write import bulk as bulk_store
@@ -73,6 +73,28 @@ def start_bulk_replay(
     if created and job.status == "queued":
         _ring("start_bulk_replay", job.id)
     return job, created
+
+
+def preview_bulk_replay(
+    token_name: str, scope: int | None, req: bulk.BulkRequest
+) -> preview.Preview:
+    """A bulk replay's dry run over what its filter matches now; writes only its audit row."""
+    if req.kind != "events":
+        raise BadRequest("dry_run previews replays of events (kind events)")
+    reg = preview.load_playbooks(services().settings.playbook_modules)
+    with services().engine.begin() as conn:
+        found = preview.preview_filter(conn, scope, req.match, reg)
+        preview.audit(conn, token_name, found, filter=req.stored_filter)
+    return found
+
+
+def preview_job(token_name: str, job: bulk_store.Job) -> preview.Preview:
+    """What an approver sees: the plan of the job's snapshotted events, audited."""
+    reg = preview.load_playbooks(services().settings.playbook_modules)
+    with services().engine.begin() as conn:
+        found = preview.preview_job(conn, job.id, reg)
+        preview.audit(conn, token_name, found, bulk_replay=job.public_id, bulk_replay_id=job.id)
+    return found
 
 
 def review_bulk_replay(

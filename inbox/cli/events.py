@@ -17,7 +17,7 @@ from inbox.cli.params import LIMIT, Rate
 from inbox.domain.errors import NotFound
 from inbox.domain.states import EventState
 from inbox.infra import broker
-from inbox.services import bulk
+from inbox.services import bulk, preview
 from inbox.store.reads import admin
 from inbox.store.write import bulk_review, operator
 
@@ -167,7 +167,13 @@ def _section(title: str, headers: list[str], rows: list[tuple[object, ...]]) -> 
 @click.option(
     "--rate", type=Rate(bulk.MAX_RATE), default=50.0, show_default=True, help="Events per second."
 )
-@click.option("--dry-run", is_flag=True)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Show, per event, the steps that would be skipped, run or stopped by a guard and"
+    " the callbacks that would be sent; change nothing (the preview is audited).",
+)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 @click.option("--approve", "approve_id", metavar="JOB", help="Approve a waiting bulk replay.")
 @click.option("--reject", "reject_id", metavar="JOB", help="Reject a waiting bulk replay.")
 @click.option("--note", help="With --approve/--reject: a note for the audit log.")
@@ -186,6 +192,7 @@ def replay(
     note: str | None,
     awaiting: bool,
     actor: str,
+    fmt: str,
 ) -> None:
     """Move quarantined events back to received; completed steps are kept.
 
@@ -221,9 +228,7 @@ def replay(
                 )
             ]
     if dry_run:
-        click.echo(f"would replay {len(targets)} event(s)")
-        for t in targets[:20]:
-            click.echo(f"  {t}")
+        _preview(targets, actor, {"ids": list(ids)} if ids else _about(tenant, source, since), fmt)
         return
     if len(targets) > approval_min:
         _request_approval(tenant, source, since, rate, actor)
@@ -240,6 +245,56 @@ def replay(
         _ring_workers()
     if ids and moved < len(targets):
         raise NotFound(f"{len(targets) - moved} of the events named were not quarantined")
+
+
+def _about(tenant: str | None, source: str | None, since: datetime | None) -> dict[str, Any]:
+    about: dict[str, Any] = {"tenant": tenant, "source": source}
+    if since is not None:
+        about["since"] = since.isoformat()
+    return {"filter": {k: v for k, v in about.items() if v is not None}}
+
+
+def _preview(targets: list[str], actor: str, about: dict[str, Any], fmt: str) -> None:
+    """A replay's dry run: the plan, and its one audit row."""
+    reg = preview.load_playbooks(settings().playbook_modules)
+    with transaction() as conn:
+        found = preview.preview(conn, targets, reg)
+        preview.audit(conn, actor, found, **about)
+    if fmt == "json":
+        click.echo(json.dumps(found.to_dict(), indent=2, default=str))
+        return
+    for ev in found.events:
+        if not ev.replayable:
+            click.echo(f"{ev.event}  not replayed: {ev.problem}")
+            continue
+        said = f"  ({ev.problem})" if ev.problem else ""
+        click.echo(f"{ev.event}  playbook {ev.playbook}  outcome {ev.outcome}{said}")
+        for st in ev.steps:
+            sends = "" if st.action != "run" else _sends(st.sends)
+            click.echo(f"  {st.action:<15} {st.name}: {st.why}{sends}")
+        for cb in ev.callbacks:
+            click.echo(
+                f"  callback        {cb.event_type} to {cb.endpoint} (webhook-replay {cb.replay})"
+            )
+    totals = found.totals
+    more = " (more match: only these were planned)" if found.more else ""
+    click.echo(
+        f"would replay {totals['replayable']} of {found.matched} event(s){more}:"
+        f" steps skipped {totals['skip']}, run {totals['run']},"
+        f" stopped as stale {totals['stale']}, stopped as duplicate_fact"
+        f" {totals['duplicate_fact']}; callbacks {totals['callbacks']}"
+        + (
+            f" (+ unknown from {totals['unknown_callbacks']} step(s))"
+            if totals["unknown_callbacks"]
+            else ""
+        )
+    )
+
+
+def _sends(sends: list[str] | None) -> str:
+    if sends is None:
+        return "; may send callbacks (the step does not declare them)"
+    return f"; sends {', '.join(sends)}" if sends else ""
 
 
 def _check_exist(conn: Connection, public_ids: list[str]) -> None:

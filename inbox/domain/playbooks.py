@@ -25,6 +25,8 @@ same business key completes without repeating it (outcome ``duplicate_fact``).
 ``skip_if_stale`` skips the step for an event older than the newest completed
 event with its business key (outcome ``stale``; see ``inbox.domain.ordering``):
 ``ctx.newer`` names that event, ``ctx.replay`` is 0, or the replay number.
+``sends`` names the callback types a step may send (``EVENT_TYPE`` stands for the
+event's own type): a replay's preview lists them without running the step.
 
 Pure: imports no framework or driver.
 """
@@ -42,6 +44,8 @@ from inbox.domain.errors import PermanentError, PlaybookMissing
 from inbox.domain.ordering import Newer
 
 StepFn = Callable[["StepContext"], Any]
+# In a step's ``sends``: the callback carries the event's own type (or "event").
+EVENT_TYPE = "{event_type}"
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,8 @@ class Step:
     effect: bool = True
     once_per_business_key: bool = False
     skip_if_stale: bool = False
+    # The callback types the step may send; None when the step does not say.
+    sends: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -121,12 +127,13 @@ class Playbook:
         effect: bool = True,
         once_per_business_key: bool = False,
         skip_if_stale: bool = False,
+        sends: tuple[str, ...] | None = None,
     ) -> Callable[[StepFn], StepFn]:
         if any(s.name == name for s in self.steps):
             raise ValueError(f"playbook {self.name!r} already has a step {name!r}")
 
         def add(fn: StepFn) -> StepFn:
-            self.steps.append(Step(name, fn, effect, once_per_business_key, skip_if_stale))
+            self.steps.append(Step(name, fn, effect, once_per_business_key, skip_if_stale, sends))
             return fn
 
         return add
@@ -195,7 +202,7 @@ register = registry.register
 record = Playbook("record")
 
 
-@record.step("record", effect=False)
+@record.step("record", effect=False, sends=())
 def _record(ctx: StepContext) -> dict[str, Any]:
     return {"decision": "recorded", "event_type": ctx.event.event_type}
 
@@ -203,7 +210,7 @@ def _record(ctx: StepContext) -> dict[str, Any]:
 forward = Playbook("forward")
 
 
-@forward.step("forward")
+@forward.step("forward", sends=(EVENT_TYPE,))
 def _forward(ctx: StepContext) -> dict[str, Any]:
     ctx.send(ctx.event.event_type or "event", ctx.payload)
     return {"decision": "forwarded"}

@@ -17,9 +17,19 @@ from web.services import services
 
 @api.post("/replays")
 def create_replay() -> Response:
-    """Snapshot the matching dead letters into a job; a runner replays them at ``rate``."""
+    """Snapshot the matching dead letters into a job; a runner replays them at ``rate``.
+
+    With ``"dry_run": true``: what the replay would do, per event and step, instead.
+    """
     token = auth.current()
-    req = bulk.parse_request(request.get_json(silent=True))
+    body = request.get_json(silent=True)
+    req = bulk.parse_request(body)
+    dry_run = body.get("dry_run", False) if isinstance(body, dict) else False
+    if not isinstance(dry_run, bool):
+        raise BadRequest("dry_run must be true or false")
+    if dry_run:  # the plan, step by step; nothing is written but its audit row
+        found = actions.preview_bulk_replay(token.name, token.tenant_id, req)
+        return jsonify(jsonable(found.to_dict()))
     job, created = actions.start_bulk_replay(token, req, request.headers.get("Idempotency-Key"))
     resp = jsonify({"id": job.public_id, "status": job.status, "total": job.total})
     resp.status_code = 202

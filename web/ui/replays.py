@@ -22,6 +22,8 @@ from web.ui.session import current, require_operator, scope
 # The event-list filters a bulk replay takes over (its state is always quarantined).
 BULK_KEYS = ("tenant", "source", "type", "untyped", "error", "since", "until")
 PREVIEW = 500
+# Events shown step by step on a page (the totals count every planned event).
+SHOWN = 50
 FINISHED = tuple(str(s) for s in approval.FINISHED)
 
 
@@ -51,6 +53,7 @@ def new_replay() -> str:
     req = bulk.parse_request({"kind": "events", "filter": raw})
     with services().engine.connect() as conn:
         sample = admin.list_events(conn, scope(), req.match, PREVIEW + 1, None)
+    plan = actions.preview_bulk_replay(current().name, scope(), req)
     return render_template(
         "ui/replay_new.html",
         filters=raw,
@@ -61,6 +64,8 @@ def new_replay() -> str:
         max_rate=bulk.MAX_RATE,
         approval_min=services().settings.bulk_approval_min,
         key=secrets.token_urlsafe(18),
+        plan=plan,
+        shown=SHOWN,
     )
 
 
@@ -93,7 +98,18 @@ def _job(public_id: str) -> store.Job:
 def replay(public_id: str) -> str:
     job = _job(public_id)
     may_approve = job.actor != current().name
-    return render_template("ui/replay.html", job=job, p=progress(job), may_approve=may_approve)
+    # The approver sees what they would start (and the look is audited).
+    plan = None
+    if job.kind == "events" and job.status == "awaiting_approval":
+        plan = actions.preview_job(current().name, job)
+    return render_template(
+        "ui/replay.html",
+        job=job,
+        p=progress(job),
+        may_approve=may_approve,
+        plan=plan,
+        shown=SHOWN,
+    )
 
 
 @ui.get("/replays/<public_id>/progress")

@@ -179,3 +179,19 @@ def replay(
     }
     rows = conn.execute(_REPLAY, params)
     return [r.public_id for r in rows]
+
+
+def audit_preview(conn: Connection, actor: str, detail: dict[str, Any]) -> None:
+    """The one row a replay's preview writes: who looked, at what, and the totals."""
+    conn.execute(
+        text(
+            "INSERT INTO audit_log (actor, action, subject_kind, subject_id, detail)"
+            " VALUES (:a, 'replay_preview', :kind, :id, CAST(:d AS jsonb))"
+        ),
+        {
+            "a": actor,
+            "kind": "bulk_replay" if "bulk_replay_id" in detail else "events",
+            "id": detail.get("bulk_replay_id"),
+            "d": json.dumps(detail, sort_keys=True, default=str),
+        },
+    )

@@ -1,0 +1,151 @@
+"""What a replay's preview reads: the events as a worker would load them, the guards'
+inputs (the newest completed event with a business key, an effect's owner) and the
+endpoints a callback would go to. Nothing here writes or locks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from inbox.store.reads import ledger_reads
+
+
+@dataclass(frozen=True)
+class PlannedEvent:
+    id: int
+    public_id: str
+    tenant_id: int
+    tenant: str
+    source: str
+    source_options: dict[str, Any]
+    event_type: str | None
+    business_key_digest: bytes | None
+    content_type: str
+    body: bytes | None
+    state: str
+    replay: int
+    steps: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Newest:
+    id: int
+    public_id: str
+    occurred_at: datetime | None
+    version: Decimal | None
+
+
+@dataclass(frozen=True)
+class EndpointRow:
+    id: int
+    public_id: str
+    event_types: list[str] | None
+
+
+_EVENT = text(
+    """
+    SELECT e.id, e.public_id, e.tenant_id, t.name AS tenant, s.name AS source,
+           s.options AS source_options, e.event_type, e.business_key_digest, e.content_type,
+           e.body, e.state, e.replay,
+           coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
+                      WHERE st.event_id = e.id), '{}'::jsonb) AS steps
+      FROM events e
+      JOIN tenants t ON t.id = e.tenant_id
+      JOIN sources s ON s.id = e.source_id
+     WHERE e.public_id = ANY(CAST(:ids AS text[])) AND e.id >= :lo AND e.id < :hi
+     ORDER BY e.id
+    """
+)
+
+
+def events(conn: Connection, public_ids: list[str]) -> list[PlannedEvent]:
+    """The named events (unknown ids are left out), oldest first."""
+    if not public_ids:
+        return []
+    lo, hi = ledger_reads.span(public_ids)
+    rows = conn.execute(_EVENT, {"ids": public_ids, "lo": lo, "hi": hi})
+    return [
+        PlannedEvent(
+            id=r.id,
+            public_id=r.public_id,
+            tenant_id=r.tenant_id,
+            tenant=r.tenant,
+            source=r.source,
+            source_options=dict(r.source_options or {}),
+            event_type=r.event_type,
+            business_key_digest=(
+                bytes(r.business_key_digest) if r.business_key_digest is not None else None
+            ),
+            content_type=r.content_type,
+            body=bytes(r.body) if r.body is not None else None,
+            state=r.state,
+            replay=r.replay,
+            steps=dict(r.steps),
+        )
+        for r in rows
+    ]
+
+
+# As inbox.store.write.staleness judges, without its lock or its writes.
+_NEWEST = {
+    column: text(
+        f"""
+        SELECT id, public_id, occurred_at, version FROM events
+         WHERE tenant_id = :t AND business_key_digest = :bk AND id <> :id
+           AND state = 'completed' AND {column} IS NOT NULL
+         ORDER BY {column} DESC, id DESC
+         LIMIT 1
+        """
+    )
+    for column in ("occurred_at", "version")
+}
+
+
+def newest_completed(
+    conn: Connection, tenant_id: int, bk: bytes, event_id: int, by_time: bool
+) -> Newest | None:
+    """The newest other completed event with this business key, by time or by version."""
+    query = _NEWEST["occurred_at" if by_time else "version"]
+    row = conn.execute(query, {"t": tenant_id, "bk": bk, "id": event_id}).first()
+    return Newest(row.id, row.public_id, row.occurred_at, row.version) if row else None
+
+
+def effect_owner(conn: Connection, tenant_id: int, name: str, bk: bytes) -> tuple[int, str] | None:
+    """The event that owns a once-per-business-key effect (its id and public id), if any."""
+    row = conn.execute(
+        text(
+            "SELECT f.event_id, e.public_id FROM effects f"
+            " LEFT JOIN events e ON e.id = f.event_id"
+            " WHERE f.tenant_id = :t AND f.name = :n AND f.business_key_digest = :bk"
+        ),
+        {"t": tenant_id, "n": name, "bk": bk},
+    ).first()
+    return (int(row.event_id), row.public_id or str(row.event_id)) if row else None
+
+
+def endpoints(conn: Connection, tenant_id: int) -> list[EndpointRow]:
+    """The tenant's enabled endpoints, as the outbox picks them."""
+    rows = conn.execute(
+        text(
+            "SELECT id, public_id, event_types FROM endpoints"
+            " WHERE tenant_id = :t AND enabled ORDER BY id"
+        ),
+        {"t": tenant_id},
+    )
+    return [EndpointRow(r.id, r.public_id, r.event_types) for r in rows]
+
+
+def job_items(conn: Connection, job_id: int, limit: int) -> list[str]:
+    """A bulk replay's snapshotted items (public ids), in the order it replays them."""
+    rows = conn.execute(
+        text(
+            "SELECT public_id FROM bulk_replay_items WHERE job_id = :id"
+            " ORDER BY subject_id LIMIT :n"
+        ),
+        {"id": job_id, "n": limit},
+    )
+    return [r.public_id for r in rows]
