@@ -11,11 +11,12 @@ broker or database driver), because the CLI and the receiver import it too.
 
 from inbox.domain.errors import InboxError, PermanentError, PlaybookError, RetryableError
 from inbox.domain.ordering import Newer
-from inbox.domain.playbooks import EventView, Playbook, StepContext, register
+from inbox.domain.playbooks import EVENT_TYPE, EventView, Playbook, StepContext, register
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "EVENT_TYPE",
     "EventView",
     "InboxError",
     "Newer",

@@ -17,6 +17,7 @@ PUBLIC = {
     "Playbook": playbooks.Playbook,
     "StepContext": playbooks.StepContext,
     "EventView": playbooks.EventView,
+    "EVENT_TYPE": playbooks.EVENT_TYPE,
     "register": playbooks.register,
     "Newer": ordering.Newer,
     "InboxError": errors.InboxError,
@@ -29,6 +30,7 @@ PUBLIC = {
 def test_every_public_name_is_exported() -> None:
     assert set(inbox.__all__) == {*PUBLIC, "__version__"}
     from inbox import (  # noqa: F401  (the import itself is the test)
+        EVENT_TYPE,
         EventView,
         InboxError,
         Newer,

@@ -205,6 +205,22 @@ _SCHEMAS: dict[str, Any] = {
                 "default": bulk.DEFAULT_RATE,
                 "description": "items a second",
             },
+            "dry_run": {
+                "type": "boolean",
+                "default": False,
+                "description": "Answer 200 with what the replay would do, per event and"
+                " step (events only); nothing is written but the preview's audit row.",
+            },
+        },
+    },
+    "ReplayPreview": {
+        "type": "object",
+        "properties": {
+            "dry_run": {"type": "boolean"},
+            "matched": {"type": "integer"},
+            "more": {"type": "boolean", "description": "More match than were planned."},
+            "totals": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "events": {"type": "array", "items": _OBJ},
         },
     },
     "BulkReplayAccepted": {
@@ -308,6 +324,7 @@ _PATHS: dict[str, Any] = {
             },
             "responses": {
                 **_ok(_ref("BulkReplayAccepted"), "202", "Accepted"),
+                **_ok(_ref("ReplayPreview"), "200", "The preview (dry_run)"),
                 **_errors(400, 403, 422),
             },
         }
