@@ -80,10 +80,21 @@ class StepContext:
     # A newer completed event with the same business key (its public id and time or
     # version), when the source names occurred_at_path or version_path; else None.
     newer: Newer | None = None
+    # The step's declared callback types (Step.sends); None: undeclared, anything goes.
+    sends: tuple[str, ...] | None = None
 
     def send(self, event_type: str, data: Any) -> None:
         """Queue a callback to the tenant's endpoints. It is written in the same
-        transaction as this step's result, with a delivery id stable across retries."""
+        transaction as this step's result, with a delivery id stable across retries.
+
+        A step that declares its callbacks may send only those: a replay's preview
+        promised no others."""
+        if self.sends is not None:
+            own = self.event.event_type or "event"
+            if event_type not in {own if t == EVENT_TYPE else t for t in self.sends}:
+                raise PermanentError(
+                    f"step {self.step!r} sends {event_type!r}, which its sends= does not name"
+                )
         self.outbox.append(Outgoing(event_type, data, datetime.now(UTC)))
 
     @property

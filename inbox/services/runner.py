@@ -251,7 +251,7 @@ def run_in_memory(ev: LoadedEvent, pb: Playbook, c: Claim) -> Completion | None:
             with tracing.span("inbox.step") as current:
                 if current is not None:
                     current.set_attributes(_step_attributes(ev, step.name))
-                ctx = StepContext(view, step.name, results)
+                ctx = StepContext(view, step.name, results, sends=step.sends)
                 results[step.name] = new[step.name] = step.fn(ctx)
             if ctx.outbox:
                 return None
@@ -337,7 +337,7 @@ def _run_steps(
                     pending.add(step.name, results[step.name])
                     tracing.set_attributes(current, {"inbox.skipped": "duplicate_fact"})
                     continue
-            ctx = StepContext(view, step.name, results, newer=newer)
+            ctx = StepContext(view, step.name, results, newer=newer, sends=step.sends)
             with Heartbeat(store, c, cfg.lease_seconds):
                 value = step.fn(ctx)
             results[step.name] = value

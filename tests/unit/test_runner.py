@@ -292,3 +292,19 @@ def test_the_heartbeat_keeps_a_long_step_leased() -> None:
         return "done"
 
     assert run_claimed(store, claim, cfg, registry_of(pb)) == "completed"
+
+
+def test_a_step_that_sends_a_callback_it_does_not_declare_is_quarantined_unsent() -> None:
+    """A replay's preview lists a step's declared callbacks: the runner holds it to them."""
+    store = InMemoryStore()
+    store.add_endpoint(1, 11)
+    claim = one_claim(store)
+    pb = Playbook("declared")
+
+    @pb.step("tell", sends=("invoice.paid",))
+    def tell(ctx: StepContext) -> None:
+        ctx.send("invoice.paid", {})
+        ctx.send("invoice.voided", {})
+
+    assert run_claimed(store, claim, CFG, registry_of(pb)) == EventState.QUARANTINED
+    assert store.data.deliveries == {}
