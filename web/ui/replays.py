@@ -23,7 +23,7 @@ from web.ui.session import current, require_operator, scope
 BULK_KEYS = ("tenant", "source", "type", "untyped", "error", "since", "until")
 PREVIEW = 500
 # Events shown step by step on a page (the totals count every planned event).
-SHOWN = 50
+SHOWN = 20
 FINISHED = tuple(str(s) for s in approval.FINISHED)
 
 
