@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,19 +14,14 @@ import pytest
 from sqlalchemy import text
 
 from tests.brokers import PrivateRedis
-from tests.helpers import body_of, hmac_headers
+from tests.helpers import body_of, eventually, hmac_headers
 from tests.procs import CeleryProc, Web
 
 pytestmark = [pytest.mark.e2e]
 
 
 def wait_for(cond: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    assert eventually(lambda: bool(cond()), timeout, 0.2), f"timed out waiting for {what}"
 
 
 def rows(engine, source_id: int) -> list:

@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 from dev.embedded import free_port
 from inbox.infra import keyring
 from tests.brokers import PrivateRedis
-from tests.helpers import body_of, hmac_headers
+from tests.helpers import body_of, eventually, hmac_headers
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 BIN = Path(sys.executable).parent
@@ -106,15 +105,19 @@ def post(port: int, path: str, body: bytes, headers: dict[str, str]) -> int:
 
 
 def wait_for(check, timeout: float, what: str, log: Path | None = None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    seen: list[object] = []
+
+    def probe() -> bool:
         try:
             found = check()
         except OSError:
             found = None
         if found:
-            return found
-        time.sleep(0.2)
+            seen.append(found)
+        return bool(found)
+
+    if eventually(probe, timeout, 0.2):
+        return seen[-1]
     tail = log.read_text(errors="replace")[-4000:] if log is not None else ""
     raise AssertionError(f"{what}: not within {timeout} s\n{tail}")
 
