@@ -66,6 +66,8 @@ def make_celery(settings: Settings) -> Celery:
             # Today's and the week's partitions exist long before they are needed; hourly,
             # so a beat that was down catches up soon after it comes back.
             "inbox-partitions": {"task": broker.PARTITIONS, "schedule": 3600.0},
+            # Each source with a reconcile option runs at its own every_minutes.
+            "inbox-reconcile": {"task": broker.RECONCILE, "schedule": 300.0},
         },
         worker_hijack_root_logger=False,
     )

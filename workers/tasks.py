@@ -11,6 +11,7 @@ from typing import ParamSpec, TypeVar
 from sqlalchemy import Engine
 
 from inbox.infra import broker
+from inbox.services import gapfill
 from inbox.services.bulk import run_bulk_once
 from inbox.services.courier import BATCH, deliver_once
 from inbox.services.drain import drain_once, release_held, sweep_once
@@ -186,6 +187,18 @@ def make_partitions() -> dict[str, object]:
     """The ledger's partitions for today and the week ahead (rows in DEFAULT moved out)."""
     made = partitions.ensure_ahead(engine())
     return {"created": made.created, "moved": made.moved}
+
+
+@app.task(name=broker.RECONCILE)  # type: ignore[untyped-decorator]
+@through_outages
+def reconcile_sources() -> dict[str, object]:
+    """Gaps found at the provider: every source whose reconcile interval has passed."""
+    done = gapfill.run_due(engine(), settings.key_ttl_hours)
+    return {
+        "sources": len(done),
+        "imported": sum(r.imported for r in done),
+        "redelivered": sum(r.redelivered for r in done),
+    }
 
 
 @app.task(name=broker.BULK_REPLAY)  # type: ignore[untyped-decorator]

@@ -8,9 +8,11 @@ from typing import IO
 
 import click
 
-from inbox.cli.base import main, settings, split_ref, transaction
+from inbox.cli.base import engine, main, settings, split_ref, transaction
 from inbox.domain.retention import key_window_hours
 from inbox.infra import metrics
+from inbox.outbound import providers
+from inbox.services import gapfill
 from inbox.services import reconcile as rec
 from inbox.store.db.engine import make_engine
 from inbox.store.reads import reconcile as rstore
@@ -116,10 +118,17 @@ def reconcile_cmd(
 
     Keys are kept only for the source's key window, so compare lists that cover at
     most that window. The exit status is 1 when anything is missing or extra.
+
+    With neither --ids nor --fetcher, the source's reconcile option is used: the
+    provider's API is asked what it sent, and what the inbox lacks is imported
+    (Stripe) or redelivered (GitHub); the exit status is then 0.
     """
-    if (ids_file is None) == (fetcher is None):
-        raise click.UsageError("give exactly one of --ids FILE and --fetcher NAME")
+    if ids_file is not None and fetcher is not None:
+        raise click.UsageError("give at most one of --ids FILE and --fetcher NAME")
     tenant, name = split_ref(ref)
+    if ids_file is None and fetcher is None:
+        _fill(tenant, name, since, fmt)
+        return
     with transaction() as conn:
         src = get_source(conn, tenant, name)
         hours = key_window_hours(src.scheme, src.options.key_ttl_hours, settings().key_ttl_hours)
@@ -138,6 +147,33 @@ def reconcile_cmd(
         _print_text(result)
     if not result.consistent:
         raise click.exceptions.Exit(1)
+
+
+def _fill(tenant: str, name: str, since: datetime | None, fmt: str) -> None:
+    cfg = settings()
+    with transaction() as conn:
+        src = get_source(conn, tenant, name)
+        gapfill.config(src)  # a clear error before anything is fetched
+        hours = key_window_hours(src.scheme, src.options.key_ttl_hours, cfg.key_ttl_hours)
+        start = since or rstore.window_start(conn, hours)
+    eng = engine()
+    try:
+        result = gapfill.fill(eng, src, start, cfg.key_ttl_hours)
+    except providers.ProviderError as exc:
+        raise click.ClickException(f"the provider's API could not be read: {exc}") from None
+    finally:
+        eng.dispose()
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    click.echo(f"source       {result.tenant}/{result.source} ({result.fetcher})")
+    click.echo(f"since        {result.since.isoformat()}")
+    click.echo(f"provider     {result.provider_ids} event(s)")
+    click.echo(f"missing      {len(result.missing)}")
+    for pid in result.missing:
+        click.echo(f"  {pid}")
+    click.echo(f"imported     {result.imported}")
+    click.echo(f"redelivered  {result.redelivered}")
 
 
 def _print_text(result: rec.ReconcileResult) -> None:

@@ -368,3 +368,59 @@ def prepare(
             opts.recipe,
         ),
     )
+
+
+def imported(
+    source: Source,
+    provider_id: str,
+    body: bytes,
+    event_type: str | None,
+    now: float,
+    default_key_ttl_hours: int,
+    fetcher: str,
+) -> Prepared:
+    """An event fetched from the provider's own API (``inbox.services.gapfill``): no
+    signature to check, keyed by its provider id, so a late original delivery of it is a
+    copy. Its ``verification`` says it was reconciled, not verified. The copy must match
+    the scheme's match digest, which for a provider that restamps fields is taken over the
+    JSON (whitespace aside), as a delivery's is."""
+    scheme = scheme_of(source)
+    opts = source.options
+    check_text(provider_id, "The event id")
+    if event_type is not None:
+        check_text(event_type, "The event type")
+    check_json_depth(body)
+    parsed = json.loads(body)
+    raw_sha256 = body_sha256(body)
+    match = scheme.match_digest(body, parsed) if scheme.restamped else raw_sha256
+    digest = key_digest(source.tenant_id, source.id, provider_id)
+    day = dt.datetime.fromtimestamp(now, dt.UTC).date()
+    public_id = ledger.public_id("evt_", day, random_ids.token_hex(8))
+    status = scheme.accept_status
+    response = b"" if status == 204 else f'{{"id":"{public_id}","status":"accepted"}}'.encode()
+    return Prepared(
+        public_id=public_id,
+        key_digest=digest,
+        key_expires_hours=key_window_hours(
+            source.scheme, opts.key_ttl_hours, default_key_ttl_hours
+        ),
+        event_type=event_type,
+        business_key_digest=_business_key(source, parsed),
+        content_type="application/json",
+        body=_redacted_body(body, parsed, opts.redact_paths, "application/json"),
+        body_sha256=raw_sha256,
+        headers={"content-type": "application/json"},
+        response_status=status,
+        response_body=response,
+        wait_seconds=None,
+        match_sha256=None if match == raw_sha256 else match,
+        verification={
+            "scheme": scheme.name,
+            "verified": False,
+            "reconciled": True,
+            "fetcher": fetcher,
+            "checked_at": now,
+            "key_digest": digest.hex(),
+            "raw_sha256": raw_sha256.hex(),
+        },
+    )

@@ -15,6 +15,23 @@ from inbox.domain.errors import BadRequest
 from inbox.domain.signatures import RecipeError, parse_recipe
 
 
+class _ReconcileSchema(Schema):
+    """Where and how to ask the provider what it sent (docs/how-to/reconcile.md)."""
+
+    fetcher = fields.String(required=True, validate=validate.OneOf(["stripe", "github"]))
+    # A file holding the API key or token: the credential itself is never stored here.
+    credentials = fields.String(required=True, validate=validate.Regexp(r"^/\S+$"))
+    api_base = fields.String(validate=validate.Regexp(r"^https?://[^/\s]+(/\S*)?$"))
+    # GitHub: owner/repo/HOOK_ID for a repository hook, orgs/ORG/HOOK_ID for an org hook.
+    hook = fields.String(validate=validate.Regexp(r"^[\w.-]+/[\w.-]+/\d+$"))
+    every_minutes = fields.Integer(validate=validate.Range(min=1, max=7 * 24 * 60))
+
+    @validates_schema
+    def _hook_for_github(self, data: dict[str, Any], **_: Any) -> None:
+        if data.get("fetcher") == "github" and not data.get("hook"):
+            raise ValidationError("the github fetcher needs hook: owner/repo/ID or orgs/ORG/ID")
+
+
 class _OptionsSchema(Schema):
     tolerance = fields.Integer(validate=validate.Range(min=1, max=86400))
     max_body_bytes = fields.Integer(validate=validate.Range(min=1, max=64 * 1024 * 1024))
@@ -58,6 +75,8 @@ class _OptionsSchema(Schema):
 
     # An operator's own provider, for scheme ``recipe`` (docs/recipes.md).
     recipe = fields.Dict(keys=fields.String())
+    # The provider's own list of what it sent, fetched on a schedule to fill gaps.
+    reconcile = fields.Nested(_ReconcileSchema)
 
 
 OPTION_NAMES: tuple[str, ...] = tuple(sorted(_OptionsSchema().fields))
@@ -95,6 +114,7 @@ class SourceOptions:
     recipe: dict[str, Any] | None = None
     rate_limit_per_second: float | None = None  # None: no limit
     rate_limit_burst: int | None = None  # None: one second's worth, at least 1
+    reconcile: dict[str, Any] | None = None  # None: no gap filling from the provider
 
     @property
     def burst(self) -> int:

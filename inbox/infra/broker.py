@@ -39,6 +39,7 @@ DELIVER = "inbox.deliver"
 SWEEP = "inbox.sweep"
 PRUNE = "inbox.prune"
 PARTITIONS = "inbox.partitions"
+RECONCILE = "inbox.reconcile"
 BULK_REPLAY = "inbox.bulk_replay"
 FLAG = "inbox:doorbell"
 FLAG_TTL_MS = 10_000

@@ -119,6 +119,11 @@ RECONCILE_LAST_RUN = Gauge(
     _TS,
     multiprocess_mode="max",
 )
+RECONCILE_GAPS_FILLED = Counter(
+    "inbox_reconcile_gaps_filled",
+    "Events the provider sent and the inbox lacked: imported from its API, or redelivered.",
+    (*_TS, "action"),
+)
 DELIVERY_ATTEMPTS = Counter(
     "inbox_delivery_attempts",
     "Outbound callback attempts by outcome.",
@@ -154,6 +159,7 @@ ALL: tuple[MetricWrapperBase, ...] = (
     RELEASED,
     RECONCILE_MISMATCHES,
     RECONCILE_LAST_RUN,
+    RECONCILE_GAPS_FILLED,
     DELIVERY_ATTEMPTS,
     SWEEP_REQUEUED,
     SWEEP_QUARANTINED,
@@ -270,6 +276,16 @@ def record_reconcile(tenant: str, source: str, missing: int, extra: int) -> None
         RECONCILE_LAST_RUN.labels(tenant, source).set(time.time())
     except Exception as exc:
         _failed("record_reconcile", exc)
+
+
+def record_gaps_filled(tenant: str, source: str, imported: int, redelivered: int) -> None:
+    """One gap-filling run (inbox.services.gapfill): what it imported and redelivered."""
+    try:
+        tenant, source = tenant_label(tenant), str(source)
+        RECONCILE_GAPS_FILLED.labels(tenant, source, "imported").inc(max(0, int(imported)))
+        RECONCILE_GAPS_FILLED.labels(tenant, source, "redelivered").inc(max(0, int(redelivered)))
+    except Exception as exc:
+        _failed("record_gaps_filled", exc)
 
 
 def record_sweep(requeued: int, quarantined: int) -> None:

@@ -212,6 +212,26 @@ SCENARIOS = {
                 _alert("InboxStatsUnavailable", "9m"),
             ],
         },
+        {
+            "interval": "1m",
+            "input_series": [
+                # two events imported at minute 30; another source never had a gap
+                {
+                    "series": 'inbox_reconcile_gaps_filled_total{tenant="a",source="gap",'
+                    'action="imported"}',
+                    "values": "0x30 2x30",
+                },
+                {
+                    "series": 'inbox_reconcile_gaps_filled_total{tenant="a",source="calm",'
+                    'action="imported"}',
+                    "values": "0x60",
+                },
+            ],
+            "alert_rule_test": [
+                _alert("InboxReconcileGapsFilled", "20m"),
+                _alert("InboxReconcileGapsFilled", "40m", ({"tenant": "a", "source": "gap"}, "")),
+            ],
+        },
     ],
 }
 
