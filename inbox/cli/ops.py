@@ -153,7 +153,11 @@ def _fill(tenant: str, name: str, since: datetime | None, fmt: str) -> None:
     cfg = settings()
     with transaction() as conn:
         src = get_source(conn, tenant, name)
-        gapfill.config(src)  # a clear error before anything is fetched
+        if not src.options.reconcile:
+            raise click.UsageError(
+                f"give --ids FILE or --fetcher NAME: {tenant}/{name} has no reconcile option"
+                " (fetcher, credentials) to ask the provider with"
+            )
         hours = key_window_hours(src.scheme, src.options.key_ttl_hours, cfg.key_ttl_hours)
         start = since or rstore.window_start(conn, hours)
     eng = engine()
