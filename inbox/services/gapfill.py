@@ -174,7 +174,7 @@ def fill(engine: Engine, source: Source, since: datetime, default_key_ttl_hours:
     if result.missing:
         log.warning(
             "reconcile %s: %d event(s) the provider sent were missing: %d imported, %d redelivered",
-            source.path,
+            f"{source.tenant}/{source.name}",
             len(result.missing),
             result.imported,
             result.redelivered,
@@ -204,7 +204,7 @@ def run_due(engine: Engine, default_key_ttl_hours: int) -> list[FillResult]:
         except (providers.ProviderError, BadRequest) as exc:
             log.warning(
                 "reconcile %s failed: %s",
-                s.path,
+                f"{s.tenant}/{s.name}",
                 exc,
                 extra={"tenant": s.tenant, "source": s.name, "error_class": type(exc).__name__},
             )

@@ -372,3 +372,24 @@ def test_a_source_without_the_option_or_with_a_bad_one_is_refused(make_source, t
     )
     out = CliRunner().invoke(main, ["reconcile", "--source", ref(missing)])
     assert out.exit_code != 0 and "credentials file" in out.output
+
+
+def test_the_beat_task_fills_the_gaps_of_due_sources(
+    monkeypatch, make_source, engine, settings, fake, tmp_path
+):
+    from workers import tasks
+    from workers.app import app
+
+    assert app.conf.beat_schedule["inbox-reconcile"]["task"] == "inbox.reconcile"
+    monkeypatch.setattr(tasks, "settings", settings)
+    monkeypatch.setattr(tasks, "_engine", engine)
+    creds = tmp_path / "stripe.key"
+    creds.write_text(KEY)
+    make_source(
+        scheme="stripe",
+        secrets_=("whsec_rec",),
+        reconcile={"fetcher": "stripe", "credentials": str(creds), "api_base": fake.base},
+    )
+    fake.events = [stripe_event("evt_b1", int(time.time()) - 30, 1)]
+    assert tasks.reconcile_sources() == {"sources": 1, "imported": 1, "redelivered": 0}
+    assert tasks.reconcile_sources() == {"sources": 0, "imported": 0, "redelivered": 0}

@@ -31,7 +31,11 @@ def import_event(conn: Connection, source: Source, ev: Prepared, fetcher: str) -
             action="reconciled",
             subject_kind="event",
             subject_id=got,
-            detail={"public_id": ev.public_id, "fetcher": fetcher, "source": source.path},
+            detail={
+                "public_id": ev.public_id,
+                "fetcher": fetcher,
+                "source": f"{source.tenant}/{source.name}",
+            },
         )
     )
     return True
