@@ -171,7 +171,8 @@ def main(traceback: bool) -> None:
     # The keyring logs why secrets are locked (for the long-running processes); here the
     # same sentence is the command's one error line: not twice.
     keyring_log = logging.getLogger("inbox.infra.keyring")
-    keyring_log.addHandler(logging.NullHandler())
+    if not any(isinstance(h, logging.NullHandler) for h in keyring_log.handlers):
+        keyring_log.addHandler(logging.NullHandler())
     keyring_log.propagate = False
 
 

@@ -62,7 +62,7 @@ def test_tasks_in_an_outage_log_one_warning_and_resume_after_it(
         assert counted() - before == 1
 
         monkeypatch.setattr(tasks, "_engine", engine)  # the database is back
-        assert tasks.sweep() == {"requeued": 0, "quarantined": 0, "due": 0}
+        assert tasks.sweep() == {"requeued": 0, "quarantined": 0, "due": 0, "released": 0}
         assert lines(caplog)[-1][1].startswith("database available again after ")
 
         monkeypatch.setattr(tasks, "_engine", dead)  # a second outage is a second line

@@ -27,11 +27,16 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 def lines() -> Iterator[io.StringIO]:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    # The CLI keeps the keyring's line to itself (inbox.cli.base.main): a CLI test that ran
+    # earlier in this process must not hide it here.
+    keyring_log = logging.getLogger("inbox.infra.keyring")
+    propagate, keyring_log.propagate = keyring_log.propagate, True
     stream = io.StringIO()
     configure_logging("DEBUG", stream=stream)
     try:
         yield stream
     finally:
+        keyring_log.propagate = propagate
         for h in list(root.handlers):
             if h not in handlers:
                 root.removeHandler(h)
