@@ -8,7 +8,6 @@ from dataclasses import replace
 from itertools import filterfalse
 
 from flask import Blueprint, Response, jsonify, request
-from sqlalchemy.exc import DBAPIError
 from werkzeug.exceptions import ClientDisconnected
 
 from inbox.domain import intake as core
@@ -22,9 +21,10 @@ from inbox.domain.errors import (
 from inbox.domain.records import Source
 from inbox.domain.states import EventState
 from inbox.infra import metrics, tracing
+from inbox.store.db import errors as db_errors
 from inbox.store.db.engine import deadline_at
 from inbox.store.reads.events import stored_response
-from inbox.store.write.claims import ATTEMPTS, RETRIED
+from inbox.store.write.claims import ATTEMPTS
 from inbox.store.write.intake import IngestResult, claim, ingest, replay
 from web import overload, validate
 from web.errors import error_response
@@ -200,10 +200,10 @@ def _taken(ext: Services, route: Source, prepared: core.Prepared, until: float) 
         try:
             with ext.engine.begin() as conn:
                 return ingest(conn, route, prepared)
-        except DBAPIError as exc:
-            retry = isinstance(exc.orig, RETRIED)
+        except db_errors.DRIVER_ERRORS as exc:
+            retry = db_errors.retryable(exc)
             if not retry or attempt == ATTEMPTS or time.monotonic() >= until:
-                raise
+                raise db_errors.wrap(exc) from exc
     raise AssertionError("unreachable")  # pragma: no cover
 
 
