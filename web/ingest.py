@@ -18,6 +18,7 @@ from inbox.domain.errors import (
     NotFound,
     PayloadTooLarge,
 )
+from inbox.domain.outcomes import IngestOutcome
 from inbox.domain.records import Source
 from inbox.domain.states import EventState
 from inbox.infra import metrics, tracing
@@ -110,14 +111,14 @@ def _headers() -> dict[str, str]:
 
 
 def _answer(result: IngestResult) -> Response:
-    if result.outcome == "conflict":
+    if result.outcome is IngestOutcome.CONFLICT:
         return error_response(IdempotencyConflict())
-    if result.outcome == "in_flight":
+    if result.outcome is IngestOutcome.IN_FLIGHT:
         return error_response(InFlight())
     resp = BufferedResponse(result.body, status=result.status, content_type="application/json")
     if result.status == 204:  # no body, so no media type either
         del resp.headers["Content-Type"]
-    if result.outcome == "duplicate":
+    if result.outcome is IngestOutcome.DUPLICATE:
         resp.headers["Idempotent-Replayed"] = "true"
     return resp
 
@@ -159,7 +160,7 @@ def receive(tenant: str, source: str) -> Response:
         if current is not None:
             current.set_attributes(_claim_attributes(route, result))
     # Committed. Only now may the sender hear 2xx; the doorbell is best effort.
-    if result.outcome == "accepted":
+    if result.outcome is IngestOutcome.ACCEPTED:
         _ring(ext)
         if prepared.wait_seconds:
             result = _wait_for_decision(ext, result, prepared.wait_seconds)
@@ -181,7 +182,7 @@ def _claim_attributes(route: Source, result: IngestResult) -> dict[str, str | in
         "inbox.source": route.name,
         "inbox.event_id": result.public_id,
         "inbox.outcome": result.outcome,  # accepted | duplicate | conflict | in_flight
-        "inbox.duplicate": result.outcome != "accepted",
+        "inbox.duplicate": result.outcome is not IngestOutcome.ACCEPTED,
         "db.system": "postgresql",
         "db.operation": "INSERT",
     }
