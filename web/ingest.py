@@ -8,7 +8,6 @@ from dataclasses import replace
 from itertools import filterfalse
 
 from flask import Blueprint, Response, jsonify, request
-from sqlalchemy.exc import DBAPIError
 from werkzeug.exceptions import ClientDisconnected
 
 from inbox.domain import intake as core
@@ -19,12 +18,14 @@ from inbox.domain.errors import (
     NotFound,
     PayloadTooLarge,
 )
+from inbox.domain.outcomes import IngestOutcome
 from inbox.domain.records import Source
 from inbox.domain.states import EventState
 from inbox.infra import metrics, tracing
+from inbox.store.db import errors as db_errors
 from inbox.store.db.engine import deadline_at
 from inbox.store.reads.events import stored_response
-from inbox.store.write.claims import ATTEMPTS, RETRIED
+from inbox.store.write.claims import ATTEMPTS
 from inbox.store.write.intake import IngestResult, claim, ingest, replay
 from web import overload, validate
 from web.errors import error_response
@@ -110,14 +111,14 @@ def _headers() -> dict[str, str]:
 
 
 def _answer(result: IngestResult) -> Response:
-    if result.outcome == "conflict":
+    if result.outcome is IngestOutcome.CONFLICT:
         return error_response(IdempotencyConflict())
-    if result.outcome == "in_flight":
+    if result.outcome is IngestOutcome.IN_FLIGHT:
         return error_response(InFlight())
     resp = BufferedResponse(result.body, status=result.status, content_type="application/json")
     if result.status == 204:  # no body, so no media type either
         del resp.headers["Content-Type"]
-    if result.outcome == "duplicate":
+    if result.outcome is IngestOutcome.DUPLICATE:
         resp.headers["Idempotent-Replayed"] = "true"
     return resp
 
@@ -159,7 +160,7 @@ def receive(tenant: str, source: str) -> Response:
         if current is not None:
             current.set_attributes(_claim_attributes(route, result))
     # Committed. Only now may the sender hear 2xx; the doorbell is best effort.
-    if result.outcome == "accepted":
+    if result.outcome is IngestOutcome.ACCEPTED:
         _ring(ext)
         if prepared.wait_seconds:
             result = _wait_for_decision(ext, result, prepared.wait_seconds)
@@ -181,7 +182,7 @@ def _claim_attributes(route: Source, result: IngestResult) -> dict[str, str | in
         "inbox.source": route.name,
         "inbox.event_id": result.public_id,
         "inbox.outcome": result.outcome,  # accepted | duplicate | conflict | in_flight
-        "inbox.duplicate": result.outcome != "accepted",
+        "inbox.duplicate": result.outcome is not IngestOutcome.ACCEPTED,
         "db.system": "postgresql",
         "db.operation": "INSERT",
     }
@@ -200,10 +201,10 @@ def _taken(ext: Services, route: Source, prepared: core.Prepared, until: float) 
         try:
             with ext.engine.begin() as conn:
                 return ingest(conn, route, prepared)
-        except DBAPIError as exc:
-            retry = isinstance(exc.orig, RETRIED)
+        except db_errors.DRIVER_ERRORS as exc:
+            retry = db_errors.retryable(exc)
             if not retry or attempt == ATTEMPTS or time.monotonic() >= until:
-                raise
+                raise db_errors.wrap(exc) from exc
     raise AssertionError("unreachable")  # pragma: no cover
 
 

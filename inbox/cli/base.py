@@ -85,7 +85,7 @@ def _one_line(exc: click.ClickException) -> str:
     return message
 
 
-class Failed(click.ClickException):
+class Failed(click.ClickException, InboxError):  # type: ignore[misc]  # both set message
     """What every failure becomes: ``Error: <one line>`` on stderr, exit status 1."""
 
 

@@ -120,6 +120,25 @@ class Unavailable(InboxError):
     retry_after = 5
 
 
+class StoreUnavailable(Unavailable):
+    """The inbox cannot store events right now; retry later."""
+
+    cause = "database"
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message, cause=self.cause)
+
+
+class SchemaBehind(StoreUnavailable):
+    """The database schema is missing or behind the code: run `inbox migrate`."""
+
+    cause = "schema"
+
+
+class ValueRefused(BadRequest):
+    """The database refused a value in the request (out of range or not valid text)."""
+
+
 class PlaybookError(InboxError):
     """A playbook step failed."""
 

@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
+from inbox.domain.outcomes import DeliveryOutcome, IngestOutcome
 from inbox.domain.states import FINISHED, EventState
 from inbox.infra.config import Settings
 
@@ -168,12 +169,12 @@ ALL: tuple[MetricWrapperBase, ...] = (
 )
 
 _INGEST = {
-    "accepted": ACCEPTED,
-    "duplicate": DUPLICATES,
-    "conflict": CONFLICTS,
-    "in_flight": IN_FLIGHT,
+    IngestOutcome.ACCEPTED: ACCEPTED,
+    IngestOutcome.DUPLICATE: DUPLICATES,
+    IngestOutcome.CONFLICT: CONFLICTS,
+    IngestOutcome.IN_FLIGHT: IN_FLIGHT,
 }
-DELIVERY_OUTCOMES = frozenset({"delivered", "retried", "failed", "blocked", "lost"})
+DELIVERY_OUTCOMES = frozenset(DeliveryOutcome)
 _warned = False
 
 
@@ -189,7 +190,7 @@ def _failed(what: str, exc: Exception) -> None:
 _ingest_children: dict[tuple[str, str, str], Any] = {}
 
 
-def _ingest_child(outcome: str, tenant: str, source: str) -> Any:
+def _ingest_child(outcome: IngestOutcome, tenant: str, source: str) -> Any:
     key = (outcome, tenant_label(tenant), str(source))
     child = _ingest_children.get(key)
     if child is None:
@@ -200,7 +201,7 @@ def _ingest_child(outcome: str, tenant: str, source: str) -> Any:
     return child
 
 
-def record_ingest(tenant: str, source: str, outcome: str, n: int = 1) -> None:
+def record_ingest(tenant: str, source: str, outcome: IngestOutcome, n: int = 1) -> None:
     """``n`` answered deliveries: accepted | duplicate | conflict | in_flight."""
     try:
         child = _ingest_child(outcome, tenant, source)
@@ -210,7 +211,7 @@ def record_ingest(tenant: str, source: str, outcome: str, n: int = 1) -> None:
         _failed("record_ingest", exc)
 
 
-def record_claims(counts: dict[tuple[str, str, str], int]) -> None:
+def record_claims(counts: dict[tuple[IngestOutcome, str, str], int]) -> None:
     """One claiming statement's committed claims, by (outcome, tenant, source): one
     increment per label instead of one per request (an increment of a multiprocess
     counter checks the process id and takes a lock; per request it showed in profiles)."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from inbox.domain.errors import InboxError
 
-class DeliveryError(Exception):
+
+class DeliveryError(InboxError):
     """A delivery attempt failed before a response was received. ``kind`` classifies it."""
 
     kind: str = "error"

@@ -12,10 +12,12 @@ import re
 import socket
 from typing import TypeAlias
 
+from inbox.domain.errors import InboxError
+
 IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-class BlockedAddress(Exception):
+class BlockedAddress(InboxError):
     """The destination address is not a public unicast address.
 
     The message names only the address class (e.g. "loopback"); the address itself is kept in

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import Engine
 
 from inbox.domain import callbacks
+from inbox.domain.outcomes import DeliveryOutcome
 from inbox.domain.records import Endpoint
 from inbox.domain.states import DeliveryState, transition
 from inbox.infra import metrics, tracing
@@ -52,9 +53,9 @@ class CourierResult:
 
 # What each new state counts as, in CourierResult and the attempts metric.
 _OUTCOME = {
-    DeliveryState.DELIVERED: "delivered",
-    DeliveryState.PENDING: "retried",
-    DeliveryState.FAILED: "failed",
+    DeliveryState.DELIVERED: DeliveryOutcome.DELIVERED,
+    DeliveryState.PENDING: DeliveryOutcome.RETRIED,
+    DeliveryState.FAILED: DeliveryOutcome.FAILED,
 }
 
 FLUSH_EVERY = 10
@@ -77,9 +78,9 @@ class Sent:
     unreachable: bool  # timeout, refused, reset, DNS: stop this round
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> DeliveryOutcome:
         if self.error == "blocked":
-            return "blocked"
+            return DeliveryOutcome.BLOCKED
         return _OUTCOME[self.state]
 
 
@@ -251,7 +252,7 @@ def _record(engine: Engine, ep: Endpoint, sent: list[Sent], result: CourierResul
     for s in sent:
         if s.claim.id not in kept:
             result.lost += 1  # the sweeper gave it to another courier: it is re-sent
-            metrics.record_delivery_attempt(ep.tenant, "lost")
+            metrics.record_delivery_attempt(ep.tenant, DeliveryOutcome.LOST)
             continue
         name = _OUTCOME[s.state]
         setattr(result, name, getattr(result, name) + 1)

@@ -85,7 +85,7 @@ def drain_once(
             completion = run_in_memory(ev, pb, c) if pb is not None and is_pure(pb) else None
             if completion is not None:
                 done.append(completion)
-                state = completion.outcome
+                state: str = completion.outcome
             else:
                 state = run_claimed(
                     store, c, cfg, reg, notify=notify, ev=ev, on_retry=result.retry_in.append

@@ -13,14 +13,14 @@ import os
 import sys
 from dataclasses import dataclass
 
-from inbox.domain.errors import BadRequest
+from inbox.domain.errors import BadRequest, InboxError
 from inbox.domain.playbooks import Registry, registry
 
 SETTING = "INBOX_PLAYBOOKS"
 BUILT_IN = "inbox.domain.playbooks"
 
 
-class CannotLoad(Exception):
+class CannotLoad(InboxError):
     """A module named in INBOX_PLAYBOOKS does not import; the message is one line."""
 
 

@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 
 from inbox.domain.callbacks import Outgoing
 from inbox.domain.ordering import Position
+from inbox.domain.outcomes import RunOutcome
 from inbox.domain.records import Claim, LoadedEvent
 from inbox.store.write.batch import Completion
 from inbox.store.write.staleness import Judgement
@@ -56,7 +57,7 @@ class WorkStore(Protocol):
         self,
         tx: Any,
         c: Claim,
-        outcome: str,
+        outcome: RunOutcome,
         decision: dict[str, Any],
         duplicate_of: int | None,
         sync_response: bytes | None,

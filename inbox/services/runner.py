@@ -29,6 +29,7 @@ from inbox.domain.errors import (
     RetryableError,
 )
 from inbox.domain.ordering import Newer
+from inbox.domain.outcomes import RunOutcome
 from inbox.domain.playbooks import EventView, Playbook, Registry, StepContext, registry
 from inbox.domain.records import Claim, LoadedEvent
 from inbox.domain.states import EventState
@@ -217,7 +218,7 @@ def _view(ev: LoadedEvent) -> EventView:
     )
 
 
-def sync_response(ev: LoadedEvent, outcome: str, decision: dict[str, Any]) -> str | None:
+def sync_response(ev: LoadedEvent, outcome: RunOutcome, decision: dict[str, Any]) -> str | None:
     """What a synchronous (``Prefer: wait``) sender is answered, and duplicates replayed."""
     if not ev.sync:
         return None
@@ -259,7 +260,8 @@ def run_in_memory(ev: LoadedEvent, pb: Playbook, c: Claim) -> Completion | None:
         return None
     last = results[pb.steps[-1].name] if pb.steps else None
     decision = last if isinstance(last, dict) else {"result": last}
-    return Completion(c, new, "completed", decision, sync_response(ev, "completed", decision))
+    done = RunOutcome.COMPLETED
+    return Completion(c, new, done, decision, sync_response(ev, done, decision))
 
 
 class _Commits:
@@ -307,10 +309,10 @@ def _run_steps(
     cfg: RunConfig,
     pending: _Commits,
     newer: Newer | None = None,
-) -> tuple[str, dict[str, Any], int | None]:
+) -> tuple[RunOutcome, dict[str, Any], int | None]:
     view = _view(ev)
     results: dict[str, Any] = dict(ev.steps)
-    outcome, dup_of = "completed", None
+    outcome, dup_of = RunOutcome.COMPLETED, None
     for step in pb.steps:
         with tracing.span("inbox.step") as current:
             if current is not None:
@@ -332,7 +334,7 @@ def _run_steps(
                         tx, c, ev.tenant_id, f"{pb.name}.{step.name}", ev.business_key_digest
                     )
                 if owner != ev.id:
-                    outcome, dup_of = "duplicate_fact", owner
+                    outcome, dup_of = RunOutcome.DUPLICATE_FACT, owner
                     results[step.name] = {"skipped": "duplicate_fact", "first_event_id": owner}
                     pending.add(step.name, results[step.name])
                     tracing.set_attributes(current, {"inbox.skipped": "duplicate_fact"})
@@ -346,7 +348,7 @@ def _run_steps(
                 pending.commit()  # its deliveries carry this span's context
     last = results[pb.steps[-1].name] if pb.steps else None
     decision = last if isinstance(last, dict) else {"result": last}
-    return ("stale" if newer is not None else outcome), decision, dup_of
+    return (RunOutcome.STALE if newer is not None else outcome), decision, dup_of
 
 
 def _step_attributes(ev: LoadedEvent, step: str) -> dict[str, str | int]:

@@ -18,6 +18,7 @@ import logging
 
 from sqlalchemy import Connection, Engine
 
+from inbox.domain.errors import InboxError
 from inbox.infra import keyring as kr
 from inbox.infra.config import Settings
 from inbox.services import playbooks
@@ -34,7 +35,7 @@ EX_UNAVAILABLE = 69  # the database does not answer (INBOX_REQUIRE_DATABASE_AT_S
 EX_CONFIG = 78  # a setting is missing or wrong: restarting will not help
 
 
-class CannotStart(Exception):
+class CannotStart(InboxError):
     """The one line a process says before it exits non-zero, and the status to exit with."""
 
     def __init__(self, message: str, exit_code: int = EX_CONFIG) -> None:

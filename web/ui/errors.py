@@ -5,13 +5,11 @@ from __future__ import annotations
 import logging
 
 from flask import jsonify, render_template, request
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
-from inbox.domain.errors import BadRequest, InboxError, Unavailable
-from web.errors import REFUSED, is_data_error
+from inbox.domain.errors import InboxError, Unavailable, ValueRefused
+from inbox.store.db import errors as db_errors
 from web.ui import ui
 from web.ui.session import JSON_ENDPOINTS
 
@@ -43,12 +41,15 @@ def _http_error(err: HTTPException) -> Response:
     return _answer(err.code or 500, name.lower().replace(" ", "_"), name, err.description or "")
 
 
-@ui.errorhandler(DBAPIError)
-@ui.errorhandler(PoolTimeout)
-@ui.errorhandler(UnicodeEncodeError)
 def _database_down(err: Exception) -> Response:
-    if is_data_error(err):  # the request's value, not an outage
-        log.info("request refused by the database: %s", err.__class__.__name__)
-        return _inbox_error(BadRequest(REFUSED))
-    log.warning("database unavailable: %s", err.__class__.__name__)
+    own = db_errors.wrap(err)
+    below = type(err).__name__
+    if isinstance(own, ValueRefused):  # the request's value, not an outage
+        log.info("request refused by the database: %s", below)
+        return _inbox_error(own)
+    log.warning("database unavailable: %s", below)
     return _inbox_error(Unavailable())
+
+
+for _driver_error in (*db_errors.DRIVER_ERRORS, UnicodeEncodeError):
+    ui.register_error_handler(_driver_error, _database_down)

@@ -23,10 +23,10 @@ from urllib.parse import urlsplit
 from flask import Flask, Request, abort, g, request, session
 from flask.sansio.app import App
 from flask.sessions import SessionInterface, SessionMixin
-from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.datastructures import CallbackDict
 from werkzeug.wrappers import Response
 
+from inbox.store.db.errors import STORE_ERRORS
 from inbox.store.write import sessions as store
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class ConsoleSessions(SessionInterface):
                 with app.extensions["inbox"].engine.begin() as conn:
                     data = dict(session) if session.modified else None
                     store.save(conn, session.row_id, data, touch=session.stale)
-            except SQLAlchemyError as exc:  # the page is rendered; a lost flash is no outage
+            except STORE_ERRORS as exc:  # the page is rendered; a lost flash is no outage
                 log.warning("console session not saved: %s", exc.__class__.__name__)
 
 

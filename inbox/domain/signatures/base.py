@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from inbox.domain import jsonpath
+from inbox.domain.errors import InboxError
 
 # The answer codes a scheme may give an accepted delivery: 204 is sent without a body.
 ACCEPT_STATUSES = (200, 202, 204)
@@ -19,7 +20,7 @@ GENERIC_ANSWER = (
 )
 
 
-class SignatureError(Exception):
+class SignatureError(InboxError):
     """Raised for ANY authentication failure: missing header, malformed header, bad signature,
     stale/future timestamp, undecodable secret. The message is for logs only and must never contain
     the secret, the received signature or the expected signature."""

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from inbox.domain import jsonpath
+from inbox.domain.errors import InboxError
 
 from .base import SignatureError, SignedRequest
 
@@ -27,7 +28,7 @@ TOKEN_NAMES = ("body", "url", "method", "timestamp", "header", "json", "form", "
 _PLAIN = {"body", "url", "method", "timestamp"}
 
 
-class RecipeError(ValueError):
+class RecipeError(InboxError, ValueError):
     """A recipe is invalid: ``field`` names the bad field, ``message`` says what it expects."""
 
     def __init__(self, field: str, message: str) -> None:

@@ -33,6 +33,7 @@ import psycopg
 from sqlalchemy import Engine
 
 from inbox.domain.intake import Prepared
+from inbox.domain.outcomes import IngestOutcome
 from inbox.domain.records import Source
 from inbox.store.db.claim_connections import for_engine
 from inbox.store.db.engine import DEFAULT_TIMEOUT_S, current_deadline, deadline_at
@@ -103,7 +104,7 @@ Label = tuple[str, str]
 # Told, before the requests hear of it, how many claims of a statement were accepted and
 # how many were copies, by (outcome, tenant, source): ``inbox.infra.metrics``' counters,
 # bumped once per statement and label instead of once per request.
-Counted = Callable[[dict[tuple[str, str, str], int]], None]
+Counted = Callable[[dict[tuple[IngestOutcome, str, str], int]], None]
 
 # Runs one claiming INSERT for the rows, committed by the current deadline
 # (``inbox.store.db.engine.deadline``); the public ids that went in.
@@ -276,10 +277,11 @@ class Claims:
         """The committed claims' outcomes, to ``counted``; a failure there is not theirs."""
         if self._counted is None:
             return
-        counts: dict[tuple[str, str, str], int] = {}
+        counts: dict[tuple[IngestOutcome, str, str], int] = {}
         for t in tickets:
             if t.event_id is not None:
-                outcome = "duplicate" if isinstance(t.event_id, Copy) else "accepted"
+                copy = isinstance(t.event_id, Copy)
+                outcome = IngestOutcome.DUPLICATE if copy else IngestOutcome.ACCEPTED
                 key = (outcome, *t.label)
                 counts[key] = counts.get(key, 0) + 1
         try:

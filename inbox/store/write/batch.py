@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from inbox.domain.outcomes import RunOutcome
 from inbox.domain.records import Claim, LoadedEvent
 from inbox.store.db.days import DayBounded
 from inbox.store.write.queue import LOAD_COLUMNS, to_loaded
@@ -41,7 +42,7 @@ def load_many(conn: Connection, claims: list[Claim]) -> dict[int, LoadedEvent]:
 class Completion:
     claim: Claim
     steps: dict[str, Any]
-    outcome: str
+    outcome: RunOutcome
     decision: dict[str, Any]
     sync_response: str | None
 

@@ -36,6 +36,7 @@ from psycopg.errors import DeadlockDetected, SerializationFailure
 from sqlalchemy import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
+from inbox.domain.errors import StoreUnavailable
 from inbox.domain.intake import Prepared
 from inbox.domain.records import Source
 from inbox.infra import tracing
@@ -86,7 +87,7 @@ ATTEMPTS = 3  # a statement chosen as a deadlock victim is sent again, at most t
 RETRIED = (DeadlockDetected, SerializationFailure)
 
 
-class ClaimTimeout(psycopg.OperationalError):
+class ClaimTimeout(StoreUnavailable):
     """The claim could not be decided by the request's deadline (the web answers 503)."""
 
 

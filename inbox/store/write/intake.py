@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import psycopg
 from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.dialects.postgresql import insert
 
 from inbox.domain.intake import Prepared
+from inbox.domain.outcomes import IngestOutcome
 from inbox.domain.records import Source
 from inbox.domain.states import FINISHED
 from inbox.store.db.engine import alone, watchdog
@@ -17,12 +18,10 @@ from inbox.store.db.group_commit import Claims
 from inbox.store.schema.tables import event_keys, idempotency_conflicts
 from inbox.store.write.claims import Claimed, Copy, autocommit, execute, row
 
-Outcome = Literal["accepted", "duplicate", "conflict", "in_flight"]
-
 
 @dataclass(frozen=True)
 class IngestResult:
-    outcome: Outcome
+    outcome: IngestOutcome
     event_id: int
     public_id: str
     status: int
@@ -30,14 +29,18 @@ class IngestResult:
 
 
 def _accepted(event_id: int, ev: Prepared) -> IngestResult:
-    return IngestResult("accepted", event_id, ev.public_id, ev.response_status, ev.response_body)
+    return IngestResult(
+        IngestOutcome.ACCEPTED, event_id, ev.public_id, ev.response_status, ev.response_body
+    )
 
 
 def _claimed(got: Claimed | None, ev: Prepared) -> IngestResult | None:
     if got is None:
         return None
     if isinstance(got, Copy):
-        return IngestResult("duplicate", got.event_id, got.public_id, got.status, got.body)
+        return IngestResult(
+            IngestOutcome.DUPLICATE, got.event_id, got.public_id, got.status, got.body
+        )
     return _accepted(got, ev)
 
 
@@ -99,8 +102,8 @@ def _as_duplicate(dup: Any) -> IngestResult:
     """The answer to a copy of the first delivery (``_DUPLICATE``'s row)."""
     event_id, public_id, status, body, sync, state = dup
     if sync and state not in FINISHED:
-        return IngestResult("in_flight", event_id, public_id, 409, b"")
-    return IngestResult("duplicate", event_id, public_id, status, bytes(body))
+        return IngestResult(IngestOutcome.IN_FLIGHT, event_id, public_id, 409, b"")
+    return IngestResult(IngestOutcome.DUPLICATE, event_id, public_id, status, bytes(body))
 
 
 def replay(engine: Engine, source: Source, ev: Prepared, until: float) -> IngestResult | None:
@@ -136,7 +139,7 @@ def _conflict(conn: Connection, source: Source, ev: Prepared) -> IngestResult | 
             set_={"count": idempotency_conflicts.c.count + 1, "last_at": func.now()},
         )
     )
-    return IngestResult("conflict", original.id, original.public_id, 422, b"")
+    return IngestResult(IngestOutcome.CONFLICT, original.id, original.public_id, 422, b"")
 
 
 def ingest(conn: Connection, source: Source, ev: Prepared) -> IngestResult:

@@ -14,6 +14,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain import failures
 from inbox.domain.errors import LeaseLost
+from inbox.domain.outcomes import RunOutcome
 from inbox.domain.records import Claim, LoadedEvent
 from inbox.domain.states import EventState
 from inbox.store.db.days import OPEN_DAYS, DayBounded, open_days
@@ -256,7 +257,7 @@ _COMPLETE = DayBounded(
 def complete(
     conn: Connection,
     c: Claim,
-    outcome: str,
+    outcome: RunOutcome,
     decision: dict[str, Any],
     duplicate_of: int | None,
     sync_response: bytes | None,

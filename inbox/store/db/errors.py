@@ -1,0 +1,76 @@
+"""The one place the driver's errors become the inbox's own.
+
+Above the store nothing knows psycopg or SQLAlchemy's exceptions: an error of theirs is
+wrapped here into an ``InboxError``, the driver's error kept as ``__cause__`` (for the
+log line, which names its class). A value the database refuses (sqlstate class 22: out of
+range, a NUL, bad text) or cannot encode (a lone surrogate) is the request's fault:
+``ValueRefused``, a 400. Anything else is ``StoreUnavailable``, a 503: ``cause="schema"``
+when a table or column is missing (not migrated), else ``cause="database"`` (down, slow,
+failing over). Which driver errors are an *outage* to a worker is
+``inbox.store.db.availability``'s question, not this module's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from psycopg import errors as pgerrors
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from inbox.domain.errors import SchemaBehind, StoreUnavailable, ValueRefused
+from inbox.store.write.claims import RETRIED
+
+# What the edges register a handler for: a statement's error (SQLAlchemy wraps the
+# driver's), no pooled connection in time, and the driver's own (the receiver's claim
+# goes to the driver directly).
+DRIVER_ERRORS: tuple[type[Exception], ...] = (DBAPIError, PoolTimeout, psycopg.Error)
+# Every error the database toolkit or its driver raises, for a caller that gives up on
+# the store quietly (a console session not saved after the page is rendered).
+STORE_ERRORS: tuple[type[Exception], ...] = (SQLAlchemyError, psycopg.Error)
+_WRAPPED: tuple[type[Exception], ...] = (*DRIVER_ERRORS, UnicodeEncodeError)
+
+_SCHEMA_ERRORS = (pgerrors.UndefinedTable, pgerrors.UndefinedColumn)
+
+
+def _driver(err: BaseException) -> BaseException:
+    return err.orig if isinstance(err, DBAPIError) and err.orig is not None else err
+
+
+def refused(err: BaseException) -> bool:
+    """A refusal of the request's values, not an outage."""
+    orig = _driver(err)
+    if isinstance(orig, psycopg.DataError | UnicodeEncodeError):
+        return True
+    sqlstate = getattr(orig, "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate.startswith("22")
+
+
+def retryable(err: BaseException) -> bool:
+    """A deadlock victim or a serialization failure: PostgreSQL rolled the transaction
+    back whole and a second attempt may pass."""
+    return isinstance(err, DBAPIError) and isinstance(err.orig, RETRIED)
+
+
+def wrap(err: BaseException) -> ValueRefused | StoreUnavailable:
+    """The inbox's own error for a driver error, with the driver's as ``__cause__``."""
+    own: ValueRefused | StoreUnavailable
+    if refused(err):
+        own = ValueRefused()
+    elif isinstance(_driver(err), _SCHEMA_ERRORS):
+        own = SchemaBehind()
+    else:
+        own = StoreUnavailable()
+    own.__cause__ = err
+    return own
+
+
+@contextmanager
+def wrap_exceptions() -> Iterator[None]:
+    """Raise the inbox's own error for any driver error raised inside."""
+    try:
+        yield
+    except _WRAPPED as err:
+        raise wrap(err) from err
