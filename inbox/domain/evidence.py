@@ -23,6 +23,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from inbox.domain.errors import InboxError
 from inbox.domain.signatures import Scheme, SchemeConfig, SignatureError, SignedRequest, scheme_for
 
 FORMAT = "inbox-evidence/1"
@@ -44,7 +45,7 @@ _SIGNATURE_HEADER = re.compile(r"signature|hmac", re.I)
 _FORM = "application/x-www-form-urlencoded"
 
 
-class EvidenceError(Exception):
+class EvidenceError(InboxError):
     """A bundle that does not verify; the message says which part and why."""
 
 

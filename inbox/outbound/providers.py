@@ -18,6 +18,8 @@ from urllib.parse import urlencode
 
 import httpcore
 
+from inbox.domain.errors import InboxError
+
 STRIPE_API = "https://api.stripe.com"
 GITHUB_API = "https://api.github.com"
 TIMEOUT_S = 30.0
@@ -25,7 +27,7 @@ _PAGE = 100
 _NEXT = re.compile(r'<([^>]+)>\s*;\s*rel="next"')
 
 
-class ProviderError(Exception):
+class ProviderError(InboxError):
     """The provider's API could not be read (the message names the status, never the key)."""
 
 
