@@ -46,7 +46,7 @@ def replay_event(token: Token, public_id: str) -> None:
             raise not_found("event")
         moved = operator.replay(conn, [public_id], token.name)
     if not moved:
-        raise NotReplayable("Only a quarantined event can be replayed.")
+        raise NotReplayable("Only a quarantined or filtered event can be replayed.")
     _ring("doorbell")
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from inbox.domain.states import DeliveryState, EventState
+from inbox.domain.states import REPLAYABLE, DeliveryState, EventState
 from inbox.services.bulk import NotReplayable
 from inbox.store.reads import admin, history
 from inbox.store.schema.tables import STATES
@@ -78,8 +78,8 @@ def confirm_event_replay(public_id: str) -> str:
         e = admin.event_detail(conn, public_id, scope())
     if e is None:
         raise not_found("event")
-    if e["state"] != EventState.QUARANTINED:
-        raise NotReplayable("Only a quarantined event can be replayed.")
+    if e["state"] not in REPLAYABLE:
+        raise NotReplayable("Only a quarantined or filtered event can be replayed.")
     return render_template(
         "ui/confirm.html",
         what="event",
