@@ -23,6 +23,7 @@ from inbox.services.drain import drain_once
 from inbox.store.write import endpoints as estore
 from inbox.store.write import operator
 from tests.helpers import body_of, hmac_headers, wait_for
+from tests.integration.ui_support import new_token, post, sign_in
 from tests.sink import Sink
 
 BIG = "body.amount > 100"
@@ -301,3 +302,30 @@ def test_an_invalid_endpoint_filter_is_refused(engine, make_source, sink) -> Non
     assert "Syntax error" in result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
     assert _count(engine, "SELECT count(*) FROM endpoints WHERE url LIKE '%/x'") == 0
+
+
+def test_the_console_lists_shows_and_replays_a_filtered_event(
+    client, engine, wsettings, make_source, sink
+) -> None:
+    src = make_source(playbook="forward", event_type_path="type", filter=BIG)
+    ep = _endpoint(engine, src.tenant, sink.url("/cb"))
+    evt = _post(client, src, {"type": "payment", "amount": 5}, "k1").get_json()["id"]
+    runs = _post(client, src, {"type": "payment", "amount": 500}, "k2").get_json()["id"]
+    sign_in(client, new_token(engine, "alice-oncall", "operator"))
+
+    listed = client.get("/ui/events?state=filtered").get_data(as_text=True)
+    assert evt in listed and runs not in listed
+    page = client.get(f"/ui/events/{evt}").get_data(as_text=True)
+    assert 'id="filter-reason"' in page and "filter is false: body.amount &gt; 100" in page
+    assert f'href="/ui/events/{evt}/replay"' in page
+
+    resp = post(client, f"/ui/events/{evt}/replay", f"/ui/events/{evt}/replay")
+    assert resp.status_code == 302
+    assert _event(engine, evt).state == "received"
+    wait_for(
+        lambda: (
+            drain_once(engine, wsettings).claimed == 0 and _event(engine, evt).state == "completed"
+        )
+    )
+    _deliver_all(engine, sink, ep.id, 2)  # the event that ran at once, and the replayed one
+    assert len(sink.received) == 2
