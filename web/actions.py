@@ -40,7 +40,7 @@ def _ring(name: str, *args: object) -> None:
 
 
 def replay_event(token: Token, public_id: str) -> None:
-    """quarantined → received, audited with the token's name; 404 / 409 otherwise."""
+    """quarantined or filtered → received, audited with the token's name; 404 / 409 otherwise."""
     with services().engine.begin() as conn:
         if admin.visible(conn, "events", public_id, token.tenant_id) is None:
             raise not_found("event")

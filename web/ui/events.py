@@ -92,7 +92,7 @@ def confirm_event_replay(public_id: str) -> str:
 
 @ui.post("/events/<public_id>/replay")
 def replay_event(public_id: str) -> Response:
-    """quarantined → received, audited with the token's name; 409 for anything else."""
+    """quarantined or filtered → received, audited with the token's name; 409 otherwise."""
     actions.replay_event(current(), public_id)
     flash(f"Event {public_id} replayed: it is back in the inbox.")
     return redirect(url_for("ui.event", public_id=public_id))
