@@ -20,7 +20,7 @@ from typing import Any
 # CEL: ``common-expression-language`` (PyPI), Python bindings of the Rust ``cel`` crate
 # (cel-rust). Chosen over ``cel-python`` (a pure-Python interpreter): released more often,
 # it ships manylinux/macOS/Windows wheels for CPython 3.11 and later (no compiler needed),
-# evaluates in native code (about 0.1 ms a program on the ingest path), and its
+# evaluates in native code (about 40 µs for a typical filter on the ingest path), and its
 # ``compile`` gives a reusable ``Program`` and a parser message with line and column.
 import cel
 
