@@ -40,13 +40,13 @@ def _ring(name: str, *args: object) -> None:
 
 
 def replay_event(token: Token, public_id: str) -> None:
-    """quarantined → received, audited with the token's name; 404 / 409 otherwise."""
+    """quarantined or filtered → received, audited with the token's name; 404 / 409 otherwise."""
     with services().engine.begin() as conn:
         if admin.visible(conn, "events", public_id, token.tenant_id) is None:
             raise not_found("event")
         moved = operator.replay(conn, [public_id], token.name)
     if not moved:
-        raise NotReplayable("Only a quarantined event can be replayed.")
+        raise NotReplayable("Only a quarantined or filtered event can be replayed.")
     _ring("doorbell")
 
 

@@ -160,7 +160,10 @@ def receive(tenant: str, source: str) -> Response:
         if current is not None:
             current.set_attributes(_claim_attributes(route, result))
     # Committed. Only now may the sender hear 2xx; the doorbell is best effort.
-    if result.outcome is IngestOutcome.ACCEPTED:
+    if result.outcome is IngestOutcome.ACCEPTED and prepared.filter_reason is not None:
+        # Stored as filtered: answered as accepted, never run, so no doorbell and no wait.
+        metrics.record_filtered(route.tenant, route.name)
+    elif result.outcome is IngestOutcome.ACCEPTED:
         _ring(ext)
         if prepared.wait_seconds:
             result = _wait_for_decision(ext, result, prepared.wait_seconds)

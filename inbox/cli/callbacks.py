@@ -39,6 +39,7 @@ def _record(ep: Endpoint) -> dict[str, Any]:
         "max_in_flight": ep.max_in_flight,
         "active_secrets": len(ep.secrets),
         "failing": ep.failing,
+        "filter": ep.filter,
     }
 
 
@@ -52,6 +53,7 @@ def _show(ep: Endpoint, as_json: bool = False) -> None:
             ("endpoint", f"{ep.public_id}  ({ep.tenant})"),
             ("url", ep.url),
             ("types", ", ".join(ep.event_types) if ep.event_types else "all"),
+            ("filter", ep.filter or "none"),
             ("enabled", state),
             ("attempts", f"{ep.max_attempts}, retry after {list(ep.retry_schedule)} s"),
             ("timeout", f"{ep.timeout_ms} ms, at most {ep.max_in_flight} in flight"),
@@ -74,6 +76,11 @@ def _show(ep: Endpoint, as_json: bool = False) -> None:
 )
 @click.option("--timeout-ms", type=click.IntRange(100, 60_000), default=5000, show_default=True)
 @click.option("--max-in-flight", type=click.IntRange(1, 64), default=4, show_default=True)
+@click.option(
+    "--filter",
+    "filter_",
+    help="A CEL expression over type and payload; other callbacks are not sent here.",
+)
 def endpoints_create(
     tenant: str,
     url: str,
@@ -82,6 +89,7 @@ def endpoints_create(
     retry_schedule: list[int],
     timeout_ms: int,
     max_in_flight: int,
+    filter_: str | None,
 ) -> None:
     """Create an endpoint and print its signing secret (shown once)."""
     secret = callbacks.new_secret()
@@ -99,6 +107,7 @@ def endpoints_create(
             retry_schedule=retry_schedule,
             timeout_ms=timeout_ms,
             max_in_flight=max_in_flight,
+            filter=filter_,
         )
     _show(ep)
     click.echo(f"secret    {secret}")

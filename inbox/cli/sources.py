@@ -92,6 +92,10 @@ def sources() -> None:
     """Sources: one provider endpoint of one tenant, at /hooks/<tenant>/<source>."""
 
 
+_FILTER_HELP = (
+    "A CEL expression over body and headers; events it is not true for are stored as"
+    " filtered and never run (docs/reference/filters.md)."
+)
 _OPTION_HELP = f"A source option, e.g. --option tolerance=600 (valid: {', '.join(OPTION_NAMES)})."
 
 
@@ -101,6 +105,7 @@ _OPTION_HELP = f"A source option, e.g. --option tolerance=600 (valid: {', '.join
 @click.option("--scheme", required=True, type=click.Choice(sorted(SCHEMES)))
 @click.option("--secret", "secrets", multiple=True, help="Repeat for several active secrets.")
 @click.option("--option", "options", multiple=True, metavar="KEY=JSON", help=_OPTION_HELP)
+@click.option("--filter", "filter_", metavar="CEL", help=_FILTER_HELP)
 @json_option
 def sources_create(
     tenant: str,
@@ -108,6 +113,7 @@ def sources_create(
     scheme: str,
     secrets: tuple[str, ...],
     options: tuple[str, ...],
+    filter_: str | None,
     as_json: bool,
 ) -> None:
     """Create a source and print its URL."""
@@ -115,7 +121,10 @@ def sources_create(
         raise click.UsageError("--secret is required (scheme 'none' is the only exception).")
     if scheme == "recipe" and "recipe" not in dict(o.partition("=")[::2] for o in options):
         raise click.UsageError("--scheme recipe needs --option recipe=@FILE (docs/recipes.md).")
-    opts = SourceOptions.from_dict(_parse_options(options))
+    raw = _parse_options(options)
+    if filter_ is not None:
+        raw["filter"] = filter_
+    opts = SourceOptions.from_dict(raw)
     check_playbook(opts.playbook)
     with transaction() as conn:
         src = store.create_source(conn, tenant, name, scheme, list(secrets), opts)
@@ -145,6 +154,7 @@ def _parse_options(pairs: tuple[str, ...]) -> dict[str, object]:
 @sources.command("update")
 @click.argument("ref", metavar="TENANT/SOURCE")
 @click.option("--option", "options", multiple=True, metavar="KEY=JSON", help=_OPTION_HELP)
+@click.option("--filter", "filter_", metavar="CEL", help=_FILTER_HELP)
 @click.option("--unset", multiple=True, metavar="KEY", help="Back to the option's default.")
 @click.option("--playbook", help="The playbook that runs this source's events.")
 @click.option("--body-schema", metavar="JSON", help='e.g. \'{"account": "str", "n": "int?"}\'')
@@ -153,6 +163,7 @@ def _parse_options(pairs: tuple[str, ...]) -> dict[str, object]:
 def sources_update(
     ref: str,
     options: tuple[str, ...],
+    filter_: str | None,
     unset: tuple[str, ...],
     playbook: str | None,
     body_schema: str | None,
@@ -165,6 +176,8 @@ def sources_update(
     ones, and a body schema with an unknown type is refused before any event meets it.
     """
     changes = _parse_options(options)
+    if filter_ is not None:
+        changes["filter"] = filter_
     if playbook is not None:
         changes["playbook"] = playbook
     if body_schema is not None:

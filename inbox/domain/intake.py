@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from inbox.domain import evidence, jsonpath, ledger, ordering, random_ids
+from inbox.domain import evidence, filters, jsonpath, ledger, ordering, random_ids
 from inbox.domain.errors import BadRequest, Unauthorized, UnsupportedMediaType
 from inbox.domain.idempotency import (
     body_key_digest,
@@ -75,6 +75,8 @@ class Prepared:
     match_sha256: bytes | None = None
     # How the request was authenticated (inbox.domain.evidence.verdict).
     verification: dict[str, Any] | None = None
+    # Why the source's filter keeps this event from running (stored as ``filtered``).
+    filter_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -336,9 +338,13 @@ def prepare(
     public_id = ledger.public_id("evt_", day, random_ids.token_hex(8))
     digest = _dedup_digest(source, dedup, identity)
     signed = evidence.signature_headers(scheme, req.headers, source.secrets, opts.header)
+    headers = _stored_headers(dict(req.headers), opts.header)  # what a filter may read
+    reason = filters.source_reason(opts.filter, parsed, headers) if opts.filter else None
+    # Filtered or not, the provider hears the scheme's answer: it must stop retrying.
     status = scheme.accept_status
+    word = "accepted" if reason is None else "filtered"
     # The id is hex: nothing to escape. A 204 carries no body (the provider asks for none).
-    response = b"" if status == 204 else f'{{"id":"{public_id}","status":"accepted"}}'.encode()
+    response = b"" if status == 204 else f'{{"id":"{public_id}","status":"{word}"}}'.encode()
     return Prepared(
         public_id=public_id,
         key_digest=digest,
@@ -350,10 +356,11 @@ def prepare(
         content_type=ctype,
         body=_redacted_body(req.body, parsed, opts.redact_paths, ctype, scheme.form_payload_field),
         body_sha256=raw_sha256,
-        headers=_stored_headers(dict(req.headers), opts.header),
+        headers=headers,
         response_status=status,
         response_body=response,
-        wait_seconds=parse_wait(req.headers.get("prefer")),
+        # A filtered event has no decision to wait for.
+        wait_seconds=parse_wait(req.headers.get("prefer")) if reason is None else None,
         match_sha256=None if match == raw_sha256 else match,
         verification=evidence.verdict(
             scheme,
@@ -367,6 +374,7 @@ def prepare(
             req.url,
             opts.recipe,
         ),
+        filter_reason=reason,
     )
 
 

@@ -88,3 +88,4 @@ class Endpoint:
     max_in_flight: int
     secrets: tuple[str, ...]
     failing: bool = False
+    filter: str | None = None  # a CEL expression over type and payload (inbox.domain.filters)

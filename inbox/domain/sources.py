@@ -12,6 +12,8 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 
 from inbox.domain.bodyschema import spec_errors
 from inbox.domain.errors import BadRequest
+from inbox.domain.filters import SOURCE_VARIABLES
+from inbox.domain.filters import check as check_filter
 from inbox.domain.signatures import RecipeError, parse_recipe
 
 
@@ -77,6 +79,9 @@ class _OptionsSchema(Schema):
     recipe = fields.Dict(keys=fields.String())
     # The provider's own list of what it sent, fetched on a schedule to fill gaps.
     reconcile = fields.Nested(_ReconcileSchema)
+    # A CEL expression over body and headers: events it is not true for are stored as
+    # filtered and never run (inbox.domain.filters, docs/reference/filters.md).
+    filter = fields.String()
 
 
 OPTION_NAMES: tuple[str, ...] = tuple(sorted(_OptionsSchema().fields))
@@ -115,6 +120,7 @@ class SourceOptions:
     rate_limit_per_second: float | None = None  # None: no limit
     rate_limit_burst: int | None = None  # None: one second's worth, at least 1
     reconcile: dict[str, Any] | None = None  # None: no gap filling from the provider
+    filter: str | None = None  # a CEL expression (inbox.domain.filters); None: all run
 
     @property
     def burst(self) -> int:
@@ -156,6 +162,8 @@ class SourceOptions:
                     f"Invalid recipe: {exc.field} {exc.message}.",
                     fields={"recipe": {exc.field: [exc.message]}},
                 ) from exc
+        if "filter" in data and check_schema:  # a stored row loads (compiled when used)
+            check_filter(data["filter"], SOURCE_VARIABLES, "filter")
         if "header" in data:
             data["header"] = data["header"].lower()
         return cls(**data)

@@ -18,6 +18,7 @@ class EventState(StrEnum):
     PROCESSING = "processing"
     COMPLETED = "completed"
     QUARANTINED = "quarantined"
+    FILTERED = "filtered"  # stored at ingest, its source's filter not true: never run
 
 
 class DeliveryState(StrEnum):
@@ -38,6 +39,7 @@ EVENT_ALLOWED: frozenset[tuple[EventState, EventState]] = frozenset(
         (S.PROCESSING, S.QUARANTINED),  # a permanent failure or attempts exhausted
         (S.RECEIVED, S.QUARANTINED),  # schema failure before any step, or attempts spent by crashes
         (S.QUARANTINED, S.RECEIVED),  # an operator's replay
+        (S.FILTERED, S.RECEIVED),  # an operator's replay runs it despite the filter
     }
 )
 ALLOWED = EVENT_ALLOWED
@@ -52,7 +54,8 @@ DELIVERY_ALLOWED: frozenset[tuple[DeliveryState, DeliveryState]] = frozenset(
     }
 )
 
-FINISHED: frozenset[EventState] = frozenset({S.COMPLETED, S.QUARANTINED})
+FINISHED: frozenset[EventState] = frozenset({S.COMPLETED, S.QUARANTINED, S.FILTERED})
+REPLAYABLE: frozenset[EventState] = frozenset({S.QUARANTINED, S.FILTERED})
 PENDING: frozenset[EventState] = frozenset({S.RECEIVED, S.PROCESSING})  # not finished yet
 DELIVERY_FINISHED: frozenset[DeliveryState] = frozenset({D.DELIVERED, D.FAILED})
 

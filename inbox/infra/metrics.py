@@ -106,6 +106,16 @@ HELD = Counter(
     "Events held because their source's playbook is not registered (not a failure).",
     _TS,
 )
+FILTERED = Counter(
+    "inbox_events_filtered",
+    "Events stored as filtered (their source's filter was not true): answered, never run.",
+    _TS,
+)
+CALLBACKS_FILTERED = Counter(
+    "inbox_callbacks_filtered",
+    "Callbacks not written for an endpoint because its filter was not true.",
+    ("tenant",),
+)
 RELEASED = Counter(
     "inbox_events_released", "Held events released once their playbook was registered."
 )
@@ -157,6 +167,8 @@ ALL: tuple[MetricWrapperBase, ...] = (
     RETRIES,
     DEAD_LETTERED,
     HELD,
+    FILTERED,
+    CALLBACKS_FILTERED,
     RELEASED,
     RECONCILE_MISMATCHES,
     RECONCILE_LAST_RUN,
@@ -209,6 +221,22 @@ def record_ingest(tenant: str, source: str, outcome: IngestOutcome, n: int = 1) 
             child.inc(n)
     except Exception as exc:
         _failed("record_ingest", exc)
+
+
+def record_filtered(tenant: str, source: str) -> None:
+    """An event stored as filtered (also counted as accepted: it is stored)."""
+    try:
+        FILTERED.labels(tenant_label(tenant), source).inc()
+    except Exception as exc:
+        _failed("record_filtered", exc)
+
+
+def record_callbacks_filtered(tenant: str, n: int) -> None:
+    """``n`` callbacks an endpoint's filter kept from being written."""
+    try:
+        CALLBACKS_FILTERED.labels(tenant_label(tenant)).inc(n)
+    except Exception as exc:
+        _failed("record_callbacks_filtered", exc)
 
 
 def record_claims(counts: dict[tuple[IngestOutcome, str, str], int]) -> None:

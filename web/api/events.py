@@ -33,6 +33,6 @@ def show_event(public_id: str) -> dict[str, Any]:
 
 @api.post("/events/<public_id>/replay")
 def replay_event(public_id: str) -> dict[str, Any]:
-    """quarantined → received, audited with the token's name; 409 for anything else."""
+    """quarantined or filtered → received, audited with the token's name; 409 otherwise."""
     actions.replay_event(auth.current(), public_id)
     return {"id": public_id, "state": EventState.RECEIVED, "replayed": True}

@@ -292,7 +292,7 @@ _PATHS: dict[str, Any] = {
     ),
     "/api/v1/events/{public_id}": _detail("One event in full.", "EventDetail"),
     "/api/v1/events/{public_id}/replay": _action(
-        "Replay a quarantined event (operator).", _REPLAYED, 409
+        "Replay a quarantined or filtered event (operator).", _REPLAYED, 409
     ),
     "/api/v1/deliveries": _listing(
         "List outbound deliveries, newest first.",

@@ -7,7 +7,7 @@ from typing import Any
 from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from inbox.domain.states import DeliveryState, EventState
+from inbox.domain.states import REPLAYABLE, DeliveryState, EventState
 from inbox.services.bulk import NotReplayable
 from inbox.store.reads import admin, history
 from inbox.store.schema.tables import STATES
@@ -78,8 +78,8 @@ def confirm_event_replay(public_id: str) -> str:
         e = admin.event_detail(conn, public_id, scope())
     if e is None:
         raise not_found("event")
-    if e["state"] != EventState.QUARANTINED:
-        raise NotReplayable("Only a quarantined event can be replayed.")
+    if e["state"] not in REPLAYABLE:
+        raise NotReplayable("Only a quarantined or filtered event can be replayed.")
     return render_template(
         "ui/confirm.html",
         what="event",
@@ -92,7 +92,7 @@ def confirm_event_replay(public_id: str) -> str:
 
 @ui.post("/events/<public_id>/replay")
 def replay_event(public_id: str) -> Response:
-    """quarantined → received, audited with the token's name; 409 for anything else."""
+    """quarantined or filtered → received, audited with the token's name; 409 otherwise."""
     actions.replay_event(current(), public_id)
     flash(f"Event {public_id} replayed: it is back in the inbox.")
     return redirect(url_for("ui.event", public_id=public_id))

@@ -167,6 +167,9 @@ events = Table(
     # Why a received event is not due: its source's playbook is not registered (migration
     # 0018). The sweep of a process that has the playbook clears it (inbox.store.write.queue).
     Column("held_reason", Text),
+    # Why the source's filter kept a ``filtered`` event from running (migration 0021);
+    # kept after a replay, as the record of what the filter said.
+    Column("filter_reason", Text),
     CheckConstraint(one_of("state", STATES), name="state"),
     # A public id carries its day: the lookup names the partition (ledger_reads).
     Index("ix_events_public_id", "public_id"),

@@ -72,6 +72,8 @@ _PARAMS = (
     ("trace_id", "text"),
     ("trace_context", "text"),
     ("verification", "jsonb"),
+    ("state", "text"),
+    ("filter_reason", "text"),
 )
 _EVENT_COLUMNS = ", ".join(
     ["id", "key_digest"]
@@ -155,7 +157,8 @@ def statement(rows: int) -> str:
         " WHERE old.body_sha256 = EXCLUDED.body_sha256 AND NOT old.sync"
         " RETURNING tenant_id, source_id, key_digest, event_id, public_id,"
         " response_status, response_body),"
-        f" e AS (INSERT INTO events ({_EVENT_COLUMNS}) SELECT {_EVENT_COLUMNS} FROM r"
+        f" e AS (INSERT INTO events ({_EVENT_COLUMNS}, finished_at) SELECT {_EVENT_COLUMNS},"
+        " CASE WHEN filter_reason IS NOT NULL THEN now() END FROM r"
         " WHERE key_digest IS NULL OR id IN (SELECT event_id FROM k)"
         " RETURNING id, public_id)"
         " SELECT public_id, id, NULL::text, NULL::integer, NULL::bytea FROM e"
@@ -190,6 +193,8 @@ def row(source: Source, ev: Prepared) -> tuple[Any, ...]:
         tracing.trace_id_of(trace_context),
         trace_context,
         None if ev.verification is None else json.dumps(ev.verification),
+        "received" if ev.filter_reason is None else "filtered",
+        ev.filter_reason,
     )
 
 

@@ -10,9 +10,9 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection, text
 
-from inbox.domain import callbacks, ledger
+from inbox.domain import callbacks, filters, ledger
 from inbox.domain.callbacks import Outgoing
-from inbox.infra import tracing
+from inbox.infra import metrics, tracing
 from inbox.store.db.days import LOWER_FLOOR, DayBounded, open_days
 
 
@@ -33,7 +33,10 @@ def enqueue(
     if not messages:
         return set()
     eps = conn.execute(
-        text("SELECT id, event_types FROM endpoints WHERE tenant_id = :t AND enabled ORDER BY id"),
+        text(
+            "SELECT id, event_types, filter FROM endpoints"
+            " WHERE tenant_id = :t AND enabled ORDER BY id"
+        ),
         {"t": tenant_id},
     ).fetchall()
     # A delivery's public id is not unique across days (a partitioned table's unique index
@@ -44,9 +47,15 @@ def enqueue(
     since = ledger.bounds(ledger.day_of(event_id))[0] if event_id is not None else 0
     trace_context = tracing.traceparent()  # the step's span: each attempt continues it
     rows = []
+    filtered = 0
     for index, msg in enumerate(messages):
         for ep in eps:
             if ep.event_types is not None and msg.event_type not in ep.event_types:
+                continue
+            if ep.filter is not None and not filters.endpoint_matches(
+                ep.filter, msg.event_type, msg.data
+            ):
+                filtered += 1
                 continue
             msg_id = callbacks.delivery_id(event_public_id, step, index, ep.id)
             body = callbacks.envelope(msg_id, msg.event_type, tenant, msg.data, msg.created_at)
@@ -74,6 +83,8 @@ def enqueue(
             ),
             rows,
         )
+    if filtered:
+        metrics.record_callbacks_filtered(tenant, filtered)
     return {r["e"] for r in rows}
 
 

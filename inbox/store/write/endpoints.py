@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, func, insert, select, update
 
+from inbox.domain import filters
 from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.records import Endpoint
 from inbox.infra.keyring import keyring
@@ -45,6 +46,7 @@ def _to_endpoint(r: Any) -> Endpoint:
         max_in_flight=r.max_in_flight,
         secrets=tuple(keyring().decrypt(s) for s in r.secrets or ()),
         failing=r.failing,
+        filter=r.filter,
     )
 
 
@@ -58,6 +60,8 @@ def create_endpoint(
 ) -> Endpoint:
     if not url.startswith(("http://", "https://")):
         raise BadRequest("An endpoint URL starts with http:// or https://.")
+    if options.get("filter") is not None:
+        filters.check(options["filter"], filters.ENDPOINT_VARIABLES, "endpoint filter")
     t = get_tenant(conn, tenant)
     endpoint_id = conn.execute(
         insert(endpoints)

@@ -130,7 +130,7 @@ def event_detail(conn: Connection, public_id: str) -> dict[str, Any] | None:
     return m
 
 
-# Only a quarantined event moves: two operators replaying the same event at once
+# Only a quarantined or filtered event moves: two operators replaying the same event at once
 # both run this UPDATE, the row lock serialises them, and the second finds it no
 # longer quarantined (the outer WHERE is re-checked on the locked row). Completed
 # steps are kept, so the playbook resumes. The replay number goes up by one; the
@@ -141,17 +141,20 @@ _REPLAY = text(
         UPDATE events e
            SET state = 'received', attempts = 0, available_at = now(), finished_at = NULL,
                last_error_class = NULL, last_error_message = NULL, replay = e.replay + 1
-          FROM (SELECT id, attempts, last_error_class FROM events
+          FROM (SELECT id, attempts, last_error_class, state, filter_reason FROM events
                  WHERE public_id = ANY(CAST(:ids AS text[]))
                    AND id >= :lo AND id < :hi) AS before
-         WHERE e.id = before.id AND e.state = 'quarantined'
+         WHERE e.id = before.id AND e.state IN ('quarantined', 'filtered')
            AND e.body IS NOT NULL  -- past retention, nothing is left to run
-        RETURNING e.id, e.public_id, e.replay, before.attempts, before.last_error_class
+        RETURNING e.id, e.public_id, e.replay, before.attempts, before.last_error_class,
+                  before.state, before.filter_reason
     ), audited AS (
         INSERT INTO audit_log (actor, action, subject_kind, subject_id, detail)
         SELECT :actor, 'replay', 'event', id,
                jsonb_build_object('public_id', public_id, 'replay', replay,
-                                  'attempts_before', attempts, 'error_before', last_error_class)
+                                  'attempts_before', attempts, 'error_before', last_error_class,
+                                  'state_before', state)
+               || jsonb_strip_nulls(jsonb_build_object('filter_reason', filter_reason))
                || CAST(:extra AS jsonb)
           FROM moved
     ), lowered AS (  -- the workers' claim looks no lower than the floor
@@ -165,7 +168,8 @@ _REPLAY = text(
 def replay(
     conn: Connection, public_ids: list[str], actor: str, detail: dict[str, Any] | None = None
 ) -> list[str]:
-    """Move quarantined events back to received; returns the ids actually moved.
+    """Move quarantined or filtered events back to received; returns the ids actually
+    moved. A filtered event then runs despite its source's filter.
 
     ``detail`` is added to each audit row (a bulk replay names its job and approver).
     """

@@ -66,7 +66,7 @@ BATCH_SIZE = 1000
 STATEMENT_TIMEOUT_MS = 300_000
 
 _NOW = "coalesce(CAST(:now AS timestamptz), now())"
-_FINISHED = "state IN ('completed', 'quarantined')"
+_FINISHED = "state IN ('completed', 'quarantined', 'filtered')"
 
 # A key, with its event: the event must be finished and past the retry horizon.
 _EXPIRED_KEYS = f"""
