@@ -32,7 +32,7 @@ ENDPOINT_VARIABLES = frozenset({"type", "payload"})
 _REASON_CHARS = 500
 
 
-class FilterError(ValueError):
+class FilterError(BadRequest, ValueError):
     """An expression that does not parse, or names a variable it cannot see."""
 
 
