@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.store.reads import ledger_reads
+from inbox.store.write.staleness import NEWEST_COMPLETED
 
 
 @dataclass(frozen=True)
@@ -90,26 +91,12 @@ def events(conn: Connection, public_ids: list[str]) -> list[PlannedEvent]:
     ]
 
 
-# As inbox.store.write.staleness judges, without its lock or its writes.
-_NEWEST = {
-    column: text(
-        f"""
-        SELECT id, public_id, occurred_at, version FROM events
-         WHERE tenant_id = :t AND business_key_digest = :bk AND id <> :id
-           AND state = 'completed' AND {column} IS NOT NULL
-         ORDER BY {column} DESC, id DESC
-         LIMIT 1
-        """
-    )
-    for column in ("occurred_at", "version")
-}
-
-
 def newest_completed(
     conn: Connection, tenant_id: int, bk: bytes, event_id: int, by_time: bool
 ) -> Newest | None:
     """The newest other completed event with this business key, by time or by version."""
-    query = _NEWEST["occurred_at" if by_time else "version"]
+    # As inbox.store.write.staleness judges, without its lock or its writes.
+    query = NEWEST_COMPLETED["occurred_at" if by_time else "version"]
     row = conn.execute(query, {"t": tenant_id, "bk": bk, "id": event_id}).first()
     return Newest(row.id, row.public_id, row.occurred_at, row.version) if row else None
 

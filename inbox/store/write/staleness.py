@@ -48,8 +48,9 @@ _RUNNING = text(
     """
 )
 
-# The newest completed event of the same kind of position (time, or version).
-_NEWEST = {
+# The newest completed event of the same kind of position (time, or version); the replay
+# preview (inbox.store.reads.preview) asks the same question.
+NEWEST_COMPLETED = {
     column: text(
         f"""
         SELECT id, public_id, occurred_at, version FROM events
@@ -85,7 +86,7 @@ def judge(conn: Connection, c: Claim, tenant_id: int, bk: bytes, mine: Position)
             raise LeaseLost()
         return Judgement(busy=True)
     column = "occurred_at" if mine.occurred_at is not None else "version"
-    row = conn.execute(_NEWEST[column], keys).first()
+    row = conn.execute(NEWEST_COMPLETED[column], keys).first()
     newest = Position(row.occurred_at, row.version) if row is not None else None
     newer = (
         Newer(row.public_id, row.occurred_at, row.version)
