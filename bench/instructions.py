@@ -10,6 +10,15 @@ of none, over N, is the count per request; with ``PYTHONHASHSEED=0`` two runs ag
 about 0.01 %.
 
     .venv/bin/python -m bench.instructions [--requests 2000] [--views receiver,floor]
+        [--checkout PATH ...] [--runs 1] [--otlp]
+
+``--checkout`` (once per checkout, e.g. a ``git worktree`` of an older commit after its own
+``make setup``) runs each checkout's own ``bench.instructions`` with its own ``.venv`` on a
+database its own code migrated, and compares them, the first as the reference: one command for
+"did this range of commits change the count". ``--runs`` repeats the set, the checkouts taking
+turns. Tracing is off (every ``OTEL_*`` variable removed) unless ``--otlp``, which turns it on
+with ``OTEL_TRACES_EXPORTER=otlp`` to a sink in this process (``bench.common.otlp_sink``;
+the batch span processor's encoding and export are counted, the sink's work is not).
 
 ``receiver`` is the whole request (the ``hooks.receive`` view, signed 1 KiB JSON events of
 the ``hmac`` scheme, a new Idempotency-Key each); ``floor`` is the same app whose view
@@ -53,11 +62,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--views", default=",".join(VIEWS), help="receiver,floor")
     p.add_argument("--pg-url", default=os.environ.get("BENCH_PG_URL"), help="a server of yours")
     p.add_argument("--out", type=Path, default=procs.RESULTS / "instructions.json")
+    p.add_argument(
+        "--checkout",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="measure in this checkout with its .venv (repeat; the first is the reference)",
+    )
+    p.add_argument("--runs", type=int, default=1, help="runs per checkout (with --checkout)")
+    p.add_argument("--otlp", action="store_true", help="tracing on: OTLP to a local sink")
     p.add_argument("--child", nargs=2, metavar=("VIEW", "N"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.view_list = [v for v in args.views.split(",") if v]
     if set(args.view_list) - set(VIEWS):
         p.error("unknown view")
+    for path in args.checkout:
+        if not (path / ".venv" / "bin" / "python").exists():
+            p.error(f"{path} has no .venv (run make setup there)")
+        if not (path / "bench" / "instructions.py").exists():
+            p.error(f"{path} has no bench/instructions.py")
+    if args.runs < 1:
+        p.error("--runs must be at least 1")
     return args
 
 
@@ -151,6 +177,68 @@ def count(view: str, n: int, env: dict[str, str]) -> int:
     return int(found.group(1).replace(",", ""))
 
 
+def tracing_env(otlp_url: str | None) -> dict[str, str]:
+    """This environment without any ``OTEL_*`` variable, plus OTLP to ``otlp_url`` if given."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    if otlp_url is not None:
+        env.update(
+            OTEL_TRACES_EXPORTER="otlp",
+            OTEL_EXPORTER_OTLP_ENDPOINT=otlp_url,
+            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+        )
+    return env
+
+
+def revision(path: Path) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return done.stdout.strip() or "?"
+
+
+def compiled(python: str, root: Path) -> None:
+    """Byte-compile the checkout first: else the first counted process compiles what it
+    imports and the next ones do not, and the difference lands in the count per request."""
+    cmd = [python, "-m", "compileall", "-q", "inbox", "web", "bench"]
+    subprocess.run(cmd, cwd=root, check=True, capture_output=True)
+
+
+def compare(args: argparse.Namespace, otlp_url: str | None) -> dict[str, Any]:
+    """Each checkout's own ``bench.instructions`` ``args.runs`` times, taking turns."""
+    env = tracing_env(otlp_url)
+    checkouts: list[dict[str, Any]] = [
+        {"path": str(path.resolve()), "revision": revision(path), "runs": []}
+        for path in args.checkout
+    ]
+    with tempfile.TemporaryDirectory(prefix="inbox-instructions-") as tmp:
+        out = Path(tmp) / "run.json"
+        for run in range(1, args.runs + 1):
+            for path, co in zip(args.checkout, checkouts, strict=True):
+                cmd = [
+                    str(path / ".venv" / "bin" / "python"),
+                    *("-m", "bench.instructions", "--requests", str(args.requests)),
+                    *("--views", ",".join(args.view_list), "--out", str(out)),
+                    *(("--pg-url", args.pg_url) if args.pg_url else ()),
+                ]
+                print(f"run {run}: {co['revision']} ({co['path']})", flush=True)
+                if run == 1:
+                    compiled(str(path / ".venv" / "bin" / "python"), path)
+                subprocess.run(cmd, env=env, cwd=path, check=True)
+                co["runs"].append(json.loads(out.read_text())["instructions_per_request"])
+    ref = checkouts[0]
+    for co in checkouts:
+        co["mean"] = {
+            view: sum(r[view] for r in co["runs"]) / len(co["runs"]) for view in args.view_list
+        }
+        co["ratio"] = {view: co["mean"][view] / ref["mean"][view] for view in args.view_list}
+    print(f"{'revision':10} {'view':9} {'runs':>24} {'ratio':>8}")
+    for co in checkouts:
+        for view in args.view_list:
+            runs = ", ".join(f"{r[view]:,}" for r in co["runs"])
+            print(f"{co['revision']:10} {view:9} {runs:>24} {co['ratio'][view]:>8.4f}")
+    return {"checkouts": checkouts}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
@@ -158,13 +246,34 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    from bench.common.otlp_sink import OtlpSink  # not in the counted child's imports
+
+    sink = OtlpSink() if args.otlp else None
+    otlp_url = sink.url if sink is not None else None
+    try:
+        if args.checkout:
+            procs.RESULTS.mkdir(parents=True, exist_ok=True)
+            report = compare(args, otlp_url)
+            procs.write_report(args.out, {"requests": args.requests, "otlp": args.otlp, **report})
+            return 0
+        return measure(args, otlp_url)
+    finally:
+        if sink is not None:
+            print(f"OTLP sink: {sink.requests} exports, {sink.bytes:,} bytes", flush=True)
+            sink.close()
+
+
+def measure(args: argparse.Namespace, otlp_url: str | None) -> int:
     procs.use_own_kek()
     procs.RESULTS.mkdir(parents=True, exist_ok=True)
+    compiled(sys.executable, procs.ROOT)
     metrics_dir = tempfile.mkdtemp(prefix="inbox-instructions-metrics-")
     source = (TENANT, SOURCE, SECRET)
     try:
         with procs.source_database(args.pg_url, "inbox_instructions", source) as db_url:
-            env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "BROKER_URL")}
+            env = tracing_env(otlp_url)
+            for name in ("REDIS_URL", "BROKER_URL"):
+                env.pop(name, None)
             env.update(
                 DATABASE_URL=db_url, PYTHONHASHSEED="0", PROMETHEUS_MULTIPROC_DIR=metrics_dir
             )
@@ -177,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     for view, n in per_request.items():
         print(f"{view:9} {n:>9,} instructions per request")
     procs.write_report(
-        args.out, {"requests": args.requests, "instructions_per_request": per_request}
+        args.out,
+        {"requests": args.requests, "otlp": args.otlp, "instructions_per_request": per_request},
     )
     return 0
 
