@@ -177,7 +177,8 @@ def test_a_playbook_name_is_checked_at_create_and_update(cli, make_source, monke
     monkeypatch.delenv("INBOX_PLAYBOOKS", raising=False)
     out = cli(*create, "--name", "x", "--option", "playbook=deny-acount", ok=False)
     assert out.count("\n") == 1 and "INBOX_PLAYBOOKS is not set" in out, out
-    assert "'deny-acount'" in out and "forward, record" in out
+    # The built-in playbooks are named (others a test module registered may be listed too).
+    assert "'deny-acount'" in out and "forward" in out and "record" in out
     out = cli("sources", "update", "acme/billing", "--playbook", "deny-acount", ok=False)
     assert "INBOX_PLAYBOOKS is not set" in out
     monkeypatch.setenv("INBOX_PLAYBOOKS", "tests.sink_playbooks")
