@@ -19,7 +19,7 @@ from inbox.domain.states import EventState
 from inbox.infra import broker
 from inbox.services import bulk, preview
 from inbox.store.reads import admin
-from inbox.store.write import bulk_review, operator
+from inbox.store.write import bulk_review, operator, redaction
 
 # Lease bookkeeping: how the workers coordinate, not what happened to the event.
 INTERNAL = ("id", "tenant_id", "source_id", "fence", "lease_owner", "lease_expires_at", "headers")
@@ -79,6 +79,30 @@ def events_show(public_id: str, as_json: bool) -> None:
         summary(shown)
 
 
+@events.command("redact")
+@click.argument("public_id", metavar="EVT")
+@click.option("--reason", required=True, help="Why (a request or case number): audited.")
+@click.option("--actor", default=getpass.getuser, show_default="current user")
+@json_option
+def events_redact(public_id: str, reason: str, actor: str, as_json: bool) -> None:
+    """Delete an event's raw body; its SHA-256 and every other record stay.
+
+    Refused while a legal hold covers the event, and while it is received or processing.
+    An event whose body is gone already is reported as done.
+    """
+    with transaction() as conn:
+        done = redaction.redact(conn, public_id, actor, reason)
+    if as_json:
+        emit_json(done.public())
+    elif done.already:
+        click.echo(f"{public_id}: body already removed (sha256 {done.body_sha256} kept)")
+    else:
+        click.echo(
+            f"{public_id}: body redacted ({done.bytes_removed} bytes removed,"
+            f" sha256 {done.body_sha256} kept)"
+        )
+
+
 def summary(d: dict[str, Any]) -> None:
     """An event as an operator reads it: what it is, where it stands, what happened."""
     state = d["state"] + (f" ({d['outcome']})" if d.get("outcome") else "")
@@ -111,7 +135,9 @@ def summary(d: dict[str, Any]) -> None:
         error = f"{d['last_error_class']}: {d.get('last_error_message') or ''}"
         pairs.append(("last error", error))
     size = len(d["body"].encode()) if d.get("body") is not None else None
-    body = f"{size} bytes, {d['content_type']}" if size is not None else "removed by retention"
+    redacted = any(a["action"] == "redacted" for a in d["audit"])
+    gone = "removed by redaction" if redacted else "removed by retention"
+    body = f"{size} bytes, {d['content_type']}" if size is not None else gone
     pairs.append(("body", f"{body}, sha256 {d['body_sha256']}"))
     if d.get("decision") is not None:
         pairs.append(("decision", json.dumps(d["decision"], sort_keys=True)))

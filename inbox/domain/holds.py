@@ -62,3 +62,17 @@ def check_release(scope: HoldScope | str, requested_by: str | None, actor: str) 
             f" who asked for its release ({requested_by})."
         )
     return True
+
+
+class EventHeld(InboxError):
+    """A legal hold covers this event: its body is kept until the hold is released."""
+
+    http_status = 409
+    code = "event_held"
+
+
+class EventUnfinished(InboxError):
+    """This event is not finished: the worker still needs its body."""
+
+    http_status = 409
+    code = "event_unfinished"

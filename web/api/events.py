@@ -1,12 +1,16 @@
-"""``/api/v1/events``: list, show, replay."""
+"""``/api/v1/events``: list, show, replay, redact."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from flask import request
+
+from inbox.domain.errors import BadRequest
 from inbox.domain.states import EventState
 from inbox.store.reads import admin
 from inbox.store.schema.tables import STATES
+from inbox.store.write import redaction
 from web import actions
 from web.api import api, auth
 from web.api.common import cursor, jsonable, limit, list_filter, not_found, page
@@ -36,3 +40,23 @@ def replay_event(public_id: str) -> dict[str, Any]:
     """quarantined or filtered → received, audited with the token's name; 409 otherwise."""
     actions.replay_event(auth.current(), public_id)
     return {"id": public_id, "state": EventState.RECEIVED, "replayed": True}
+
+
+@api.post("/events/<public_id>/redact")
+def redact_event(public_id: str) -> dict[str, Any]:
+    """``{"reason": R}``: delete the event's raw body, keep its SHA-256 and every row;
+    audited with the token's name. 409 while a legal hold covers it or it is unfinished."""
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise BadRequest("The body must be a JSON object.")
+    unknown = set(body) - {"reason"}
+    if unknown:
+        raise BadRequest(f"Unknown field(s): {', '.join(sorted(unknown))}.")
+    reason = body.get("reason")
+    if not isinstance(reason, str):
+        raise BadRequest("reason is required (a string).")
+    token = auth.current()
+    with services().engine.begin() as conn:
+        done = redaction.redact(conn, public_id, token.name, reason, token.tenant_id)
+    shown: dict[str, Any] = done.public()
+    return shown

@@ -109,6 +109,20 @@ _REPLAYED = {
     },
 }
 
+_REDACTED = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "redacted": {"type": "boolean"},
+        "already_redacted": {
+            "type": "boolean",
+            "description": "The body was gone before this request (nothing was written).",
+        },
+        "body_sha256": {"type": "string", "description": "Kept: the raw body's SHA-256."},
+        "bytes_removed": {"type": "integer"},
+    },
+}
+
 _SCHEMAS: dict[str, Any] = {
     "Error": {
         "type": "object",
@@ -294,6 +308,28 @@ _PATHS: dict[str, Any] = {
     "/api/v1/events/{public_id}/replay": _action(
         "Replay a quarantined or filtered event (operator).", _REPLAYED, 409
     ),
+    "/api/v1/events/{public_id}/redact": {
+        "post": {
+            "summary": "Delete an event's raw body, keep its SHA-256 and every row; audited"
+            " (operator). 409 while a legal hold covers the event (event_held, naming the"
+            " holds) or it is received/processing (event_unfinished). Idempotent.",
+            "parameters": [_PATH_ID],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["reason"],
+                            "properties": {"reason": {"type": "string", "maxLength": 2000}},
+                            "additionalProperties": False,
+                        }
+                    }
+                },
+            },
+            "responses": {**_ok(_REDACTED), **_errors(400, 403, 404, 409)},
+        }
+    },
     "/api/v1/deliveries": _listing(
         "List outbound deliveries, newest first.",
         "Delivery",

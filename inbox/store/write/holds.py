@@ -39,6 +39,15 @@ def held(event: str) -> str:
     return f"EXISTS (SELECT 1 FROM {covering(event)})"
 
 
+def holding(conn: Connection, event_id: int) -> list[str]:
+    """The public ids of the active holds that cover one event (empty: it is not held)."""
+    rows = conn.execute(
+        text(f"SELECT h.public_id FROM events e, {covering('e')} AND e.id = :id ORDER BY h.id"),
+        {"id": event_id},
+    )
+    return [str(r.public_id) for r in rows]
+
+
 @dataclass(frozen=True)
 class Hold:
     id: int
