@@ -191,3 +191,37 @@ def test_bad_requests_are_refused_and_change_nothing(engine, make_source, made_d
     assert resp.status_code in (400, 404)
     assert bytes(stored(engine, event_id)["body"]) == BODY
     assert redactions(engine, event_id) == []
+
+
+def test_a_hold_placed_during_a_redaction_is_seen_or_waits(engine, make_source, made_days):
+    """The hold's transaction is open (not committed) when the redaction starts: the
+    redaction waits for it, then sees the hold and refuses; the body stays."""
+    import threading
+
+    from inbox.domain.holds import EventHeld
+    from inbox.store.write import holds as hstore
+    from inbox.store.write import redaction
+
+    src = make_source(tenant="acme")
+    event_id, evt = an_event(engine, made_days, src)
+    outcome: list[object] = []
+
+    with engine.begin() as hold_tx:
+        hstore.place(hold_tx, "acme", "lee", "matter 18", event=evt)
+
+        def redact() -> None:
+            try:
+                with engine.begin() as conn:
+                    outcome.append(redaction.redact(conn, evt, "alice", "erasure"))
+            except EventHeld as exc:
+                outcome.append(exc)
+
+        worker = threading.Thread(target=redact)
+        worker.start()
+        worker.join(1.0)  # a bound on how long it may run while the hold is open
+        assert worker.is_alive() and outcome == [], "the redaction did not wait for the hold"
+    worker.join(30)
+    assert not worker.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], EventHeld), outcome
+    assert bytes(stored(engine, event_id)["body"]) == BODY
+    assert redactions(engine, event_id) == []

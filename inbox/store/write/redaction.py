@@ -9,7 +9,8 @@ body is gone already answers as done, and writes nothing. A redaction writes an
 ``audit_log`` row (who, why, the hash kept) in the same transaction.
 
 The event row is locked (``FOR UPDATE``) before it is checked, so a replay or a worker
-claiming it at the same time is serialised with the redaction.
+claiming it at the same time is serialised with the redaction; ``legal_holds`` is locked
+in SHARE mode before the holds are read, so a hold placed at the same moment is too.
 """
 
 from __future__ import annotations
@@ -74,6 +75,10 @@ def redact(
         raise NotFound(f"No event {public_id!r}.")
     if ev.size is None:
         return Redaction(public_id, ev.sha256, 0, already=True)
+    # A hold being placed or released now (its INSERT/UPDATE takes ROW EXCLUSIVE) is either
+    # committed before this reads the holds or waits for this redaction: the day drop does
+    # the same (inbox.store.schema.partitions).
+    conn.execute(text("LOCK TABLE legal_holds IN SHARE MODE"))
     held_by = holds.holding(conn, ev.id)
     if held_by:
         raise EventHeld(
