@@ -18,7 +18,7 @@ from inbox.store.write import bulk_review, operator
 from inbox.store.write import deliveries as dstore
 from inbox.store.write import endpoints as estore
 from inbox.store.write.tokens import Token
-from web.api.common import not_found
+from web.common import not_found
 from web.services import services
 
 log = logging.getLogger(__name__)

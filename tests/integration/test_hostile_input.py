@@ -134,7 +134,7 @@ def test_bad_values_in_the_admin_api_are_400_never_503(client, engine, path):
 
 @pytest.mark.parametrize("last_id", [2**63, 2**64 + 5, -(2**63) - 1, 10**40])
 def test_a_cursor_beyond_bigint_is_400(client, engine, last_id):
-    from web.api.common import encode_cursor
+    from web.common import encode_cursor
 
     headers = bearer(engine)
     for listing in ("events", "deliveries"):

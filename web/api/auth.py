@@ -9,7 +9,7 @@ from inbox.domain.errors import Forbidden, Unauthorized
 from inbox.store.write import tokens as store
 from inbox.store.write.tokens import Token
 from web import throttle
-from web.api import api
+from web.api.blueprint import api
 from web.services import services
 
 PUBLIC_ENDPOINTS = frozenset({"api.openapi_document"})

@@ -10,8 +10,9 @@ from inbox.domain.errors import BadRequest
 from inbox.services import bulk
 from inbox.store.write import bulk as store
 from web import actions
-from web.api import api, auth
-from web.api.common import jsonable, not_found
+from web.api import auth
+from web.api.blueprint import api
+from web.common import jsonable, not_found
 from web.services import services
 
 

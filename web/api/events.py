@@ -12,8 +12,9 @@ from inbox.store.reads import admin
 from inbox.store.schema.tables import STATES
 from inbox.store.write import redaction
 from web import actions
-from web.api import api, auth
-from web.api.common import cursor, jsonable, limit, list_filter, not_found, page
+from web.api import auth
+from web.api.blueprint import api
+from web.common import cursor, jsonable, limit, list_filter, not_found, page
 from web.services import services
 
 

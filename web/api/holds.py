@@ -8,8 +8,9 @@ from flask import Response, jsonify, request
 
 from inbox.domain.errors import BadRequest
 from inbox.store.write import holds as store
-from web.api import api, auth
-from web.api.common import jsonable, not_found
+from web.api import auth
+from web.api.blueprint import api
+from web.common import jsonable, not_found
 from web.services import services
 
 _SUBJECTS = ("source", "business_key", "event")

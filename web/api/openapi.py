@@ -11,8 +11,8 @@ from inbox.domain.approval import BulkStatus
 from inbox.domain.holds import SCOPES
 from inbox.services import bulk
 from inbox.store.schema.tables import DELIVERY_STATES, STATES
-from web.api import api
-from web.api.common import DEFAULT_LIMIT, MAX_LIMIT
+from web.api.blueprint import api
+from web.common import DEFAULT_LIMIT, MAX_LIMIT
 
 _ERR = {"$ref": "#/components/responses/Error"}
 _OBJ: dict[str, Any] = {"type": "object", "additionalProperties": True}

@@ -9,21 +9,8 @@ anything else is a 404, exactly as in the API.
 
 from __future__ import annotations
 
-from flask import Blueprint
-from flask.sansio.blueprints import BlueprintSetupState
-
-from web.ui import security
-
-ui = Blueprint("ui", __name__, url_prefix="/ui")
-
-
-@ui.record_once
-def _configure(state: BlueprintSetupState) -> None:
-    security.configure(state.app, state.url_prefix or "/ui")
-
-
 # The view modules register themselves on ``ui``.
-from web.ui import (  # noqa: E402, F401
+from web.ui import (
     dashboard,
     deadletters,
     deliveries,
@@ -36,3 +23,19 @@ from web.ui import (  # noqa: E402, F401
     session,
     sources,
 )
+from web.ui.blueprint import ui
+
+__all__ = [
+    "dashboard",
+    "deadletters",
+    "deliveries",
+    "display",
+    "endpoints",
+    "errors",
+    "events",
+    "holds",
+    "replays",
+    "session",
+    "sources",
+    "ui",
+]

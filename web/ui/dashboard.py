@@ -16,7 +16,8 @@ from inbox.store.reads import dashboard as store
 from inbox.store.reads import history, stats
 from inbox.store.write import bulk as bstore
 from web.services import services
-from web.ui import charts, outcomes, ui
+from web.ui import charts, outcomes
+from web.ui.blueprint import ui
 from web.ui.display import duration
 from web.ui.session import current, scope
 

@@ -8,7 +8,7 @@ from werkzeug.wrappers import Response
 
 from inbox.store.reads import history, reads
 from web.services import services
-from web.ui import ui
+from web.ui.blueprint import ui
 from web.ui.session import scope
 
 

@@ -13,9 +13,9 @@ from inbox.services.bulk import NotReplayable
 from inbox.store.reads import admin
 from inbox.store.schema.tables import DELIVERY_STATES
 from web import actions
-from web.api.common import cursor, encode_cursor, list_filter, not_found
+from web.common import cursor, encode_cursor, list_filter, not_found
 from web.services import services
-from web.ui import ui
+from web.ui.blueprint import ui
 from web.ui.session import current, require_operator, scope
 
 PAGE_SIZE = 50

@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from web.ui import ui
+from web.ui.blueprint import ui
 
 
 @ui.app_template_filter("when")

@@ -8,9 +8,9 @@ from werkzeug.wrappers import Response
 
 from inbox.store.reads import admin, reads
 from web import actions
-from web.api.common import not_found
+from web.common import not_found
 from web.services import services
-from web.ui import ui
+from web.ui.blueprint import ui
 from web.ui.session import current, scope
 
 RECENT = 20

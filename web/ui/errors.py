@@ -10,7 +10,7 @@ from werkzeug.wrappers import Response
 
 from inbox.domain.errors import InboxError, Unavailable, ValueRefused
 from inbox.store.db import errors as db_errors
-from web.ui import ui
+from web.ui.blueprint import ui
 from web.ui.session import JSON_ENDPOINTS
 
 log = logging.getLogger(__name__)

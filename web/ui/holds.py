@@ -9,7 +9,7 @@ from werkzeug.wrappers import Response
 from inbox.domain.errors import BadRequest
 from inbox.store.write import holds as store
 from web.services import services
-from web.ui import ui
+from web.ui.blueprint import ui
 from web.ui.session import current, scope
 
 SUBJECTS = ("tenant", "source", "business_key", "event")

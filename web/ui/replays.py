@@ -14,9 +14,10 @@ from inbox.services import bulk
 from inbox.store.reads import admin, history
 from inbox.store.write import bulk as store
 from web import actions
-from web.api.common import jsonable, not_found
+from web.common import jsonable, not_found
 from web.services import services
-from web.ui import outcomes, ui
+from web.ui import outcomes
+from web.ui.blueprint import ui
 from web.ui.session import current, require_operator, scope
 
 # The event-list filters a bulk replay takes over (its state is always quarantined).

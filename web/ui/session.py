@@ -20,7 +20,8 @@ from inbox.store.write import tokens as store
 from inbox.store.write.tokens import Token
 from web import throttle
 from web.services import services
-from web.ui import security, ui
+from web.ui import security
+from web.ui.blueprint import ui
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from flask import render_template
 
 from inbox.store.reads import reads
 from web.services import services
-from web.ui import ui
+from web.ui.blueprint import ui
 from web.ui.session import scope
 
 
