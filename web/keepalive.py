@@ -18,7 +18,7 @@ from flask import Flask, Response
 from inbox.infra.config import Settings
 
 
-def keepalive_requests(env: Mapping[str, str]) -> int:
+def keepalive_requests(env: Mapping[str, str] | None = None) -> int:
     """``WEB_KEEPALIVE_REQUESTS``: requests per connection on average; 0 never closes."""
     return Settings.from_env(env).keepalive_requests
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import os
 from collections.abc import Iterable
 
 from flask import Blueprint, Response, request
@@ -27,6 +26,7 @@ from sqlalchemy import Engine
 from inbox.domain import tokens
 from inbox.domain.errors import Unauthorized
 from inbox.domain.states import DeliveryState, EventState
+from inbox.infra import config
 from inbox.infra.metrics import tenant_label
 from inbox.store.reads import stats
 from web import throttle
@@ -132,7 +132,7 @@ class _ProcessRegistry(Collector):
 
 def build_registry(engine: Engine) -> CollectorRegistry:
     registry = CollectorRegistry()
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if config.current("metrics_dir"):
         from prometheus_client import multiprocess
 
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]

@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
 
-from inbox.infra.config import Settings
+from inbox.infra.config import Settings, process_environment
 
 
 @dataclass(frozen=True)
@@ -171,12 +171,13 @@ def main(argv: list[str] | None = None) -> None:
     from granian.constants import HTTPModes, Interfaces
     from granian.log import LogLevels
 
-    target, s = parse_args(argv, os.environ)
+    environ = process_environment()
+    target, s = parse_args(argv, environ)
     if not port_is_free(s.host, s.port):
         # one line, not granian's traceback
         sys.exit(f"PORT {s.port} is in use on {s.host}: set PORT (or --port) to a free port")
     check_start()
-    owned = metrics_dir(os.environ)
+    owned = metrics_dir(environ)
     server = Granian(
         target,
         address=s.host,

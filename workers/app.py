@@ -2,11 +2,17 @@
 
 ``celery -A workers.app worker`` / ``celery -A workers.app beat``. The broker URL is
 REDIS_URL (or BROKER_URL, e.g. an amqp:// URL for RabbitMQ).
+
+``app`` is made at import by ``make_celery`` from the settings, read once; that does no
+I/O (Celery connects when a worker or beat starts). What needs I/O happens as the process
+starts, in the signals below: the start checks, the playbook modules, the metrics
+directory; the worker state (engine, alarms) is ``workers.state``, made on first use.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import NoReturn
 from urllib.parse import urlsplit
 
@@ -24,6 +30,7 @@ from inbox.infra import broker, tracing
 from inbox.infra.config import Settings
 from inbox.infra.logs import configure_logging
 from inbox.services import playbooks, startup
+from workers import state
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +38,7 @@ log = logging.getLogger(__name__)
 def make_celery(settings: Settings) -> Celery:
     conf = broker.celery_conf(settings)  # the queues, routes and transport, as senders have
     app = Celery("webhook_inbox", broker=conf.pop("broker_url"), include=["workers.tasks"])
+    state.bind(app, settings)  # for the tasks and the beat
     scheme = urlsplit(settings.broker_url).scheme
     if scheme in ("redis", "sentinel"):
         # kombu's Redis transports with the broker-restart fix (see workers/transport.py)
@@ -91,7 +99,6 @@ def load_playbooks(settings: Settings) -> None:
 
 settings = Settings.from_env()
 app = make_celery(settings)
-load_playbooks(settings)
 
 
 @worker_init.connect  # type: ignore[untyped-decorator]
@@ -112,19 +119,22 @@ def _declare_quorum_queues(**_: object) -> None:
 @beat_init.connect  # type: ignore[untyped-decorator]
 def _check_start(**_: object) -> None:
     # Before a worker, courier or beat starts work: the key for the stored secrets, and
-    # the database if INBOX_REQUIRE_DATABASE_AT_START asks for it (inbox.services.startup).
+    # the database if INBOX_REQUIRE_DATABASE_AT_START asks for it (inbox.services.startup);
+    # then the playbook modules, which a forked pool process inherits.
     try:
         startup.check(settings)
     except startup.CannotStart as exc:
         cannot_start(settings, exc, exc.exit_code)
+    load_playbooks(settings)
+    state.start()  # the engine and alarms connect on first use
+    if settings.metrics_dir:  # prometheus_client opens its per-process files there
+        os.makedirs(settings.metrics_dir, exist_ok=True)
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]
 def _fresh_engine(**_: object) -> None:
     # Forked pool processes must not share the parent's database connections.
-    from workers import tasks
-
-    tasks.reset_engine()
+    state.reset()
 
 
 @setup_logging.connect  # type: ignore[untyped-decorator]
@@ -139,9 +149,7 @@ def _json_logs(**_: object) -> None:
 @worker_process_shutdown.connect  # type: ignore[untyped-decorator]
 def _metrics_process_dead(pid: int | None = None, **_: object) -> None:
     # Drops this pool process's live gauges from the shared PROMETHEUS_MULTIPROC_DIR.
-    import os
-
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if settings.metrics_dir:
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(pid or os.getpid())  # type: ignore[no-untyped-call]

@@ -21,7 +21,7 @@ from typing import Any
 from celery.beat import Scheduler
 
 from inbox.infra import broker
-from workers.app import settings
+from workers import state
 
 log = logging.getLogger(__name__)
 START = datetime(2000, 1, 1, tzinfo=UTC)
@@ -31,6 +31,7 @@ class LeaderScheduler(Scheduler):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         name = kwargs.pop("schedule_filename", None) or "celerybeat-schedule"
         super().__init__(*args, **kwargs)
+        settings = state.settings()
         self.lease = broker.BeatLease(
             settings.redis_url,
             broker.beat_lease_seconds(settings.sweep_seconds),

@@ -1,4 +1,8 @@
-"""Celery tasks: a few lines each over ``inbox.drain``."""
+"""Celery tasks: a few lines each over the services.
+
+Shared tasks: they belong to the app that runs them (``workers.app``), which this module
+does not import; what they use (settings, engine, alarms) is the process's
+``workers.state``."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
+from celery import shared_task
 from sqlalchemy import Engine
 
 from inbox.infra import broker
@@ -15,19 +20,14 @@ from inbox.services import gapfill
 from inbox.services.bulk import run_bulk_once
 from inbox.services.courier import BATCH, deliver_once
 from inbox.services.drain import drain_once, release_held, sweep_once
-from inbox.services.outages import Outages
 from inbox.services.runner import DEFERRED
-from inbox.store.db.engine import make_engine
 from inbox.store.schema import partitions
 from inbox.store.write import bulk, deliveries, queue
 from inbox.store.write.retention import prune_once
-from workers.app import app, settings
+from workers import state
 
 log = logging.getLogger(__name__)
-_engine: Engine | None = None
-_flag = broker.FlagClearer()
 DRAIN_BUDGET_SECONDS = 5.0
-_outages = Outages()
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -40,57 +40,38 @@ def through_outages(task: Callable[P, R]) -> Callable[P, R | None]:
 
     @functools.wraps(task)
     def run(*args: P.args, **kwargs: P.kwargs) -> R | None:
+        outages = state.current().outages
         try:
             result = task(*args, **kwargs)
         except Exception as exc:
-            if not _outages.absorb(exc):
+            if not outages.absorb(exc):
                 raise
             return None
-        _outages.answered()
+        outages.answered()
         return result
 
     return run
 
 
-def _send_later(task: str, args: list[int], countdown: float) -> None:
-    app.send_task(task, args=args, countdown=broker.countdown(settings, countdown))
-
-
-_alarms = broker.Alarms(
-    settings.redis_url, broker.alarm_horizon(settings.sweep_seconds), _send_later
-)
-
-
 def engine() -> Engine:
-    global _engine
-    if _engine is None:
-        _engine = make_engine(settings)
-    return _engine
-
-
-def reset_engine() -> None:
-    global _engine
-    if _engine is not None:
-        _engine.dispose(close=False)
-    _engine = None
-    _flag.reset()
-    _alarms.reset()
+    return state.current().engine()
 
 
 def set_alarms(task: str, args: list[int], delays: list[float]) -> None:
     """One alarm per slot for the retries just scheduled (best effort: the sweep re-sets)."""
     for delay in sorted(set(delays)):
         try:
-            _alarms.set(task, args, delay)
+            state.current().alarms.set(task, args, delay)
         except Exception:
             log.warning("could not set an alarm for %s", task, exc_info=True)
 
 
-@app.task(name=broker.DRAIN)  # type: ignore[untyped-decorator]
+@shared_task(name=broker.DRAIN)  # type: ignore[untyped-decorator]
 @through_outages
 def drain() -> int:
     """Drain due events in batches for a few seconds; ring again if work remains."""
-    _flag.clear(settings.redis_url)
+    settings = state.current().settings
+    state.current().flag.clear(settings.redis_url)
     deadline = time.monotonic() + DRAIN_BUDGET_SECONDS
     done, helped = 0, False
     while time.monotonic() < deadline:
@@ -114,10 +95,11 @@ def ring_couriers(endpoint_ids: set[int]) -> None:
         deliver.delay(endpoint_id)
 
 
-@app.task(name=broker.DELIVER)  # type: ignore[untyped-decorator]
+@shared_task(name=broker.DELIVER)  # type: ignore[untyped-decorator]
 @through_outages
 def deliver(endpoint_id: int) -> dict[str, int]:
     """Send one endpoint's due deliveries for a few seconds; ring again if some are left."""
+    settings = state.current().settings
     deadline = time.monotonic() + DRAIN_BUDGET_SECONDS
     total: dict[str, int] = {}
     while True:
@@ -138,7 +120,7 @@ def deliver(endpoint_id: int) -> dict[str, int]:
             return total
 
 
-@app.task(name=broker.SWEEP)  # type: ignore[untyped-decorator]
+@shared_task(name=broker.SWEEP)  # type: ignore[untyped-decorator]
 @through_outages
 def sweep() -> dict[str, int]:
     """The lifeline: requeue expired leases and re-ring for anything due."""
@@ -152,7 +134,7 @@ def sweep() -> dict[str, int]:
         ring_couriers(set(deliveries.sweep(conn)))
         jobs = bulk.due_jobs(conn)
         # The alarms' lifeline: retries due before the next sweeps get theirs (again).
-        horizon = _alarms.horizon
+        horizon = state.current().alarms.horizon
         set_alarms(broker.DRAIN, [], queue.due_within(conn, horizon, broker.ALARM_SLOT))
         for endpoint_id, delay in deliveries.due_within(conn, horizon, broker.ALARM_SLOT):
             set_alarms(broker.DELIVER, [endpoint_id], [delay])
@@ -166,11 +148,11 @@ def sweep() -> dict[str, int]:
     }
 
 
-@app.task(name=broker.PRUNE)  # type: ignore[untyped-decorator]
+@shared_task(name=broker.PRUNE)  # type: ignore[untyped-decorator]
 @through_outages
 def prune() -> dict[str, object]:
     """Retention: expired keys, old raw bodies, old delivery attempts, old ledger days."""
-    r = prune_once(engine(), settings)
+    r = prune_once(engine(), state.current().settings)
     return {
         "keys": r.keys_removed,
         "bodies": r.bodies_removed,
@@ -181,7 +163,7 @@ def prune() -> dict[str, object]:
     }
 
 
-@app.task(name=broker.PARTITIONS)  # type: ignore[untyped-decorator]
+@shared_task(name=broker.PARTITIONS)  # type: ignore[untyped-decorator]
 @through_outages
 def make_partitions() -> dict[str, object]:
     """The ledger's partitions for today and the week ahead (rows in DEFAULT moved out)."""
@@ -189,11 +171,11 @@ def make_partitions() -> dict[str, object]:
     return {"created": made.created, "moved": made.moved}
 
 
-@app.task(name=broker.RECONCILE)  # type: ignore[untyped-decorator]
+@shared_task(name=broker.RECONCILE)  # type: ignore[untyped-decorator]
 @through_outages
 def reconcile_sources() -> dict[str, object]:
     """Gaps found at the provider: every source whose reconcile interval has passed."""
-    done = gapfill.run_due(engine(), settings.key_ttl_hours)
+    done = gapfill.run_due(engine(), state.current().settings.key_ttl_hours)
     return {
         "sources": len(done),
         "imported": sum(r.imported for r in done),
@@ -201,7 +183,7 @@ def reconcile_sources() -> dict[str, object]:
     }
 
 
-@app.task(name=broker.BULK_REPLAY)  # type: ignore[untyped-decorator]
+@shared_task(name=broker.BULK_REPLAY)  # type: ignore[untyped-decorator]
 @through_outages
 def bulk_replay(job_id: int) -> dict[str, object]:
     """Run a bulk replay at its rate for a few minutes; continue in a fresh task if needed."""

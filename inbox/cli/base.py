@@ -17,7 +17,7 @@ import click
 import psycopg
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError, DBAPIError  # noqa: TID251
 
 from inbox.cli.params import TEXT
 from inbox.domain.errors import InboxError, NotFound

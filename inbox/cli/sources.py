@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import secrets as pysecrets
 from typing import Any
 
@@ -15,6 +14,7 @@ from inbox.cli.playbooks import check as check_playbook
 from inbox.domain.records import Source
 from inbox.domain.signatures import SCHEMES, Scheme
 from inbox.domain.sources import OPTION_NAMES, SourceOptions
+from inbox.infra.config import Settings
 from inbox.store.write import sources as store
 
 
@@ -52,7 +52,7 @@ def tenants_list(as_json: bool) -> None:
 
 
 def _public_base() -> str:
-    return os.environ.get("INBOX_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+    return Settings.from_env().public_base
 
 
 def _record(src: Source) -> dict[str, Any]:

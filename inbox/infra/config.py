@@ -10,27 +10,11 @@ docs are built.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 _TRUE = {"1", "true", "yes", "on"}
-
-
-def _int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    return int(raw) if raw not in (None, "") else default
-
-
-def _bool(name: str, default: bool = False) -> bool:
-    raw = os.environ.get(name)
-    if raw in (None, ""):
-        return default
-    return raw.strip().lower() in _TRUE
-
-
-def _optional_bool(name: str) -> bool | None:
-    return _bool(name) if os.environ.get(name, "") != "" else None
 
 
 def _modules(raw: str) -> tuple[str, ...]:
@@ -44,13 +28,19 @@ def setting(
     *,
     parse: Callable[[str], Any] | None = None,
     shown: str | None = None,
+    secret: bool = False,
 ) -> Any:
     """A field of ``Settings`` read from ``env``; ``doc`` is its line in the reference.
 
     ``parse`` turns the variable's text into the value (by default: from the default's
-    type); ``shown`` is how the reference shows a default that is not a plain value.
+    type); ``shown`` is how the reference shows a default that is not a plain value; a
+    ``secret`` is left out of the settings' repr.
     """
-    return field(default=default, metadata={"env": env, "doc": doc, "parse": parse, "shown": shown})
+    return field(
+        default=default,
+        repr=not secret,
+        metadata={"env": env, "doc": doc, "parse": parse, "shown": shown},
+    )
 
 
 class Documented(NamedTuple):
@@ -159,6 +149,14 @@ class Settings:
         100,
         "a bulk replay matching more events than this waits for a second operator's approval",
     )
+    kek: str = setting(
+        "INBOX_KEK",
+        "",
+        "comma-separated Fernet keys that encrypt the signing secrets, newest first; the same "
+        "in every process (`inbox secrets keygen` makes one)",
+        shown="none (required where signing secrets exist)",
+        secret=True,
+    )
     public_url: str = setting(
         "INBOX_PUBLIC_URL",
         "",
@@ -224,6 +222,13 @@ class Settings:
         "`false`: every `tenant` label of the metrics is empty",
         parse=lambda raw: raw.strip().lower() not in {"0", "false", "no", "off"},
     )
+    metrics_dir: str = setting(
+        "PROMETHEUS_MULTIPROC_DIR",
+        "",
+        "shared metrics directory: the same one for the web and Celery processes of a host "
+        "gives one `/metrics` for both (prometheus_client reads it too)",
+        shown="a private temporary directory",
+    )
     # The web process (web/serve.py, web/keepalive.py); its flags override them.
     web_host: str = setting("WEB_HOST", "0.0.0.0", "the address the web server binds")
     port: int = setting("PORT", 8000, "the port the web server listens on")
@@ -273,6 +278,11 @@ class Settings:
         return self.migrate_database_url or self.database_url
 
     @property
+    def public_base(self) -> str:
+        """The address the CLI prints: INBOX_PUBLIC_URL, else this host's port."""
+        return (self.public_url or f"http://127.0.0.1:{self.port}").rstrip("/")
+
+    @property
     def secure_cookie(self) -> bool:
         if self.cookie_secure is not None:
             return self.cookie_secure
@@ -290,6 +300,23 @@ class Settings:
         if not values.get("broker_url"):
             values["broker_url"] = values.get("redis_url", cls.redis_url)
         return cls(**values)
+
+
+def current(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The one setting ``name`` (a field of ``Settings``) as the environment says now, for
+    the few values read again while a process runs (``INBOX_KEK``, which an operator
+    rotates) or before the rest is needed (``PROMETHEUS_MULTIPROC_DIR``)."""
+    env = os.environ if environ is None else environ
+    f = next(f for f in fields(Settings) if f.name == name)
+    raw = env.get(f.metadata["env"], "")
+    return f.default if raw == "" else _parse(f.metadata.get("parse"), f.default, name, raw)
+
+
+def process_environment() -> MutableMapping[str, str]:
+    """The process environment itself, for the code that must change it for what reads it
+    after: the server's worker processes, prometheus_client, granian's request environ.
+    Settings are read through ``Settings``, never from here."""
+    return os.environ
 
 
 def _parse(parse: Callable[[str], Any] | None, default: Any, name: str, raw: str) -> Any:

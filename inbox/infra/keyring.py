@@ -30,6 +30,7 @@ from pathlib import Path
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from inbox.domain.errors import Unavailable
+from inbox.infra import config
 from inbox.infra.logs import Explanation
 
 log = logging.getLogger(__name__)
@@ -122,9 +123,9 @@ _cached: tuple[str, Keyring] | None = None
 
 
 def keyring() -> Keyring:
-    """The keyring of ``INBOX_KEK`` as it is now (rebuilt when the variable changes)."""
+    """The keyring of ``INBOX_KEK`` as it is now (rebuilt when the setting changes)."""
     global _cached
-    raw = os.environ.get(ENV, "")
+    raw: str = config.current("kek")
     cached = _cached
     if cached is not None and cached[0] == raw:
         return cached[1]
@@ -136,7 +137,7 @@ def keyring() -> Keyring:
 
 def configured() -> bool:
     """Whether ``INBOX_KEK`` names at least one key."""
-    return bool(parse_keys(os.environ.get(ENV, "")))
+    return bool(parse_keys(config.current("kek")))
 
 
 def new_key() -> str:

@@ -22,11 +22,12 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from inbox.domain.outcomes import DeliveryOutcome, IngestOutcome
 from inbox.domain.states import FINISHED, EventState
+from inbox.infra import config
 from inbox.infra.config import Settings
 
 log = logging.getLogger(__name__)
 
-if _dir := os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+if _dir := config.current("metrics_dir"):
     # prometheus_client opens its per-process files here on first use.
     os.makedirs(_dir, exist_ok=True)
 

@@ -26,11 +26,19 @@ from web import create_app
 
 
 @pytest.fixture
-def tasks(monkeypatch) -> Iterator[object]:
-    from workers import tasks
+def tasks(settings: Settings) -> Iterator[object]:
+    from workers import state, tasks
+    from workers.app import app
 
-    monkeypatch.setattr(tasks, "_outages", Outages())
+    state.use(state.WorkerState(settings, app, outages=Outages()))
     yield tasks
+    state.use(None)
+
+
+def worker() -> object:
+    from workers import state
+
+    return state.current()
 
 
 def counted() -> float:
@@ -49,7 +57,7 @@ def test_tasks_in_an_outage_log_one_warning_and_resume_after_it(
         Settings(database_url=f"postgresql://postgres@127.0.0.1:{free_port()}/x", db_timeout_ms=500)
     )
     before = counted()
-    monkeypatch.setattr(tasks, "_engine", dead)
+    monkeypatch.setattr(worker(), "engine_", dead)
     try:
         for _ in range(3):  # every kind of task, several times: one outage
             assert tasks.sweep() is None
@@ -61,11 +69,11 @@ def test_tasks_in_an_outage_log_one_warning_and_resume_after_it(
         assert seen[0][1].endswith("; retrying")
         assert counted() - before == 1
 
-        monkeypatch.setattr(tasks, "_engine", engine)  # the database is back
+        monkeypatch.setattr(worker(), "engine_", engine)  # the database is back
         assert tasks.sweep() == {"requeued": 0, "quarantined": 0, "due": 0, "released": 0}
         assert lines(caplog)[-1][1].startswith("database available again after ")
 
-        monkeypatch.setattr(tasks, "_engine", dead)  # a second outage is a second line
+        monkeypatch.setattr(worker(), "engine_", dead)  # a second outage is a second line
         assert tasks.sweep() is None
         assert [level for level, _ in lines(caplog)] == ["WARNING", "INFO", "WARNING"]
         assert counted() - before == 2
@@ -79,7 +87,7 @@ def test_a_connection_the_server_terminated_is_an_outage_not_a_traceback(
 ):
     caplog.set_level(logging.INFO)
     own = make_engine(Settings(database_url=database_url), pool_size=1)
-    monkeypatch.setattr(tasks, "_engine", own)
+    monkeypatch.setattr(worker(), "engine_", own)
     try:
         assert tasks.sweep() is not None  # the pool now holds one live connection
         with own.connect() as conn:
@@ -100,7 +108,7 @@ def test_an_error_that_is_not_an_outage_still_fails_the_task(tasks, monkeypatch,
     def broken(db: object) -> object:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(tasks, "_engine", engine)
+    monkeypatch.setattr(worker(), "engine_", engine)
     monkeypatch.setattr(tasks, "sweep_once", broken)
     with pytest.raises(ZeroDivisionError):
         tasks.sweep()

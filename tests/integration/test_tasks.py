@@ -21,7 +21,7 @@ from tests.helpers import body_of, events_by_state, hmac_headers, leases_expired
 def celery_env(monkeypatch, database_url: str, redis_url: str, engine) -> Iterator[object]:
     from celery.signals import worker_process_init
 
-    from workers import tasks
+    from workers import state, tasks
     from workers.app import _fresh_engine, app
 
     # The forked-child hook would discard the test's shared engine: this worker is a thread.
@@ -31,14 +31,13 @@ def celery_env(monkeypatch, database_url: str, redis_url: str, engine) -> Iterat
     live = Settings(
         database_url=database_url, redis_url=redis_url, broker_url=redis_url, lease_seconds=30
     )
-    monkeypatch.setattr(tasks, "settings", live)
-    monkeypatch.setattr(tasks, "_engine", engine)
-    tasks._flag.reset()
+    state.use(state.WorkerState(live, app, engine_=engine))
     app.conf.broker_url = redis_url
     app.conf.task_queues = None
     with start_worker(app, pool="solo", perform_ping_check=False, queues=["inbox", "deliveries"]):
         yield tasks
     app.conf.broker_url = None
+    state.use(None)
     worker_process_init.connect(_fresh_engine)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from dev.docs_hooks import MARKER, SCHEMES_MARKER, on_page_markdown
 from inbox.domain.signatures import SCHEMES
-from inbox.infra.config import Settings, documented, undocumented
+from inbox.infra.config import Settings, current, documented, undocumented
 
 
 def test_every_setting_has_a_variable_and_a_description():
@@ -76,3 +76,23 @@ def test_the_provider_page_lists_every_scheme():
     for name, scheme in SCHEMES.items():
         assert f"| `{name}` | " in page
         assert scheme.summary.replace("|", "\\|") in page
+
+
+def test_the_key_encryption_key_is_a_setting_kept_out_of_the_repr():
+    key = "a-key-that-must-not-be-printed"
+    got = Settings.from_env({"INBOX_KEK": key, "PROMETHEUS_MULTIPROC_DIR": "/tmp/m"})
+    assert got.kek == key and got.metrics_dir == "/tmp/m"
+    assert key not in repr(got)
+
+
+def test_one_setting_is_read_as_the_environment_says_now():
+    assert current("kek", {"INBOX_KEK": "k1"}) == "k1"
+    assert current("batch_size", {}) == Settings.batch_size
+    assert current("batch_size", {"INBOX_BATCH_SIZE": "7"}) == 7
+
+
+def test_the_cli_address_defaults_to_this_host_and_port():
+    assert Settings.from_env({}).public_base == "http://127.0.0.1:8000"
+    assert Settings.from_env({"PORT": "9001"}).public_base == "http://127.0.0.1:9001"
+    got = Settings.from_env({"INBOX_PUBLIC_URL": "https://hooks.example/"})
+    assert got.public_base == "https://hooks.example"

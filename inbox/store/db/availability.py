@@ -13,8 +13,8 @@ from __future__ import annotations
 import psycopg
 from psycopg import errors as pgerrors
 from sqlalchemy import Connection, text
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.exc import DBAPIError  # noqa: TID251
+from sqlalchemy.exc import TimeoutError as PoolTimeout  # noqa: TID251
 
 OK = "ok"
 _MESSAGE_LIMIT = 200

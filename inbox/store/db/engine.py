@@ -243,7 +243,7 @@ def sqlalchemy_url(url: str | None = None) -> str:
     libpq then tries the hosts in order and keeps the first that ``target_session_attrs``
     accepts.
     """
-    url = url or os.environ.get("DATABASE_URL", "")
+    url = url or Settings.from_env().database_url
     if not url:
         raise RuntimeError("DATABASE_URL is not set (run through `make run` or `make test`).")
     prefix = next((p for p in _SCHEMES if url.startswith(p)), None)

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 
 import psycopg
 from psycopg import errors as pgerrors
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError  # noqa: TID251
+from sqlalchemy.exc import TimeoutError as PoolTimeout  # noqa: TID251
 
 from inbox.domain.errors import SchemaBehind, StoreUnavailable, ValueRefused
 from inbox.store.write.claims import RETRIED

@@ -30,7 +30,7 @@ from typing import Any
 
 from psycopg.errors import LockNotAvailable
 from sqlalchemy import Connection, Engine, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError  # noqa: TID251
 
 from inbox.domain import ledger
 from inbox.domain.retention import DayContents, day_kept_because

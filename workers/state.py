@@ -1,0 +1,90 @@
+"""What a worker process holds while it runs: its settings, engine, doorbell flag and alarms.
+
+Made as a worker or beat starts (``start``, from the Celery signals in ``workers.app``), or
+on the first task a process runs (a test's worker), from the settings its Celery app was
+made with; never at import. Its connections are opened on first use, and a forked pool
+process drops its parent's (``reset``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from celery import Celery, current_app
+from sqlalchemy import Engine
+
+from inbox.infra import broker
+from inbox.infra.config import Settings
+from inbox.services.outages import Outages
+from inbox.store.db.engine import make_engine
+
+# The app and settings of this process (``workers.app.make_celery`` binds them); kept here
+# rather than in the app's conf, which ``celery inspect conf`` would show.
+_bound: tuple[Celery, Settings] | None = None
+
+
+@dataclass
+class WorkerState:
+    settings: Settings
+    app: Celery
+    engine_: Engine | None = None
+    flag: broker.FlagClearer = field(default_factory=broker.FlagClearer)
+    outages: Outages = field(default_factory=Outages)
+    alarms: broker.Alarms = field(init=False)
+
+    def __post_init__(self) -> None:
+        horizon = broker.alarm_horizon(self.settings.sweep_seconds)
+        self.alarms = broker.Alarms(self.settings.redis_url, horizon, self._send_later)
+
+    def _send_later(self, task: str, args: list[int], countdown: float) -> None:
+        self.app.send_task(task, args=args, countdown=broker.countdown(self.settings, countdown))
+
+    def engine(self) -> Engine:
+        if self.engine_ is None:
+            self.engine_ = make_engine(self.settings)
+        return self.engine_
+
+    def reset(self) -> None:
+        """Forget the connections (a forked process): made again on first use."""
+        if self.engine_ is not None:
+            self.engine_.dispose(close=False)
+        self.engine_ = None
+        self.flag.reset()
+        self.alarms.reset()
+
+
+_current: WorkerState | None = None
+
+
+def bind(app: Celery, settings: Settings) -> None:
+    """This process runs ``app`` with ``settings``."""
+    global _bound
+    _bound = (app, settings)
+
+
+def settings() -> Settings:
+    """The settings the process's app was made with."""
+    return _bound[1] if _bound is not None else Settings.from_env()
+
+
+def start() -> WorkerState:
+    """This process's state, made anew."""
+    global _current
+    app = _bound[0] if _bound is not None else current_app
+    _current = WorkerState(settings(), app)
+    return _current
+
+
+def use(state: WorkerState | None) -> None:
+    """Put ``state`` in place (None: made again on first use)."""
+    global _current
+    _current = state
+
+
+def current() -> WorkerState:
+    return _current if _current is not None else start()
+
+
+def reset() -> None:
+    if _current is not None:
+        _current.reset()
