@@ -264,6 +264,12 @@ def _dedup_digest(source: Source, key: str | None, identity: bytes | None) -> by
     return None
 
 
+def _answer(public_id: str, status: int, word: str) -> bytes:
+    """The stored answer's body. The id is hex: nothing to escape. A 204 carries no body
+    (the provider asks for none)."""
+    return b"" if status == 204 else f'{{"id":"{public_id}","status":"{word}"}}'.encode()
+
+
 def prepare(
     source: Source,
     req: SignedRequest,
@@ -342,9 +348,7 @@ def prepare(
     reason = filters.source_reason(opts.filter, parsed, headers) if opts.filter else None
     # Filtered or not, the provider hears the scheme's answer: it must stop retrying.
     status = scheme.accept_status
-    word = "accepted" if reason is None else "filtered"
-    # The id is hex: nothing to escape. A 204 carries no body (the provider asks for none).
-    response = b"" if status == 204 else f'{{"id":"{public_id}","status":"{word}"}}'.encode()
+    response = _answer(public_id, status, "accepted" if reason is None else "filtered")
     return Prepared(
         public_id=public_id,
         key_digest=digest,
@@ -405,7 +409,7 @@ def imported(
     day = dt.datetime.fromtimestamp(now, dt.UTC).date()
     public_id = ledger.public_id("evt_", day, random_ids.token_hex(8))
     status = scheme.accept_status
-    response = b"" if status == 204 else f'{{"id":"{public_id}","status":"accepted"}}'.encode()
+    response = _answer(public_id, status, "accepted")
     return Prepared(
         public_id=public_id,
         key_digest=digest,

@@ -375,14 +375,14 @@ def test_a_source_without_the_option_or_with_a_bad_one_is_refused(make_source, t
 
 
 def test_the_beat_task_fills_the_gaps_of_due_sources(
-    monkeypatch, make_source, engine, settings, fake, tmp_path
+    request, make_source, engine, settings, fake, tmp_path
 ):
-    from workers import tasks
+    from workers import state, tasks
     from workers.app import app
 
     assert app.conf.beat_schedule["inbox-reconcile"]["task"] == "inbox.reconcile"
-    monkeypatch.setattr(tasks, "settings", settings)
-    monkeypatch.setattr(tasks, "_engine", engine)
+    state.use(state.WorkerState(settings, app, engine_=engine))
+    request.addfinalizer(lambda: state.use(None))
     creds = tmp_path / "stripe.key"
     creds.write_text(KEY)
     make_source(
