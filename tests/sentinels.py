@@ -52,7 +52,14 @@ class SentinelStack:
             ";".join(f"sentinel://127.0.0.1:{p}" for p in self.sentinel_ports)
             + f"/0?master_name={MASTER_NAME}"
         )
-        self._until(lambda: self.replica_linked() and self.sentinels_agree(), "the stack")
+        # Each Sentinel must know the other two and the replica before the master may go: a
+        # failover needs a quorum of Sentinels that have found each other (through the
+        # master's hello channel) and a replica the elected one knows of.
+        self._until(
+            lambda: self.replica_linked() and self.sentinels_agree() and self.sentinels_met(),
+            "the stack",
+            90,
+        )
 
     def _redis(self, port: int, *args: str) -> None:
         self.procs[port] = subprocess.Popen(
@@ -89,6 +96,19 @@ class SentinelStack:
     def sentinels_agree(self, port: int | None = None) -> bool:
         want = self.master_port if port is None else port
         return all(self.master_at(s) == want for s in self.sentinel_ports)
+
+    def sentinels_met(self) -> bool:
+        """Every Sentinel knows every other one, and the replica (learned from the
+        master's INFO, every 10 s): a Sentinel elected to fail over that knows no replica
+        has none to promote."""
+        others = len(self.sentinel_ports) - 1
+        for port in self.sentinel_ports:
+            with redis.Redis(host="127.0.0.1", port=port, socket_timeout=2) as r:
+                if len(r.execute_command("SENTINEL", "SENTINELS", MASTER_NAME)) < others:
+                    return False
+                if not r.execute_command("SENTINEL", "REPLICAS", MASTER_NAME):
+                    return False
+        return True
 
     def kill_master(self) -> None:
         """The master's node is lost; wait for every Sentinel to name the replica."""

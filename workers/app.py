@@ -37,7 +37,13 @@ log = logging.getLogger(__name__)
 
 def make_celery(settings: Settings) -> Celery:
     conf = broker.celery_conf(settings)  # the queues, routes and transport, as senders have
-    app = Celery("webhook_inbox", broker=conf.pop("broker_url"), include=["workers.tasks"])
+    url = conf.pop("broker_url")
+    app = Celery("webhook_inbox", broker=url, include=["workers.tasks"])
+    # The celery command reads BROKER_URL as its --broker option and puts it (as
+    # CELERY_BROKER_URL) before the app's own broker_url; for a Sentinel URL that is the
+    # raw form, whose ?master_name= kombu cannot take. The read and write URLs, which
+    # Celery's connections use, stay the URL kombu takes.
+    app.conf.broker_read_url = app.conf.broker_write_url = url
     state.bind(app, settings)  # for the tasks and the beat
     scheme = urlsplit(settings.broker_url).scheme
     if scheme in ("redis", "sentinel"):

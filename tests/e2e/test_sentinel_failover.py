@@ -78,7 +78,7 @@ def post(web: Web, path: str, key: str, payload: dict) -> int:
 
 
 def test_losing_the_redis_master_loses_and_doubles_nothing(
-    database_url, stack: SentinelStack, procs, make_source, engine
+    request, database_url, stack: SentinelStack, procs, make_source, engine
 ):
     env = {
         "DATABASE_URL": database_url,
@@ -95,6 +95,9 @@ def test_losing_the_redis_master_loses_and_doubles_nothing(
     beats = [CeleryProc(env, kind="beat"), CeleryProc(env, kind="beat")]
     procs += [web, worker, *beats]
     new_master = Heard(stack.client(stack.replica_port))
+    # Its thread retries with redis-py's jittered backoff (the random module): it must not
+    # outlive a failed run and disturb the next test in this process.
+    request.addfinalizer(new_master.stop)
 
     answers: list[tuple[str, int]] = []
     stop = threading.Event()
