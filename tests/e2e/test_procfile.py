@@ -4,6 +4,7 @@ it cannot do its job (docs/how-to/deploy.md, inbox/services/startup.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -239,6 +240,29 @@ def start_and_wait(cmd: list[str], cwd: Path, env: dict[str, str], timeout: floa
     return proc.returncode, out
 
 
+@contextlib.contextmanager
+def web_process(app_dir: Path, env: dict[str, str]) -> Iterator[int]:
+    """The Procfile's web process on a free port, run from ``app_dir``; its port. Stopped
+    with its whole process group after."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(BIN / "python"), "-m", "web", "--host", "127.0.0.1"],
+        cwd=app_dir,
+        env={**env, "PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        finally:
+            _kill_group(proc.pid)
+
+
 def the_line(out: str) -> str:
     """The process's 'cannot start' line (a JSON log line), and no traceback around it."""
     assert "Traceback" not in out, out
@@ -299,64 +323,25 @@ def test_an_unreachable_database_stops_a_process_only_when_asked(app_dir, redis)
         assert "INBOX_REQUIRE_DATABASE_AT_START" in the_line(out)
     # By default the web process starts and waits; /readyz names the database.
     del env["INBOX_REQUIRE_DATABASE_AT_START"]
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(BIN / "python"), "-m", "web", "--host", "127.0.0.1"],
-        cwd=app_dir,
-        env={**env, "PORT": str(port)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
+    with web_process(app_dir, env) as port:
         status, body = wait_for(lambda: get(port, "/readyz"), 60, "/readyz answers")
         assert status == 503 and json.loads(body)["cause"] == "database"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        finally:
-            _kill_group(proc.pid)
 
 
 def test_a_schema_not_migrated_yet_is_waited_for_not_a_reason_to_stop(app_dir, empty_db, redis):
     env = docs_env(app_dir, empty_db, redis.url, keyring.new_key())
     env["INBOX_REQUIRE_DATABASE_AT_START"] = "1"  # the database answers: it is not the cause
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(BIN / "python"), "-m", "web", "--host", "127.0.0.1"],
-        cwd=app_dir,
-        env={**env, "PORT": str(port)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
+    with web_process(app_dir, env) as port:
         status, body = wait_for(lambda: get(port, "/readyz"), 60, "/readyz answers")
         assert status == 503 and json.loads(body)["cause"] == "schema"
         inbox(app_dir, env, "migrate")  # the release step, run late
         wait_for(lambda: get(port, "/readyz")[0] == 200, 60, "/readyz 200 once migrated")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        finally:
-            _kill_group(proc.pid)
 
 
 def test_readyz_is_503_and_says_secrets_when_the_key_is_not_theirs(app_dir, migrated, redis):
     with_a_secret(app_dir, migrated, keyring.new_key())
     env = docs_env(app_dir, migrated, redis.url, keyring.new_key())  # another key
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(BIN / "python"), "-m", "web", "--host", "127.0.0.1"],
-        cwd=app_dir,
-        env={**env, "PORT": str(port)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
+    with web_process(app_dir, env) as port:
         status, body = wait_for(lambda: get(port, "/readyz"), 60, "/readyz answers")
         doc = json.loads(body)
         assert status == 503 and doc["cause"] == "secrets", doc
@@ -364,12 +349,6 @@ def test_readyz_is_503_and_says_secrets_when_the_key_is_not_theirs(app_dir, migr
         # And an event is refused 503, never accepted: not "ready" while events get 5xx.
         body_ = body_of({"n": 1})
         assert post(port, "/hooks/acme/billing", body_, hmac_headers(SECRET, body_)) == 503
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        finally:
-            _kill_group(proc.pid)
 
 
 def test_a_cli_command_that_needs_the_key_says_so_in_one_line(app_dir, migrated):
