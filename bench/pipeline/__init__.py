@@ -1,0 +1,1 @@
+"""The whole pipeline on one machine (``python -m bench.pipeline``; see ``__main__``)."""

@@ -1,0 +1,209 @@
+"""The run's stack: a private cluster and Redis, the database, the sink and the Procfile's
+processes; CPU and memory by process kind."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from celery import Celery
+
+from bench.common import cpu, procs
+from bench.pipeline.playbook import SECRET, SOURCE, TENANT
+
+
+class Redis:
+    """A private redis-server on a free port; ``restart`` keeps the port."""
+
+    def __init__(self) -> None:
+        if shutil.which("redis-server") is None:
+            raise RuntimeError("redis-server is not installed")
+        self.port = procs.free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc = self._start()
+
+    def _start(self) -> procs.Proc:
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
+        proc = procs.Proc([*args, "--save", "", "--appendonly", "no"], {}, "pipeline-redis")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5),
+            ):
+                return proc
+            time.sleep(0.05)
+        raise RuntimeError(f"redis-server did not start:\n{proc.tail()}")
+
+    def restart(self) -> None:
+        self.proc.stop()
+        self.proc = self._start()
+
+    def stop(self) -> None:
+        self.proc.stop()
+
+
+@dataclass
+class Stack:
+    """The run's cluster, Redis, database, sink and the Procfile's processes."""
+
+    webs: int
+    cluster: Any = None
+    redis: Redis | None = None
+    db_name: str = ""
+    url: str = ""
+    sink: subprocess.Popen[bytes] | None = None
+    sink_port: int = 0
+    web_procs: list[tuple[procs.Proc, int]] = field(default_factory=list)
+    worker: procs.Proc | None = None
+    courier: procs.Proc | None = None
+    beat: procs.Proc | None = None
+    ctl: Celery | None = None
+
+    def env(self) -> dict[str, str]:
+        assert self.redis is not None
+        return {
+            "DATABASE_URL": self.url,
+            "REDIS_URL": self.redis.url,
+            "BENCH_EFFECTS_URL": self.url,
+            "INBOX_PLAYBOOKS": "bench.pipeline.playbook",
+            "INBOX_ALLOW_PRIVATE_TARGETS": "1",
+            "PYTHONPATH": str(procs.ROOT),
+        }
+
+    def start(self) -> None:
+        from dev.embedded import PrivatePostgres
+
+        procs.use_own_kek()
+        self.cluster = PrivatePostgres()
+        self.redis = Redis()
+        self.db_name, self.url = procs.create_database(self.cluster.url, "inbox_pipeline")
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE pipeline_effects (step_key text PRIMARY KEY)")
+        self.sink = subprocess.Popen(
+            [sys.executable, "-m", "bench.deliver", "sink"], cwd=procs.ROOT, stdout=subprocess.PIPE
+        )
+        assert self.sink.stdout is not None
+        self.sink_port = int(self.sink.stdout.readline())
+        self.cli("tenants", "create", TENANT)
+        self.cli(
+            *("sources", "create", "--tenant", TENANT, "--name", SOURCE, "--scheme", "hmac"),
+            *("--secret", SECRET, "--option", f"playbook={json.dumps('pipeline')}"),
+            *("--option", "max_attempts=50"),
+        )
+        self.cli(
+            *("endpoints", "create", "--tenant", TENANT),
+            *("--url", f"http://127.0.0.1:{self.sink_port}/pipeline/"),
+            *("--retry-schedule", "1", "--max-attempts", "50", "--max-in-flight", "16"),
+        )
+        self.ctl = Celery("bench_pipeline", broker=self.redis.url)
+        for i in range(self.webs):
+            proc, port = procs.web("web.wsgi:app", self.env(), 2, 24, tag=f"pipeline-web{i}")
+            self.web_procs.append((proc, port))
+        self.start_worker()
+        self.courier = self._celery(
+            "deliveries", 16, "pipeline-courier", "--pool", "threads", "--loglevel", "INFO"
+        )
+        self.beat = procs.celery_beat("workers.app", self.env(), "pipeline-beat")
+        for proc, port in self.web_procs:
+            procs.wait_http(proc, port, timeout=60)
+        for p in (self.worker, self.courier):
+            assert p is not None
+            procs.wait_celery(self.ctl, p)
+
+    def _celery(self, queue: str, concurrency: int, tag: str, *extra: str) -> procs.Proc:
+        return procs.celery_worker("workers.app", queue, concurrency, self.env(), tag, *extra)
+
+    def start_worker(self) -> None:
+        self.worker = self._celery("inbox", 2, "pipeline-worker", "--loglevel", "INFO")
+
+    def cli(self, *args: str) -> str:
+        env = {**os.environ, **self.env()}
+        done = subprocess.run(
+            [sys.executable, "-m", "inbox.cli", *args],
+            env=env,
+            cwd=procs.ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"inbox {' '.join(args[:2])}: {done.stderr.strip()}")
+        return done.stdout
+
+    def trees(self) -> dict[str, list[int]]:
+        """Process kind -> root pids."""
+        assert self.redis is not None and self.sink is not None
+        out = {"web": [p.pid for p, _ in self.web_procs]}
+        for kind, p in (("worker", self.worker), ("courier", self.courier), ("beat", self.beat)):
+            out[kind] = [p.pid] if p is not None else []
+        out["redis"] = [self.redis.proc.pid]
+        out["sink"] = [self.sink.pid]
+        return out
+
+    def stop(self) -> None:
+        for p in [self.beat, self.courier, self.worker, *(p for p, _ in self.web_procs)]:
+            if p is not None:
+                p.stop()
+        if self.sink is not None:
+            self.sink.terminate()
+            self.sink.wait(5)
+            if self.sink.stdout is not None:
+                self.sink.stdout.close()
+        if self.redis is not None:
+            self.redis.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
+
+
+# -- CPU and memory by process kind --------------------------------------------------------
+
+
+def _kinds(stack: Stack) -> dict[str, list[int]]:
+    return {**stack.trees(), "postgres": [stack.cluster.pid]}
+
+
+def cpu_seconds(stack: Stack) -> dict[str, float]:
+    """Cumulative CPU seconds by process kind (each root's live tree and the children it
+    reaped), PostgreSQL's whole cluster, this process (the sender) and the machine's."""
+    table = cpu._table()
+    out = {}
+    for kind, roots in _kinds(stack).items():
+        pids: set[int] = set()
+        for root in roots:
+            pids |= cpu._descendants(table, root)
+        own = sum(table[p][1] for p in pids if p in table)
+        out[kind] = own + sum(table[r][2] for r in roots if r in table)
+    out["sender"] = cpu.process_seconds(os.getpid())
+    out["machine"] = cpu.machine_cpu()[0]
+    return out
+
+
+def pss_mb(stack: Stack) -> dict[str, float]:
+    """Memory (MiB) by process kind: the proportional set size summed over each tree, so
+    that pages shared by several processes (PostgreSQL's shared buffers, a forked
+    worker's) are counted once in all, not once per process."""
+    table = cpu._table()
+    out = {}
+    for kind, roots in _kinds(stack).items():
+        kb = 0
+        pids: set[int] = set()
+        for root in roots:
+            pids |= cpu._descendants(table, root)
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                    if line.startswith("Pss:"):
+                        kb += int(line.split()[1])
+        out[kind] = round(kb / 1024, 1)
+    return out
