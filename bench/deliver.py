@@ -1,7 +1,7 @@
 """Outbound delivery benchmark: how fast the couriers empty an endpoint's outbox.
 
-A fresh PostgreSQL database (created, migrated, dropped) and Redis database 10 (flushed) as
-the broker, all on 127.0.0.1. Two courier processes (``celery -A workers.app worker -Q
+A fresh PostgreSQL database (created, migrated, dropped) and a redis-server of the run's own
+as the broker, all on 127.0.0.1. Two courier processes (``celery -A workers.app worker -Q
 deliveries --pool threads --concurrency 8``) deliver to a local sink run in its own process
 (``python -m bench.deliver sink``, below). Pending deliveries are inserted with SQL, then
 the endpoint is rung with max_in_flight ``inbox.deliver`` messages; the rate is deliveries
@@ -36,7 +36,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-import redis
 from celery import Celery
 from sqlalchemy import Engine, create_engine
 
@@ -47,7 +46,6 @@ from inbox.store.write import endpoints as estore
 from inbox.store.write import sources as sstore
 
 SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
-REDIS = "redis://127.0.0.1:6379/10"
 TENANT = "bench"
 MAX_IN_FLIGHT = 8
 
@@ -212,17 +210,18 @@ def main() -> int:
     couriers: list[procs.Proc] = []
     sink: subprocess.Popen[bytes] | None = None
     rc = 0
+    broker: procs.PrivateRedis | None = None
     try:
         name, url = procs.create_database(SERVER, "inbox_bench_deliver")
-        redis.Redis.from_url(REDIS).flushdb()
+        broker = procs.PrivateRedis("deliver-redis")
         sink = subprocess.Popen(
             [sys.executable, "-m", "bench.deliver", "sink"], cwd=procs.ROOT, stdout=subprocess.PIPE
         )
         assert sink.stdout is not None
         port = int(sink.stdout.readline())
-        app = Celery("bench_deliver", broker=REDIS)
+        app = Celery("bench_deliver", broker=broker.url)
         bench = Bench(url, port, app)
-        env = {"DATABASE_URL": url, "REDIS_URL": REDIS, "INBOX_ALLOW_PRIVATE_TARGETS": "1"}
+        env = {"DATABASE_URL": url, "REDIS_URL": broker.url, "INBOX_ALLOW_PRIVATE_TARGETS": "1"}
         courier = ("workers.app", "deliveries", 8, env)
         threads = ("--pool", "threads", "--loglevel", "INFO")  # as the Procfile's courier
         couriers = [procs.celery_worker(*courier, f"courier-{i}", *threads) for i in range(2)]
@@ -243,6 +242,8 @@ def main() -> int:
             sink.wait(5)
             if sink.stdout is not None:
                 sink.stdout.close()
+        if broker is not None:
+            broker.stop()
         if name:
             procs.drop_database(SERVER, name)
     procs.RESULTS.mkdir(exist_ok=True)

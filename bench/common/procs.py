@@ -10,6 +10,7 @@ import contextlib
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -150,6 +151,39 @@ class Proc:
     def tail(self, n: int = 40) -> str:
         self._log.flush()
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+
+class PrivateRedis:
+    """A redis-server of the run's own on a free port (never the shared one on 6379, which
+    others use: a benchmark flushes its broker); ``restart`` keeps the port."""
+
+    def __init__(self, tag: str = "redis") -> None:
+        self.tag = tag
+        if shutil.which("redis-server") is None:
+            raise RuntimeError("redis-server is not installed")
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc = self._start()
+
+    def _start(self) -> Proc:
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
+        proc = Proc([*args, "--save", "", "--appendonly", "no"], {}, self.tag)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5),
+            ):
+                return proc
+            time.sleep(0.05)
+        raise RuntimeError(f"redis-server did not start:\n{proc.tail()}")
+
+    def restart(self) -> None:
+        self.proc.stop()
+        self.proc = self._start()
+
+    def stop(self) -> None:
+        self.proc.stop()
 
 
 def celery_worker(

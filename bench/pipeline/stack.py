@@ -6,11 +6,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,44 +19,13 @@ from bench.common import cpu, procs
 from bench.pipeline.playbook import SECRET, SOURCE, TENANT
 
 
-class Redis:
-    """A private redis-server on a free port; ``restart`` keeps the port."""
-
-    def __init__(self) -> None:
-        if shutil.which("redis-server") is None:
-            raise RuntimeError("redis-server is not installed")
-        self.port = procs.free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc = self._start()
-
-    def _start(self) -> procs.Proc:
-        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
-        proc = procs.Proc([*args, "--save", "", "--appendonly", "no"], {}, "pipeline-redis")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with (
-                contextlib.suppress(OSError),
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5),
-            ):
-                return proc
-            time.sleep(0.05)
-        raise RuntimeError(f"redis-server did not start:\n{proc.tail()}")
-
-    def restart(self) -> None:
-        self.proc.stop()
-        self.proc = self._start()
-
-    def stop(self) -> None:
-        self.proc.stop()
-
-
 @dataclass
 class Stack:
     """The run's cluster, Redis, database, sink and the Procfile's processes."""
 
     webs: int
     cluster: Any = None
-    redis: Redis | None = None
+    redis: procs.PrivateRedis | None = None
     db_name: str = ""
     url: str = ""
     sink: subprocess.Popen[bytes] | None = None
@@ -86,7 +52,7 @@ class Stack:
 
         procs.use_own_kek()
         self.cluster = PrivatePostgres()
-        self.redis = Redis()
+        self.redis = procs.PrivateRedis("pipeline-redis")
         self.db_name, self.url = procs.create_database(self.cluster.url, "inbox_pipeline")
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute("CREATE TABLE pipeline_effects (step_key text PRIMARY KEY)")
