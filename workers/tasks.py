@@ -9,12 +9,13 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import ParamSpec, TypeVar
 
 from celery import shared_task
 from sqlalchemy import Engine
 
+from inbox.domain.records import EndpointId
 from inbox.infra import broker
 from inbox.services import gapfill
 from inbox.services.bulk import run_bulk_once
@@ -90,7 +91,7 @@ def drain() -> int:
     return done
 
 
-def ring_couriers(endpoint_ids: set[int]) -> None:
+def ring_couriers(endpoint_ids: Collection[int]) -> None:
     for endpoint_id in endpoint_ids:
         deliver.delay(endpoint_id)
 
@@ -105,7 +106,7 @@ def deliver(endpoint_id: int) -> dict[str, int]:
     while True:
         result = deliver_once(
             engine(),
-            endpoint_id,
+            EndpointId(endpoint_id),
             allow_private=settings.allow_private_targets,
             lease_seconds=settings.lease_seconds,
         )

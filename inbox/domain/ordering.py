@@ -46,6 +46,26 @@ class Newer:
     version: Decimal | None
 
 
+# How soon an event that found another with its business key running comes back.
+RETRY_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """An event judged against the newest completed event with its business key.
+
+    ``busy``: another event with the key is running; this one was put back (due again in
+    ``RETRY_SECONDS``). ``newer``: the newer completed event, when this one is stale.
+    """
+
+    busy: bool = False
+    newer: Newer | None = None
+
+    @property
+    def stale(self) -> bool:
+        return self.newer is not None
+
+
 def parse_time(value: Any) -> datetime:
     """ISO 8601 (``Z`` allowed; no offset means UTC) or seconds since the epoch."""
     if isinstance(value, bool):

@@ -7,14 +7,17 @@ id is meant.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NewType
+from datetime import datetime
+from typing import Any, NewType, Protocol
 
+from inbox.domain.outcomes import RunOutcome
 from inbox.domain.sources import SourceOptions
 
 TenantId = NewType("TenantId", int)
 SourceId = NewType("SourceId", int)
 EventId = NewType("EventId", int)
 EndpointId = NewType("EndpointId", int)
+DeliveryId = NewType("DeliveryId", int)
 
 
 @dataclass(frozen=True)
@@ -89,3 +92,49 @@ class Endpoint:
     secrets: tuple[str, ...]
     failing: bool = False
     filter: str | None = None  # a CEL expression over type and payload (inbox.domain.filters)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A claimed event run in memory to its end: its steps' results and its outcome, for
+    the drain to complete with others in one statement (fenced by ``claim``)."""
+
+    claim: Claim
+    steps: dict[str, Any]
+    outcome: RunOutcome
+    decision: dict[str, Any]
+    sync_response: str | None
+
+
+@dataclass(frozen=True)
+class ClaimedDelivery:
+    """A delivery leased to one courier: ``fence`` fences every write about it."""
+
+    id: DeliveryId
+    fence: int
+    public_id: str
+    body: bytes
+    attempts: int
+    replay: int = 0
+    trace_context: str | None = None  # the W3C traceparent of the step that made it
+
+
+class DeliveryAttempt(Protocol):
+    """One attempt's result as the store records it (the courier's ``Sent``)."""
+
+    @property
+    def claim(self) -> ClaimedDelivery: ...
+    @property
+    def at(self) -> datetime: ...
+    @property
+    def state(self) -> str: ...  # delivered | pending (retry) | failed (dead letter)
+    @property
+    def status(self) -> int | None: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def delay(self) -> float: ...
+    @property
+    def latency_ms(self) -> float: ...
+    @property
+    def excerpt(self) -> str | None: ...

@@ -11,18 +11,19 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import urlsplit
 
 from sqlalchemy import Engine
 
 from inbox.domain import callbacks
 from inbox.domain.outcomes import DeliveryOutcome
-from inbox.domain.records import Endpoint
+from inbox.domain.records import ClaimedDelivery, Endpoint, EndpointId
 from inbox.domain.states import DeliveryState, transition
 from inbox.infra import metrics, tracing
 from inbox.outbound.client import Client, DeliveryError
-from inbox.store.write import deliveries as store
-from inbox.store.write.endpoints import get_endpoint, set_enabled
+from inbox.services.ports import DeliveryStore
+from inbox.services.wiring import delivery_store
 
 log = logging.getLogger(__name__)
 BATCH = 50
@@ -66,7 +67,7 @@ FLUSH_SECONDS = 0.2
 class Sent:
     """One attempt's result, waiting to be recorded with the others of its round."""
 
-    claim: store.Claimed
+    claim: ClaimedDelivery
     at: datetime
     status: int | None
     error: str | None
@@ -85,8 +86,8 @@ class Sent:
 
 
 def deliver_once(
-    engine: Engine,
-    endpoint_id: int,
+    db: Engine | DeliveryStore[Any],
+    endpoint_id: EndpointId,
     client: Client | None = None,
     owner: str | None = None,
     allow_private: bool = False,
@@ -101,10 +102,11 @@ def deliver_once(
     time until it answers again): a dead endpoint costs one timeout per round and
     one worker thread, not one per delivery or per slot.
     """
+    store = delivery_store(db)
     owner = owner or f"courier-{uuid.uuid4().hex[:12]}"
-    with engine.begin() as conn:
-        ep = get_endpoint(conn, endpoint_id)
-        claims = store.claim(conn, endpoint_id, owner, BATCH, lease_seconds)
+    with store.begin() as tx:
+        ep = store.endpoint(tx, endpoint_id)
+        claims = store.claim(tx, endpoint_id, owner, BATCH, lease_seconds)
     result = CourierResult(claimed=len(claims))
     if not claims:
         return result
@@ -118,24 +120,24 @@ def deliver_once(
             sent.append(one)
             stop = one.unreachable or one.disable or (one.status == 429)
             if stop or len(sent) >= FLUSH_EVERY or time.monotonic() - flushed > FLUSH_SECONDS:
-                _record(engine, ep, sent, result)
+                _record(store, ep, sent, result)
                 sent, flushed = [], time.monotonic()
             if stop:
                 rest = claims[i + 1 :]
-                with engine.begin() as conn:
-                    store.release(conn, rest, 0.0 if one.disable else one.delay)
+                with store.begin() as tx:
+                    store.release(tx, rest, 0.0 if one.disable else one.delay)
                 result.released = len(rest)
                 if rest and not one.disable:
                     result.retry_in.append(one.delay)
                 break
     finally:
-        _record(engine, ep, sent, result)
+        _record(store, ep, sent, result)
         if own_client:
             client.close()
     return result
 
 
-def _send(client: Client, ep: Endpoint, c: store.Claimed) -> Sent:
+def _send(client: Client, ep: Endpoint, c: ClaimedDelivery) -> Sent:
     """One attempt as a client span of the event's trace (its context goes out with it)."""
     with tracing.span(
         "POST", "CLIENT", parent=c.trace_context
@@ -150,7 +152,7 @@ def _send(client: Client, ep: Endpoint, c: store.Claimed) -> Sent:
     return one
 
 
-def _attempt(client: Client, ep: Endpoint, c: store.Claimed) -> Sent:
+def _attempt(client: Client, ep: Endpoint, c: ClaimedDelivery) -> Sent:
     """Send one delivery and judge the answer (no database work here)."""
     now = datetime.now(UTC)
     hdrs = callbacks.headers(c.public_id, c.body, list(ep.secrets), now, c.replay)
@@ -192,7 +194,7 @@ def _attempt(client: Client, ep: Endpoint, c: store.Claimed) -> Sent:
     )
 
 
-def _span_attributes(ep: Endpoint, c: store.Claimed, one: Sent) -> dict[str, str | int]:
+def _span_attributes(ep: Endpoint, c: ClaimedDelivery, one: Sent) -> dict[str, str | int]:
     """HTTP client semantic conventions, the URL without its query or credentials."""
     url = urlsplit(ep.url)
     try:
@@ -215,7 +217,7 @@ def _span_attributes(ep: Endpoint, c: store.Claimed, one: Sent) -> dict[str, str
     return out
 
 
-def _log_failed(ep: Endpoint, c: store.Claimed, one: Sent) -> None:
+def _log_failed(ep: Endpoint, c: ClaimedDelivery, one: Sent) -> None:
     """Every failed delivery attempt: a warning while it will be retried, else an error."""
     retry = one.state == DeliveryState.PENDING
     log.log(
@@ -239,16 +241,18 @@ def _log_failed(ep: Endpoint, c: store.Claimed, one: Sent) -> None:
     )
 
 
-def _record(engine: Engine, ep: Endpoint, sent: list[Sent], result: CourierResult) -> None:
+def _record(
+    store: DeliveryStore[Any], ep: Endpoint, sent: list[Sent], result: CourierResult
+) -> None:
     """Record a round's attempts and outcomes in one transaction; fenced per delivery."""
     if not sent:
         return
-    with engine.begin() as conn:
-        kept = store.finish_many(conn, sent)
+    with store.begin() as tx:
+        kept = store.finish_many(tx, sent)
         if any(s.disable for s in sent):
-            set_enabled(conn, ep.id, False, "the endpoint answered 410 Gone")
+            store.disable(tx, ep.id, "the endpoint answered 410 Gone")
         answered = [s for s in sent if s.status is not None]
-        store.set_failing(conn, ep.id, failing=not answered or sent[-1].unreachable)
+        store.set_failing(tx, ep.id, failing=not answered or sent[-1].unreachable)
     for s in sent:
         if s.claim.id not in kept:
             result.lost += 1  # the sweeper gave it to another courier: it is re-sent

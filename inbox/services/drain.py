@@ -11,18 +11,19 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Engine
 
 from inbox.domain.playbooks import Registry, registry
-from inbox.domain.records import LoadedEvent
+from inbox.domain.records import Completion, EndpointId, EventId, LoadedEvent
 from inbox.domain.states import EventState
 from inbox.infra import metrics, tracing
 from inbox.infra.config import Settings
-from inbox.services.ports import WorkStore, work_store
+from inbox.services.ports import WorkStore
 from inbox.services.runner import RunConfig, is_pure, run_claimed, run_in_memory, run_span
+from inbox.services.wiring import work_store
 from inbox.store.write import queue
-from inbox.store.write.batch import Completion
 
 
 def worker_id() -> str:
@@ -44,10 +45,10 @@ class DrainResult:
 
 
 def drain_once(
-    db: Engine | WorkStore,
+    db: Engine | WorkStore[Any],
     settings: Settings,
     owner: str | None = None,
-    notify: Callable[[set[int]], None] | None = None,
+    notify: Callable[[set[EndpointId]], None] | None = None,
     reg: Registry = registry,
 ) -> DrainResult:
     """Claim one batch of due events and run each; returns what became of them.
@@ -97,9 +98,9 @@ def drain_once(
 
 
 def _finish(
-    store: WorkStore,
+    store: WorkStore[Any],
     done: list[Completion],
-    loaded: dict[int, LoadedEvent],
+    loaded: dict[EventId, LoadedEvent],
     result: DrainResult,
     since_load: float,
 ) -> None:
@@ -136,7 +137,7 @@ def release_held(engine: Engine, reg: Registry = registry) -> int:
     return released
 
 
-def sweep_once(db: Engine | WorkStore) -> SweepResult:
+def sweep_once(db: Engine | WorkStore[Any]) -> SweepResult:
     """The lifeline: expired leases go back to the queue; report how much is due."""
     store = work_store(db)
     with store.begin() as tx:

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import threading
 from types import TracebackType
+from typing import Any
 
 from sqlalchemy import Engine
 
 from inbox.domain.records import Claim
-from inbox.services.ports import WorkStore, work_store
+from inbox.services.ports import WorkStore
+from inbox.services.wiring import work_store
 
 
 class Heartbeat:
-    def __init__(self, db: Engine | WorkStore, claim: Claim, lease_seconds: float) -> None:
+    def __init__(self, db: Engine | WorkStore[Any], claim: Claim, lease_seconds: float) -> None:
         self._store = work_store(db)
         self._claim = claim
         self._lease = lease_seconds

@@ -1,73 +1,88 @@
-"""What the runner, drain and heartbeat need of the store, as a Protocol.
+"""What the services need of the store, as Protocols over the domain's types alone.
 
-They call the store only through a ``WorkStore``: a transaction (``begin``) and the queue's
-operations, each taking that transaction first. ``inbox.store.write.work.SqlWorkStore`` is the
-PostgreSQL one; the unit tests' in-memory store is another, so the services' logic (recovery
-points, fencing, retries, batching) is tested without a database. Services also accept an
-``Engine``, which stands for the PostgreSQL store.
+The runner, drain and heartbeat call the store only through a ``WorkStore``; the courier
+only through a ``DeliveryStore``. Each is a transaction (``begin``) and operations that take
+that transaction first. ``Tx`` is the adapter's own transaction type: PostgreSQL's
+(``inbox.store.write.work.SqlWorkStore``, ``inbox.store.write.delivery_store``) is a
+SQLAlchemy ``Connection``; the in-memory stores of ``inbox.testing`` hand themselves out.
+Which adapter stands behind an ``Engine`` is decided in ``inbox.services.wiring``, not here:
+this module imports the domain and nothing else (an import-linter contract says so).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
-
-from sqlalchemy import Engine
+from typing import Any, Protocol, TypeVar
 
 from inbox.domain.callbacks import Outgoing
-from inbox.domain.ordering import Position
+from inbox.domain.ordering import Judgement, Position
 from inbox.domain.outcomes import RunOutcome
-from inbox.domain.records import Claim, LoadedEvent
-from inbox.store.write.batch import Completion
-from inbox.store.write.staleness import Judgement
-from inbox.store.write.work import SqlWorkStore
+from inbox.domain.records import (
+    Claim,
+    ClaimedDelivery,
+    Completion,
+    DeliveryAttempt,
+    DeliveryId,
+    Endpoint,
+    EndpointId,
+    EventId,
+    LoadedEvent,
+    TenantId,
+)
+
+Tx = TypeVar("Tx")
 
 
-class WorkStore(Protocol):
-    """``tx`` is whatever ``begin()`` yields; every write that names a claim is fenced and
-    raises ``LeaseLost`` when the lease is no longer that claim's."""
+class WorkStore(Protocol[Tx]):
+    """The event queue. Every write that names a claim is fenced and raises ``LeaseLost``
+    when the lease is no longer that claim's."""
 
-    def begin(self) -> AbstractContextManager[Any]: ...
+    def begin(self) -> AbstractContextManager[Tx]: ...
 
-    def claim(self, tx: Any, owner: str, limit: int, lease_seconds: float) -> list[Claim]: ...
+    def claim(self, tx: Tx, owner: str, limit: int, lease_seconds: float) -> list[Claim]: ...
 
-    def load(self, tx: Any, c: Claim) -> LoadedEvent: ...
+    def load(self, tx: Tx, c: Claim) -> LoadedEvent: ...
 
-    def load_many(self, tx: Any, claims: list[Claim]) -> dict[int, LoadedEvent]: ...
+    def load_many(self, tx: Tx, claims: list[Claim]) -> dict[EventId, LoadedEvent]: ...
 
-    def record_steps(self, tx: Any, c: Claim, results: dict[str, Any], lease: float) -> None: ...
+    def record_steps(self, tx: Tx, c: Claim, results: dict[str, Any], lease: float) -> None: ...
 
-    def claim_effect(self, tx: Any, c: Claim, tenant_id: int, name: str, bk: bytes) -> int: ...
+    def claim_effect(
+        self, tx: Tx, c: Claim, tenant_id: TenantId, name: str, bk: bytes
+    ) -> EventId: ...
 
-    def judge(self, tx: Any, c: Claim, tenant_id: int, bk: bytes, mine: Position) -> Judgement: ...
+    def judge(
+        self, tx: Tx, c: Claim, tenant_id: TenantId, bk: bytes, mine: Position
+    ) -> Judgement: ...
 
     def enqueue_deliveries(
         self,
-        tx: Any,
-        tenant_id: int,
+        tx: Tx,
+        tenant_id: TenantId,
         tenant: str,
-        event_id: int | None,
+        event_id: EventId | None,
         event_public_id: str,
         step: str,
         messages: list[Outgoing],
         replay: int = 0,
-    ) -> set[int]: ...
+    ) -> set[EndpointId]: ...
 
     def complete(
         self,
-        tx: Any,
+        tx: Tx,
         c: Claim,
         outcome: RunOutcome,
         decision: dict[str, Any],
-        duplicate_of: int | None,
+        duplicate_of: EventId | None,
         sync_response: bytes | None,
     ) -> None: ...
 
-    def complete_many(self, tx: Any, completions: list[Completion]) -> set[int]: ...
+    def complete_many(self, tx: Tx, completions: list[Completion]) -> set[EventId]: ...
 
     def fail(
         self,
-        tx: Any,
+        tx: Tx,
         c: Claim,
         error: BaseException,
         permanent: bool,
@@ -75,15 +90,46 @@ class WorkStore(Protocol):
         step: str | None = None,
     ) -> str: ...
 
-    def hold(self, tx: Any, c: Claim, reason: str) -> str: ...
+    def hold(self, tx: Tx, c: Claim, reason: str) -> str: ...
 
-    def extend(self, tx: Any, claims: list[Claim], lease_seconds: float) -> int: ...
+    def extend(self, tx: Tx, claims: list[Claim], lease_seconds: float) -> int: ...
 
-    def sweep_expired(self, tx: Any) -> tuple[int, int]: ...
+    def sweep_expired(self, tx: Tx) -> tuple[int, int]: ...
 
-    def due_count(self, tx: Any) -> int: ...
+    def due_count(self, tx: Tx) -> int: ...
 
 
-def work_store(db: Engine | WorkStore) -> WorkStore:
-    """The store behind ``db``: an Engine is PostgreSQL's."""
-    return SqlWorkStore(db) if isinstance(db, Engine) else db
+class DeliveryStore(Protocol[Tx]):
+    """The outbox: deliveries leased per endpoint, in order. ``finish_many`` and
+    ``release`` are fenced per delivery (a delivery swept and claimed again is not
+    touched by the courier that lost it); attempts are recorded whatever the fence."""
+
+    def begin(self) -> AbstractContextManager[Tx]: ...
+
+    def endpoint(self, tx: Tx, endpoint_id: EndpointId) -> Endpoint:
+        """The endpoint; ``NotFound`` when there is none."""
+        ...
+
+    def claim(
+        self, tx: Tx, endpoint_id: EndpointId, owner: str, limit: int, lease: float
+    ) -> list[ClaimedDelivery]:
+        """Up to ``limit`` due deliveries of an enabled endpoint, oldest due first, when
+        it has a free in-flight slot (one while it is failing)."""
+        ...
+
+    def finish_many(self, tx: Tx, sent: Sequence[DeliveryAttempt]) -> set[DeliveryId]:
+        """Record attempts and new states; the ids whose lease was still ours."""
+        ...
+
+    def release(self, tx: Tx, claims: list[ClaimedDelivery], delay: float) -> None:
+        """Give back claimed deliveries that were not attempted (uncounted)."""
+        ...
+
+    def set_failing(self, tx: Tx, endpoint_id: EndpointId, failing: bool) -> None: ...
+
+    def disable(self, tx: Tx, endpoint_id: EndpointId, reason: str) -> None: ...
+
+    def sweep(self, tx: Tx) -> list[EndpointId]:
+        """Expired leases back to pending (failed when out of attempts); the enabled
+        endpoints with due deliveries, to ring."""
+        ...

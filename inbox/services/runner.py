@@ -28,17 +28,16 @@ from inbox.domain.errors import (
     PlaybookMissing,
     RetryableError,
 )
-from inbox.domain.ordering import Newer
+from inbox.domain.ordering import Judgement, Newer
 from inbox.domain.outcomes import RunOutcome
 from inbox.domain.playbooks import EventView, Playbook, Registry, StepContext, registry
-from inbox.domain.records import Claim, LoadedEvent
+from inbox.domain.records import Claim, Completion, EndpointId, EventId, LoadedEvent
 from inbox.domain.states import EventState
 from inbox.infra import metrics, tracing
 from inbox.infra.logs import excerpt
 from inbox.services.heartbeat import Heartbeat
-from inbox.services.ports import WorkStore, work_store
-from inbox.store.write.batch import Completion
-from inbox.store.write.staleness import Judgement
+from inbox.services.ports import WorkStore
+from inbox.services.wiring import work_store
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +54,11 @@ class RunConfig:
 
 
 def run_claimed(
-    db: Engine | WorkStore,
+    db: Engine | WorkStore[Any],
     c: Claim,
     cfg: RunConfig,
     reg: Registry = registry,
-    notify: Callable[[set[int]], None] | None = None,
+    notify: Callable[[set[EndpointId]], None] | None = None,
     ev: LoadedEvent | None = None,
     on_retry: Callable[[float], None] | None = None,
 ) -> str:
@@ -84,12 +83,12 @@ def run_claimed(
 
 
 def _run_loaded(
-    store: WorkStore,
+    store: WorkStore[Any],
     c: Claim,
     ev: LoadedEvent,
     cfg: RunConfig,
     reg: Registry,
-    notify: Callable[[set[int]], None] | None,
+    notify: Callable[[set[EndpointId]], None] | None,
     on_retry: Callable[[float], None] | None,
 ) -> str:
     loaded = time.monotonic()
@@ -168,7 +167,7 @@ def _fields(ev: LoadedEvent, **more: object) -> dict[str, object]:
     }
 
 
-def _hold(store: WorkStore, c: Claim, ev: LoadedEvent, exc: PlaybookMissing) -> str:
+def _hold(store: WorkStore[Any], c: Claim, ev: LoadedEvent, exc: PlaybookMissing) -> str:
     """Not the event's failure: held (no attempt spent) until its playbook is registered."""
     with store.begin() as tx:
         state = store.hold(tx, c, exc.message)
@@ -185,7 +184,7 @@ def _hold(store: WorkStore, c: Claim, ev: LoadedEvent, exc: PlaybookMissing) -> 
     return state
 
 
-def _judge(store: WorkStore, c: Claim, ev: LoadedEvent) -> Judgement | None:
+def _judge(store: WorkStore[Any], c: Claim, ev: LoadedEvent) -> Judgement | None:
     """Stale or not, for a source that names the provider's event time or version."""
     if not ordering.configured(ev.source_options) or ev.business_key_digest is None:
         return None
@@ -267,11 +266,11 @@ def run_in_memory(ev: LoadedEvent, pb: Playbook, c: Claim) -> Completion | None:
 class _Commits:
     """Step results (and the deliveries they decided) waiting for their commit."""
 
-    def __init__(self, store: WorkStore, c: Claim, ev: LoadedEvent, cfg: RunConfig) -> None:
+    def __init__(self, store: WorkStore[Any], c: Claim, ev: LoadedEvent, cfg: RunConfig) -> None:
         self.store, self.c, self.ev, self.cfg = store, c, ev, cfg
         self.results: dict[str, Any] = {}
         self.outbox: list[tuple[str, list[Outgoing]]] = []
-        self.ring: set[int] = set()
+        self.ring: set[EndpointId] = set()
         # What is running now, for the failure record: None while the playbook is chosen.
         self.step: str | None = None
 
@@ -302,14 +301,14 @@ class _Commits:
 
 
 def _run_steps(
-    store: WorkStore,
+    store: WorkStore[Any],
     c: Claim,
     ev: LoadedEvent,
     pb: Playbook,
     cfg: RunConfig,
     pending: _Commits,
     newer: Newer | None = None,
-) -> tuple[RunOutcome, dict[str, Any], int | None]:
+) -> tuple[RunOutcome, dict[str, Any], EventId | None]:
     view = _view(ev)
     results: dict[str, Any] = dict(ev.steps)
     outcome, dup_of = RunOutcome.COMPLETED, None
@@ -362,7 +361,7 @@ def _step_attributes(ev: LoadedEvent, step: str) -> dict[str, str | int]:
 
 
 def _failed(
-    db: Engine | WorkStore,
+    db: Engine | WorkStore[Any],
     c: Claim,
     ev: LoadedEvent,
     exc: Exception,

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, text
 
 from inbox.domain import ledger
+from inbox.domain.records import Completion
 from inbox.store.write import batch, deliveries, queue
-from inbox.store.write.batch import Completion
 from tests.integration.ledger_support import put_delivery, put_event
 from tests.integration.test_partitions import add_day, cover_open_days, today
 

@@ -1,8 +1,9 @@
 """The in-memory store keeps the same rules as PostgreSQL's: one scenario, both stores.
 
-The unit tests of the runner and drain trust ``tests/unit/fake_store.py``; each scenario here
-runs against ``SqlWorkStore`` on the real database and against the fake, through the same
-``WorkStore`` calls, and asserts the same answers. A rule the fake gets wrong fails here.
+The unit tests of the runner and drain (and users' playbook tests) trust ``inbox.testing``;
+each scenario here runs against ``SqlWorkStore`` on the real database and against the fake,
+through the same ``WorkStore`` calls, and asserts the same answers. A rule the fake gets
+wrong fails here.
 """
 
 from __future__ import annotations
@@ -17,17 +18,16 @@ from sqlalchemy import Engine, text
 
 from inbox.domain.errors import LeaseLost
 from inbox.domain.ordering import Position
-from inbox.domain.records import Claim
+from inbox.domain.records import Claim, Completion
 from inbox.services.ports import WorkStore
-from inbox.store.write.batch import Completion
 from inbox.store.write.work import SqlWorkStore
-from tests.unit.fake_store import InMemoryStore
+from inbox.testing import InMemoryStore
 
 LEASE = 30.0
 
 
 class Subject(Protocol):
-    store: WorkStore
+    store: WorkStore[Any]
     tenant_id: int
 
     def add_event(self, **fields: Any) -> int: ...

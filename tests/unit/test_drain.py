@@ -14,7 +14,7 @@ from inbox.infra import metrics
 from inbox.infra.config import Settings
 from inbox.services import drain
 from inbox.services.drain import drain_once, sweep_once
-from tests.unit.fake_store import InMemoryStore
+from inbox.testing import InMemoryStore
 
 SETTINGS = Settings(lease_seconds=30, batch_size=10)
 

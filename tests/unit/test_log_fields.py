@@ -17,7 +17,7 @@ from inbox.infra import tracing
 from inbox.infra.keyring import KeyMissing, SecretsLocked
 from inbox.infra.logs import REDACTED, Explanation, configure_logging
 from inbox.services.runner import RunConfig, run_claimed
-from tests.unit.fake_store import InMemoryStore
+from inbox.testing import InMemoryStore
 
 CFG = RunConfig(lease_seconds=60.0, retry_base_seconds=2.0, retry_cap_seconds=3600.0)
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

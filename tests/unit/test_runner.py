@@ -12,8 +12,8 @@ from inbox.domain.playbooks import Registry
 from inbox.domain.records import Claim
 from inbox.domain.states import EventState
 from inbox.services.runner import RunConfig, run_claimed
+from inbox.testing import InMemoryStore
 from tests.helpers import wait_for
-from tests.unit.fake_store import InMemoryStore
 
 CFG = RunConfig(lease_seconds=60.0, retry_base_seconds=2.0, retry_cap_seconds=3600.0)
 

@@ -17,7 +17,7 @@ from inbox.domain.playbooks import Playbook, Registry, StepContext
 from inbox.infra import tracing
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
-from tests.unit.fake_store import InMemoryStore
+from inbox.testing import InMemoryStore
 
 SETTINGS = Settings(batch_size=10, lease_seconds=60)
 STORED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

@@ -7,13 +7,10 @@ their results and completions for a whole batch go in one fenced statement.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import Connection
 
-from inbox.domain.outcomes import RunOutcome
-from inbox.domain.records import Claim, LoadedEvent
+from inbox.domain.records import Claim, Completion, EventId, LoadedEvent
 from inbox.store.db.days import DayBounded
 from inbox.store.write.queue import LOAD_COLUMNS, to_loaded
 
@@ -29,22 +26,13 @@ _LOAD_MANY = DayBounded(
 )
 
 
-def load_many(conn: Connection, claims: list[Claim]) -> dict[int, LoadedEvent]:
+def load_many(conn: Connection, claims: list[Claim]) -> dict[EventId, LoadedEvent]:
     """The claimed events (those whose lease is still ours), by id."""
     if not claims:
         return {}
     ids = [c.id for c in claims]
     rows = conn.execute(_LOAD_MANY.spanning(ids), {"ids": ids, "fences": [c.fence for c in claims]})
-    return {row.id: to_loaded(row) for row in rows}
-
-
-@dataclass(frozen=True)
-class Completion:
-    claim: Claim
-    steps: dict[str, Any]
-    outcome: RunOutcome
-    decision: dict[str, Any]
-    sync_response: str | None
+    return {EventId(row.id): to_loaded(row) for row in rows}
 
 
 # Every row is fenced like queue.complete: an event whose lease was lost or taken
@@ -76,7 +64,7 @@ _COMPLETE_MANY = DayBounded(
 )
 
 
-def complete_many(conn: Connection, completions: list[Completion]) -> set[int]:
+def complete_many(conn: Connection, completions: list[Completion]) -> set[EventId]:
     """Record the steps and complete every event still leased to us; returns their ids."""
     if not completions:
         return set()
@@ -93,4 +81,4 @@ def complete_many(conn: Connection, completions: list[Completion]) -> set[int]:
     ]
     stmt = _COMPLETE_MANY.spanning([x.claim.id for x in completions])
     done = conn.execute(stmt, {"rows": json.dumps(rows)})
-    return {int(r.id) for r in done}
+    return {EventId(r.id) for r in done}

@@ -4,28 +4,34 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import Connection, text
 
 from inbox.domain import callbacks, filters, ledger
 from inbox.domain.callbacks import Outgoing
+from inbox.domain.records import (
+    ClaimedDelivery,
+    DeliveryAttempt,
+    DeliveryId,
+    EndpointId,
+    EventId,
+    TenantId,
+)
 from inbox.infra import metrics, tracing
 from inbox.store.db.days import LOWER_FLOOR, DayBounded, open_days
 
 
 def enqueue(
     conn: Connection,
-    tenant_id: int,
+    tenant_id: TenantId,
     tenant: str,
-    event_id: int | None,
+    event_id: EventId | None,
     event_public_id: str,
     step: str,
     messages: list[Outgoing],
     replay: int = 0,
-) -> set[int]:
+) -> set[EndpointId]:
     """Write deliveries in the caller's transaction; returns the endpoint ids to ring.
 
     ``replay``: the event's replay number while the step ran (sent as ``webhook-replay``).
@@ -85,19 +91,10 @@ def enqueue(
         )
     if filtered:
         metrics.record_callbacks_filtered(tenant, filtered)
-    return {r["e"] for r in rows}
+    return {EndpointId(r["e"]) for r in rows}
 
 
-@dataclass(frozen=True)
-class Claimed:
-    id: int
-    fence: int
-    public_id: str
-    body: bytes
-    attempts: int
-    replay: int = 0
-    trace_context: str | None = None  # the W3C traceparent of the step that made it
-
+Claimed = ClaimedDelivery
 
 # Claims for one endpoint are serialised by locking the endpoint's row; each claim
 # is one "in-flight slot" (its deliveries go out one after another over one
@@ -137,7 +134,7 @@ _CLAIM = DayBounded(
 
 
 def claim(
-    conn: Connection, endpoint_id: int, owner: str, limit: int, lease: float
+    conn: Connection, endpoint_id: EndpointId, owner: str, limit: int, lease: float
 ) -> list[Claimed]:
     rows = conn.execute(
         _CLAIM.over(*open_days(conn)),
@@ -146,7 +143,13 @@ def claim(
     return sorted(
         (
             Claimed(
-                r.id, r.fence, r.public_id, bytes(r.body), r.attempts, r.replay, r.trace_context
+                DeliveryId(r.id),
+                r.fence,
+                r.public_id,
+                bytes(r.body),
+                r.attempts,
+                r.replay,
+                r.trace_context,
             )
             for r in rows
         ),
@@ -184,28 +187,7 @@ _FINISH_MANY = DayBounded(
 )
 
 
-class _SentLike(Protocol):
-    """One attempt's result (inbox.courier.Sent)."""
-
-    @property
-    def claim(self) -> Claimed: ...
-    @property
-    def at(self) -> datetime: ...
-    @property
-    def state(self) -> str: ...
-    @property
-    def status(self) -> int | None: ...
-    @property
-    def error(self) -> str | None: ...
-    @property
-    def delay(self) -> float: ...
-    @property
-    def latency_ms(self) -> float: ...
-    @property
-    def excerpt(self) -> str | None: ...
-
-
-def finish_many(conn: Connection, sent: Sequence[_SentLike]) -> set[int]:
+def finish_many(conn: Connection, sent: Sequence[DeliveryAttempt]) -> set[DeliveryId]:
     """Record attempts and outcomes; returns the ids whose lease was still ours."""
     rows = [
         {
@@ -223,10 +205,10 @@ def finish_many(conn: Connection, sent: Sequence[_SentLike]) -> set[int]:
         for s in sent
     ]
     stmt = _FINISH_MANY.spanning([s.claim.id for s in sent])
-    return {int(r.id) for r in conn.execute(stmt, {"rows": json.dumps(rows)})}
+    return {DeliveryId(r.id) for r in conn.execute(stmt, {"rows": json.dumps(rows)})}
 
 
-def set_failing(conn: Connection, endpoint_id: int, failing: bool) -> None:
+def set_failing(conn: Connection, endpoint_id: EndpointId, failing: bool) -> None:
     """A failing endpoint (unreachable last time) gets one courier until it answers."""
     conn.execute(
         text("UPDATE endpoints SET failing = :f WHERE id = :e AND failing IS DISTINCT FROM :f"),
@@ -255,7 +237,7 @@ def release(conn: Connection, claims: list[Claimed], delay: float) -> None:
     )
 
 
-def sweep(conn: Connection) -> list[int]:
+def sweep(conn: Connection) -> list[EndpointId]:
     """Expired leases go back to pending (or fail when out of attempts).
 
     Returns the endpoints with due deliveries, to ring.
@@ -280,7 +262,7 @@ def sweep(conn: Connection) -> list[int]:
             " AND d.available_at <= now()"
         )
     )
-    return [int(r.endpoint_id) for r in rows]
+    return [EndpointId(r.endpoint_id) for r in rows]
 
 
 def due_within(

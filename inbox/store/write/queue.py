@@ -15,7 +15,7 @@ from sqlalchemy import Connection, text
 from inbox.domain import failures
 from inbox.domain.errors import LeaseLost
 from inbox.domain.outcomes import RunOutcome
-from inbox.domain.records import Claim, LoadedEvent
+from inbox.domain.records import Claim, EventId, LoadedEvent, TenantId
 from inbox.domain.states import EventState
 from inbox.store.db.days import OPEN_DAYS, DayBounded, open_days
 
@@ -217,7 +217,7 @@ def record_steps(conn: Connection, c: Claim, results: dict[str, Any], lease: flo
         _check_live(conn, c)  # either no lease, or every step was already recorded
 
 
-def claim_effect(conn: Connection, c: Claim, tenant_id: int, name: str, bk: bytes) -> int:
+def claim_effect(conn: Connection, c: Claim, tenant_id: TenantId, name: str, bk: bytes) -> EventId:
     """Claim a once-per-business-key effect; returns the id of the event that owns it."""
     owner = conn.execute(
         text(
@@ -236,7 +236,7 @@ def claim_effect(conn: Connection, c: Claim, tenant_id: int, name: str, bk: byte
         ),
         {"tenant_id": tenant_id, "name": name, "bk": bk, "id": c.id},
     ).scalar_one()
-    return int(owner)
+    return EventId(owner)
 
 
 _COMPLETE = DayBounded(
@@ -259,7 +259,7 @@ def complete(
     c: Claim,
     outcome: RunOutcome,
     decision: dict[str, Any],
-    duplicate_of: int | None,
+    duplicate_of: EventId | None,
     sync_response: bytes | None,
 ) -> None:
     """Finish the event. A synchronous event's stored response becomes the decision."""

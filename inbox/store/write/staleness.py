@@ -13,31 +13,13 @@ The event's own position is written in the same transaction, which is what makes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from sqlalchemy import Connection, text
 
 from inbox.domain.errors import LeaseLost
-from inbox.domain.ordering import Newer, Position, lock_key
-from inbox.domain.records import Claim
+from inbox.domain.ordering import RETRY_SECONDS, Judgement, Newer, Position, lock_key
+from inbox.domain.records import Claim, TenantId
 
 _LIVE = "id = :id AND fence = :fence AND state = 'processing' AND lease_expires_at > now()"
-# How soon an event that found another running comes back.
-RETRY_SECONDS = 0.2
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """``busy``: another event with the key is running; this one was put back."""
-
-    busy: bool = False
-    newer: Newer | None = None
-
-    @property
-    def stale(self) -> bool:
-        return self.newer is not None
-
-
 _RUNNING = text(
     """
     SELECT 1 FROM events
@@ -64,7 +46,7 @@ NEWEST_COMPLETED = {
 }
 
 
-def judge(conn: Connection, c: Claim, tenant_id: int, bk: bytes, mine: Position) -> Judgement:
+def judge(conn: Connection, c: Claim, tenant_id: TenantId, bk: bytes, mine: Position) -> Judgement:
     """Judge one claimed event (see the module docstring); commit with the caller."""
     conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": lock_key(tenant_id, bk)})
     keys = {"t": tenant_id, "bk": bk, "id": c.id, "fence": c.fence}

@@ -1,0 +1,252 @@
+"""``InMemoryDeliveries``: the outbox (``inbox.services.ports.DeliveryStore``) in plain Python.
+
+It shares its store's data, clock and transactions (``Memory.deliveries``), so the
+deliveries a playbook's steps made are the ones a courier claims. Its rules are those of
+``inbox/store/write/deliveries.py``: one endpoint's due deliveries in order, at most
+``max_in_flight`` couriers at once (one while the endpoint is failing), a fence per claim,
+attempts counted at claim time and given back on release, expired leases swept back to
+pending (failed when out of attempts), every state change checked against
+``inbox.domain.states.DELIVERY_ALLOWED``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from inbox.domain import callbacks, filters
+from inbox.domain.callbacks import Outgoing
+from inbox.domain.errors import NotFound
+from inbox.domain.records import (
+    ClaimedDelivery,
+    DeliveryAttempt,
+    DeliveryId,
+    Endpoint,
+    EndpointId,
+    EventId,
+    TenantId,
+)
+from inbox.domain.states import DELIVERY_FINISHED, DeliveryState, transition
+from inbox.testing._data import Attempt, Delivery, Memory
+
+
+class InMemoryDeliveries:
+    def __init__(self, store: Memory) -> None:
+        self.store = store
+
+    # -- for tests ------------------------------------------------------------------------
+
+    def add_endpoint(
+        self,
+        tenant_id: int,
+        endpoint_id: int,
+        event_types: tuple[str, ...] | None = None,
+        **fields: Any,
+    ) -> Endpoint:
+        """An enabled endpoint of the tenant; ``fields`` are ``Endpoint``'s."""
+        ep = Endpoint(
+            id=EndpointId(endpoint_id),
+            public_id=f"ep_{endpoint_id:04d}",
+            tenant_id=TenantId(tenant_id),
+            tenant="acme",
+            url="https://receiver.example/hooks",
+            event_types=event_types,
+            enabled=True,
+            disabled_reason=None,
+            max_attempts=4,  # the endpoints table's defaults
+            retry_schedule=(5, 30, 120),
+            timeout_ms=5000,
+            max_in_flight=4,
+            secrets=("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",),
+        )
+        ep = dataclasses.replace(ep, **fields)
+        self.store.data.endpoints[endpoint_id] = ep
+        return ep
+
+    def all(self) -> list[Delivery]:
+        """Every delivery, oldest first."""
+        return sorted(self.store.data.deliveries.values(), key=lambda d: d.id)
+
+    def get(self, delivery_id: int) -> Delivery:
+        return next(d for d in self.store.data.deliveries.values() if d.id == delivery_id)
+
+    def enqueue(
+        self,
+        tenant_id: TenantId,
+        tenant: str,
+        event_id: EventId | None,
+        event_public_id: str,
+        step: str,
+        messages: list[Outgoing],
+        replay: int = 0,
+    ) -> set[EndpointId]:
+        """One delivery per message and matching enabled endpoint, each written once
+        (``deliveries.enqueue``); the endpoints to ring."""
+        data = self.store.data
+        eps = sorted(
+            (e for e in data.endpoints.values() if e.tenant_id == tenant_id and e.enabled),
+            key=lambda e: e.id,
+        )
+        rung: set[EndpointId] = set()
+        for index, msg in enumerate(messages):
+            for ep in eps:
+                if ep.event_types is not None and msg.event_type not in ep.event_types:
+                    continue
+                if ep.filter is not None and not filters.endpoint_matches(
+                    ep.filter, msg.event_type, msg.data
+                ):
+                    continue
+                public_id = callbacks.delivery_id(event_public_id, step, index, ep.id)
+                if public_id not in data.deliveries:
+                    body = callbacks.envelope(
+                        public_id, msg.event_type, tenant, msg.data, msg.created_at
+                    )
+                    data.deliveries[public_id] = Delivery(
+                        len(data.deliveries) + 1,
+                        public_id,
+                        tenant_id,
+                        ep.id,
+                        event_id,
+                        msg.event_type,
+                        body=body,
+                        replay=replay,
+                        available_at=self.store.now,
+                    )
+                rung.add(ep.id)
+        return rung
+
+    # -- the DeliveryStore operations -----------------------------------------------------
+
+    def begin(self) -> AbstractContextManager[Memory]:
+        return self.store.begin()
+
+    def endpoint(self, tx: Memory, endpoint_id: EndpointId) -> Endpoint:
+        self.store.calls.append("endpoint")
+        ep = self.store.data.endpoints.get(endpoint_id)
+        if ep is None:
+            raise NotFound(f"No endpoint {endpoint_id}.")
+        return ep
+
+    def _live(self, d: Delivery) -> bool:
+        expires = d.lease_expires_at
+        return d.state == DeliveryState.SENDING and expires is not None and expires > self.store.now
+
+    def claim(
+        self, tx: Memory, endpoint_id: EndpointId, owner: str, limit: int, lease: float
+    ) -> list[ClaimedDelivery]:
+        self.store.calls.append("claim_deliveries")
+        ep = self.store.data.endpoints.get(endpoint_id)
+        if ep is None or not ep.enabled:
+            return []
+        mine = [d for d in self.store.data.deliveries.values() if d.endpoint_id == endpoint_id]
+        busy = len({d.lease_owner for d in mine if self._live(d)})
+        if busy >= (1 if ep.failing else ep.max_in_flight):
+            return []
+        due = sorted(
+            (
+                d
+                for d in mine
+                if d.state == DeliveryState.PENDING and d.available_at <= self.store.now
+            ),
+            key=lambda d: (d.available_at, d.id),
+        )[:limit]
+        for d in due:
+            d.state = transition(d.state, DeliveryState.SENDING)
+            d.lease_owner, d.lease_expires_at = owner, self.store.now + lease
+            d.fence += 1
+            d.attempts += 1
+        return [
+            ClaimedDelivery(
+                DeliveryId(d.id),
+                d.fence,
+                d.public_id,
+                d.body,
+                d.attempts,
+                d.replay,
+                d.trace_context,
+            )
+            for d in sorted(due, key=lambda d: d.id)
+        ]
+
+    def _held(self, claim: ClaimedDelivery) -> Delivery | None:
+        """The delivery while ``claim`` names its current lease (expired or not)."""
+        try:
+            d = self.get(claim.id)
+        except StopIteration:
+            return None
+        if d.fence != claim.fence or d.state != DeliveryState.SENDING:
+            return None
+        return d
+
+    def finish_many(self, tx: Memory, sent: Sequence[DeliveryAttempt]) -> set[DeliveryId]:
+        self.store.calls.append("finish_many")
+        kept: set[DeliveryId] = set()
+        for s in sent:
+            d = self._held(s.claim)
+            if d is not None:
+                d.state = transition(d.state, DeliveryState(s.state))
+                d.last_status, d.last_error = s.status, s.error
+                d.available_at = self.store.now + s.delay
+                d.finished_at = self.store.now if d.state in DELIVERY_FINISHED else None
+                d.lease_owner = d.lease_expires_at = None
+                kept.add(s.claim.id)
+            recorded = d or self._any(s.claim.id)
+            if recorded is not None:  # the attempt happened, whether or not the lease held
+                error_class = s.error if s.status is None else None
+                recorded.log.append(Attempt(s.at, s.status, error_class, s.latency_ms, s.excerpt))
+        return kept
+
+    def _any(self, delivery_id: int) -> Delivery | None:
+        try:
+            return self.get(delivery_id)
+        except StopIteration:
+            return None
+
+    def release(self, tx: Memory, claims: list[ClaimedDelivery], delay: float) -> None:
+        self.store.calls.append("release")
+        for c in claims:
+            d = self._held(c)
+            if d is None:
+                continue
+            d.state = transition(d.state, DeliveryState.PENDING)
+            d.attempts -= 1
+            d.available_at = self.store.now + delay
+            d.lease_owner = d.lease_expires_at = None
+
+    def set_failing(self, tx: Memory, endpoint_id: EndpointId, failing: bool) -> None:
+        self.store.calls.append("set_failing")
+        eps = self.store.data.endpoints
+        if endpoint_id in eps:
+            eps[endpoint_id] = dataclasses.replace(eps[endpoint_id], failing=failing)
+
+    def disable(self, tx: Memory, endpoint_id: EndpointId, reason: str) -> None:
+        self.store.calls.append("disable")
+        eps = self.store.data.endpoints
+        if endpoint_id in eps:
+            eps[endpoint_id] = dataclasses.replace(
+                eps[endpoint_id], enabled=False, disabled_reason=reason
+            )
+
+    def sweep(self, tx: Memory) -> list[EndpointId]:
+        self.store.calls.append("sweep_deliveries")
+        now, eps = self.store.now, self.store.data.endpoints
+        for d in self.store.data.deliveries.values():
+            expires = d.lease_expires_at
+            if d.state != DeliveryState.SENDING or expires is None or expires > now:
+                continue
+            spent = d.attempts >= eps[d.endpoint_id].max_attempts
+            d.state = transition(d.state, DeliveryState.FAILED if spent else DeliveryState.PENDING)
+            d.finished_at = now if spent else None
+            d.last_error = d.last_error or "lease expired"
+            d.lease_owner = d.lease_expires_at = None
+            d.available_at = now
+        due = {
+            EndpointId(d.endpoint_id)
+            for d in self.store.data.deliveries.values()
+            if d.state == DeliveryState.PENDING
+            and d.available_at <= now
+            and eps[d.endpoint_id].enabled
+        }
+        return sorted(due)
