@@ -1,4 +1,6 @@
-"""Test playbooks without PostgreSQL: the store's ports in memory (docs/testing.md).
+"""Test playbooks without PostgreSQL: the store's ports in memory.
+
+docs/how-to/test-playbooks.md shows a playbook tested end to end.
 
 ``InMemoryStore`` is the event queue (``inbox.services.ports.WorkStore``) and its
 ``deliveries`` the outbox (``DeliveryStore``), with the rules the PostgreSQL store keeps:
@@ -10,18 +12,20 @@ when a test calls ``advance``::
     from inbox.testing import InMemoryStore, run_due
 
     store = InMemoryStore()
-    event_id = store.add_event(b'{"id": "ord_1"}', source="orders", event_type="order.paid")
+    event_id = store.add_event(b'{"amount": 42}', event_type="order.paid")
     assert run_due(store) == ["completed"]
-    assert store.event(event_id).steps == {...}
+    assert store.event(event_id).steps == {"charge": {"charged": 42}, ...}
 
-Like the rest of the package, only the names below are stable.
+The names in ``__all__`` are stable (``tests/unit/test_testing_api.py`` fails if one goes);
+the modules behind them may move.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from inbox.domain.playbooks import Registry, registry
+from inbox.domain import playbooks as _playbooks
+from inbox.domain.playbooks import Registry
 from inbox.testing._data import Delivery, Row
 from inbox.testing.deliveries import InMemoryDeliveries
 from inbox.testing.work import InMemoryStore
@@ -40,7 +44,7 @@ __all__ = ["Delivery", "InMemoryDeliveries", "InMemoryStore", "Row", "run_due", 
 
 def run_due(
     store: InMemoryStore,
-    playbooks: Registry = registry,
+    playbooks: Registry | None = None,
     config: RunConfig | None = None,
     owner: str = "test-worker",
 ) -> list[str]:
@@ -54,9 +58,10 @@ def run_due(
     from inbox.services.runner import RunConfig, run_claimed
 
     cfg = config or RunConfig()
+    reg = playbooks if playbooks is not None else _playbooks.registry
     with store.begin() as tx:
         claims = store.claim(tx, owner, 1_000, cfg.lease_seconds)
-    return [run_claimed(store, c, cfg, playbooks) for c in claims]
+    return [run_claimed(store, c, cfg, reg) for c in claims]
 
 
 def sweep(store: InMemoryStore) -> tuple[int, int]:
