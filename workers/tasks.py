@@ -15,7 +15,7 @@ from typing import ParamSpec, TypeVar
 from celery import shared_task
 from sqlalchemy import Engine
 
-from inbox.domain.records import EndpointId
+from inbox.domain.records import BulkJobId, EndpointId
 from inbox.infra import broker
 from inbox.services import gapfill
 from inbox.services.bulk import run_bulk_once
@@ -190,7 +190,7 @@ def bulk_replay(job_id: int) -> dict[str, object]:
     """Run a bulk replay at its rate for a few minutes; continue in a fresh task if needed."""
     r = run_bulk_once(
         engine(),
-        job_id,
+        BulkJobId(job_id),
         budget_seconds=300,
         ring_doorbell=drain.delay,
         ring_couriers=ring_couriers,

@@ -18,6 +18,7 @@ SourceId = NewType("SourceId", int)
 EventId = NewType("EventId", int)
 EndpointId = NewType("EndpointId", int)
 DeliveryId = NewType("DeliveryId", int)
+BulkJobId = NewType("BulkJobId", int)
 
 
 @dataclass(frozen=True)

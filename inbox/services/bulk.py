@@ -30,6 +30,7 @@ from sqlalchemy import Connection, Engine
 
 from inbox.domain.approval import DEFAULT_APPROVAL_MIN
 from inbox.domain.errors import BadRequest, InboxError
+from inbox.domain.records import BulkJobId, EndpointId, TenantId
 from inbox.store.reads import admin
 from inbox.store.write import bulk as store
 from inbox.store.write import deliveries as dstore
@@ -110,7 +111,7 @@ def parse_request(body: object) -> BulkRequest:
     return BulkRequest(kind, match, rate, stored)
 
 
-def idempotency_digest(scope: int | None, actor: str, key: str) -> bytes:
+def idempotency_digest(scope: TenantId | None, actor: str, key: str) -> bytes:
     """An Idempotency-Key is kept as a digest, scoped to the token's tenant and name."""
     h = hashlib.sha256()
     for part in ("bulk", "*" if scope is None else str(scope), actor, key):
@@ -122,7 +123,7 @@ def idempotency_digest(scope: int | None, actor: str, key: str) -> bytes:
 def create(
     conn: Connection,
     req: BulkRequest,
-    scope: int | None,
+    scope: TenantId | None,
     actor: str,
     key: str | None,
     approval_min: int = DEFAULT_APPROVAL_MIN,
@@ -151,7 +152,7 @@ class BulkRun:
     """What one call did. ``status`` is the job's afterwards, or ``busy`` when another
     runner holds it, or ``missing``."""
 
-    job_id: int
+    job_id: BulkJobId
     status: str
     processed: int
     moved: int
@@ -161,7 +162,9 @@ class BulkRun:
         return asdict(self)
 
 
-def _replay(conn: Connection, job: store.Job, items: list[store.Item]) -> tuple[set[str], set[int]]:
+def _replay(
+    conn: Connection, job: store.Job, items: list[store.Item]
+) -> tuple[set[str], set[EndpointId]]:
     """Replay one batch; returns the ids actually moved and the endpoints to ring."""
     stale = store.replayed_since(conn, job.kind, [i.subject_id for i in items], job.created_at)
     todo = [i.public_id for i in items if i.subject_id not in stale]
@@ -174,18 +177,18 @@ def _replay(conn: Connection, job: store.Job, items: list[store.Item]) -> tuple[
     if job.kind == "events":
         return set(operator.replay(conn, todo, job.actor, detail)), set()
     pairs = dstore.replay(conn, todo, job.actor, detail)
-    return {p for p, _ in pairs}, {e for _, e in pairs}
+    return {p for p, _ in pairs}, {EndpointId(e) for _, e in pairs}
 
 
 def run_bulk_once(
     engine: Engine,
-    job_id: int,
+    job_id: BulkJobId,
     *,
     owner: str | None = None,
     lease_seconds: float = 30.0,
     budget_seconds: float | None = None,
     ring_doorbell: Callable[[], None] | None = None,
-    ring_couriers: Callable[[set[int]], None] | None = None,
+    ring_couriers: Callable[[set[EndpointId]], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> BulkRun:
@@ -238,9 +241,9 @@ def run_bulk_once(
 
 def _ring(
     doorbell: Callable[[], None] | None,
-    couriers: Callable[[set[int]], None] | None,
+    couriers: Callable[[set[EndpointId]], None] | None,
     moved: set[str],
-    endpoints: set[int],
+    endpoints: set[EndpointId],
     kind: str,
 ) -> None:
     """Best effort, after COMMIT: the sweeper re-rings for anything due anyway."""

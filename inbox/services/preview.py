@@ -29,6 +29,7 @@ from inbox.domain.bodyschema import check_body
 from inbox.domain.errors import InboxError
 from inbox.domain.ordering import Position
 from inbox.domain.playbooks import EVENT_TYPE, Playbook, Registry, registry
+from inbox.domain.records import BulkJobId
 from inbox.domain.states import EventState
 from inbox.store.reads import admin
 from inbox.store.reads import preview as reads
@@ -266,7 +267,7 @@ def audit(conn: Connection, actor: str, result: Preview, **about: Any) -> None:
     operator.audit_preview(conn, actor, detail)
 
 
-def preview_job(conn: Connection, job_id: int, reg: Registry = registry) -> Preview:
+def preview_job(conn: Connection, job_id: BulkJobId, reg: Registry = registry) -> Preview:
     """Plan a bulk replay job's snapshotted events (what its approver is asked to run)."""
     ids = reads.job_items(conn, job_id, MAX_PLANNED + 1)
     return preview(conn, ids, reg)

@@ -33,7 +33,7 @@ from sqlalchemy import Connection
 
 from inbox.domain.errors import BadRequest
 from inbox.domain.idempotency import key_digest
-from inbox.domain.records import Source
+from inbox.domain.records import Source, SourceId, TenantId
 from inbox.store.reads import reconcile as store
 
 log = logging.getLogger(__name__)
@@ -141,8 +141,8 @@ def parse_ids(raw: str) -> list[str]:
 
 
 def compare(
-    tenant_id: int,
-    source_id: int,
+    tenant_id: TenantId,
+    source_id: SourceId,
     provider_ids: Iterable[str],
     held: set[bytes],
     window: list[store.WindowEvent],

@@ -19,6 +19,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain.approval import BulkStatus, initial_status
 from inbox.domain.errors import BadRequest, IdempotencyConflict, InboxError
+from inbox.domain.records import BulkJobId, TenantId
 from inbox.domain.states import DeliveryState, EventState
 from inbox.store.reads import admin
 
@@ -32,10 +33,10 @@ class NotCancellable(InboxError):
 
 @dataclass(frozen=True)
 class Job:
-    id: int
+    id: BulkJobId
     public_id: str
     kind: str
-    tenant_id: int | None
+    tenant_id: TenantId | None
     filter: dict[str, Any]
     rate: int
     actor: str

@@ -9,6 +9,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain import tokens
 from inbox.domain.errors import BadRequest, NotFound
+from inbox.domain.records import TenantId
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,7 @@ class Token:
     id: int
     name: str
     role: str
-    tenant_id: int | None
+    tenant_id: TenantId | None
     tenant: str | None
     created_at: datetime
     revoked_at: datetime | None
