@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, text
 
 from inbox.domain import ledger
-from inbox.domain.records import Completion
+from inbox.domain.records import ClaimedDelivery, Completion
 from inbox.store.write import batch, deliveries, queue
 from tests.integration.ledger_support import put_delivery, put_event
 from tests.integration.test_partitions import add_day, cover_open_days, today
@@ -133,7 +133,7 @@ def test_one_event_at_a_time_locks_only_its_day(engine, make_source, made_days):
 class _Sent:
     """One attempt's result, as the courier hands it to ``finish_many``."""
 
-    claim: deliveries.Claimed
+    claim: ClaimedDelivery
     at: dt.datetime
     state: str = "pending"
     status: int | None = 503

@@ -94,8 +94,6 @@ def enqueue(
     return {EndpointId(r["e"]) for r in rows}
 
 
-Claimed = ClaimedDelivery
-
 # Claims for one endpoint are serialised by locking the endpoint's row; each claim
 # is one "in-flight slot" (its deliveries go out one after another over one
 # connection), and an endpoint never has more than max_in_flight live slots. A slow
@@ -135,14 +133,14 @@ _CLAIM = DayBounded(
 
 def claim(
     conn: Connection, endpoint_id: EndpointId, owner: str, limit: int, lease: float
-) -> list[Claimed]:
+) -> list[ClaimedDelivery]:
     rows = conn.execute(
         _CLAIM.over(*open_days(conn)),
         {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease},
     ).fetchall()
     return sorted(
         (
-            Claimed(
+            ClaimedDelivery(
                 DeliveryId(r.id),
                 r.fence,
                 r.public_id,
@@ -227,7 +225,7 @@ _RELEASE = DayBounded(
 )
 
 
-def release(conn: Connection, claims: list[Claimed], delay: float) -> None:
+def release(conn: Connection, claims: list[ClaimedDelivery], delay: float) -> None:
     """Give back claimed deliveries that were not attempted (their attempt is not counted)."""
     if not claims:
         return
