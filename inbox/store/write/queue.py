@@ -15,7 +15,7 @@ from sqlalchemy import Connection, text
 from inbox.domain import failures
 from inbox.domain.errors import LeaseLost
 from inbox.domain.outcomes import RunOutcome
-from inbox.domain.records import Claim, EventId, LoadedEvent, TenantId
+from inbox.domain.records import Claim, EventId, LoadedEvent, SourceId, TenantId
 from inbox.domain.states import EventState
 from inbox.store.db.days import OPEN_DAYS, DayBounded, open_days
 
@@ -381,13 +381,13 @@ _RELEASE = DayBounded(
 )
 
 
-def held_playbooks(conn: Connection) -> dict[int, str | None]:
+def held_playbooks(conn: Connection) -> dict[SourceId, str | None]:
     """The sources with held events, and the playbook each names now."""
     rows = conn.execute(_HELD_SOURCES.over(*open_days(conn)))
-    return {int(r.id): r.playbook for r in rows}
+    return {SourceId(r.id): r.playbook for r in rows}
 
 
-def release_held(conn: Connection, source_ids: list[int]) -> int:
+def release_held(conn: Connection, source_ids: list[SourceId]) -> int:
     """Held events of these sources become due now, their hold's reason cleared (it was
     never a failure of the event); returns how many."""
     if not source_ids:
