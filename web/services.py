@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from flask import current_app
 from sqlalchemy import Engine
 
 from inbox.infra.config import Settings
 from inbox.infra.ratelimit import RateLimiter
-from inbox.store.db.group_commit import Claims
+from inbox.services.intake import ClaimQueue, Intake
 from web.overload import Backlog
 from web.routes import RouteCache
 
@@ -21,12 +22,17 @@ class Services:
     engine: Engine
     doorbell: Callable[[], None]
     routes: RouteCache
-    claims: Claims
+    claims: ClaimQueue
     limiter: RateLimiter
     backlog: Backlog
     # Optional rings (no broker configured: None, and the sweeper does the work).
     start_bulk_replay: Callable[[int], None] | None = None
     ring_couriers: Callable[[set[int]], None] | None = None
+
+    @cached_property
+    def intake(self) -> Intake:
+        """The receive use case, over these settings, engine, claims and doorbell."""
+        return Intake(self.settings, self.engine, self.claims, self.doorbell)
 
 
 def services() -> Services:

@@ -45,12 +45,17 @@ def test_driver_errors_are_wrapped_with_their_cause():
     from sqlalchemy.exc import DataError, OperationalError
 
     from inbox.domain.errors import SchemaBehind, StoreUnavailable, ValueRefused
+    from inbox.store.db.errors import Contended
 
     down = OperationalError("SELECT 1", {}, psycopg.OperationalError("connection refused"))
     refused = DataError("SELECT 1", {}, psycopg.errors.NumericValueOutOfRange("out of range"))
     missing = psycopg.errors.UndefinedTable("relation does not exist")
+    victim = OperationalError("INSERT", {}, psycopg.errors.DeadlockDetected("deadlock"))
     for err, kind, status in [
         (down, StoreUnavailable, 503),
+        # a deadlock victim or serialization failure: the receiver sends its claim again
+        (victim, Contended, 503),
+        (psycopg.errors.SerializationFailure("could not serialize"), Contended, 503),
         (refused, ValueRefused, 400),
         (missing, SchemaBehind, 503),
         (UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogate"), ValueRefused, 400),

@@ -7,7 +7,9 @@ range, a NUL, bad text) or cannot encode (a lone surrogate) is the request's fau
 ``ValueRefused``, a 400. Anything else is ``StoreUnavailable``, a 503: ``cause="schema"``
 when a table or column is missing (not migrated), else ``cause="database"`` (down, slow,
 failing over). Which driver errors are an *outage* to a worker is
-``inbox.store.db.availability``'s question, not this module's.
+``inbox.store.db.availability``'s question, not this module's. A deadlock victim or a
+serialization failure is ``Contended``: still a 503, but one the caller may send again at
+once (the receiver's one retry loop, ``inbox.services.intake``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ _WRAPPED: tuple[type[Exception], ...] = (*DRIVER_ERRORS, UnicodeEncodeError)
 _SCHEMA_ERRORS = (pgerrors.UndefinedTable, pgerrors.UndefinedColumn)
 
 
+class Contended(StoreUnavailable):
+    """The database rolled this request's statement back (a deadlock victim or a
+    serialization failure); retry later."""
+
+
 def _driver(err: BaseException) -> BaseException:
     return err.orig if isinstance(err, DBAPIError) and err.orig is not None else err
 
@@ -51,7 +58,7 @@ def refused(err: BaseException) -> bool:
 def retryable(err: BaseException) -> bool:
     """A deadlock victim or a serialization failure: PostgreSQL rolled the transaction
     back whole and a second attempt may pass."""
-    return isinstance(err, DBAPIError) and isinstance(err.orig, RETRIED)
+    return isinstance(_driver(err), RETRIED)
 
 
 def wrap(err: BaseException) -> ValueRefused | StoreUnavailable:
@@ -61,6 +68,8 @@ def wrap(err: BaseException) -> ValueRefused | StoreUnavailable:
         own = ValueRefused()
     elif isinstance(_driver(err), _SCHEMA_ERRORS):
         own = SchemaBehind()
+    elif retryable(err):
+        own = Contended()
     else:
         own = StoreUnavailable()
     own.__cause__ = err

@@ -12,7 +12,9 @@ Rows whose key is already in the statement wait for the next one (two rows with 
 in one INSERT would leave it to row order which copy wins; one at a time, PostgreSQL
 decides, as it does across processes). A row that PostgreSQL refuses (bad data, a
 source deleted meanwhile) fails only itself: the others are retried one by one. A
-statement chosen as a deadlock victim is sent again (``ATTEMPTS``), within the deadline.
+statement chosen as a deadlock victim fails every claim it carried, with the driver's
+error: each request's service sends its claim again (``inbox.services.intake``, the one
+retry loop), and those that come back together share the next statement.
 Every wait in the queue ends by the request's deadline, as the statement's does.
 
 A committed statement's outcomes (accepted, copies) are counted once per statement
@@ -37,15 +39,7 @@ from inbox.domain.outcomes import IngestOutcome
 from inbox.domain.records import Source
 from inbox.store.db.claim_connections import for_engine
 from inbox.store.db.engine import DEFAULT_TIMEOUT_S, current_deadline, deadline_at
-from inbox.store.write.claims import (
-    ATTEMPTS,
-    MAX_ROWS,
-    RETRIED,
-    Claimed,
-    ClaimTimeout,
-    Copy,
-    row,
-)
+from inbox.store.write.claims import MAX_ROWS, Claimed, ClaimTimeout, Copy, row
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +137,6 @@ class Claims:
         self._max_out = max(1, max_statements)
         self._out = 0  # statements out, or whose successor is being woken
         self.statements = 0  # statements sent, for tests and the benchmark
-        self.retries = 0  # statements sent again after a deadlock or serialization failure
 
     def pending(self) -> int:
         with self._mutex:
@@ -242,36 +235,23 @@ class Claims:
         # The leader's deadline (the batch's earliest): the leader runs the statement
         # itself, and every later ticket gives up on its own when its deadline passes.
         until = min(t.until for t in batch)
-        for attempt in range(1, ATTEMPTS + 1):
-            self.statements += 1
-            try:
-                with deadline_at(until):
-                    inserted = self._send([t.row for t in batch])
-            except RETRIED as exc:  # deadlock / serialization: rolled back
-                if attempt < ATTEMPTS and time.monotonic() < until:
-                    self.retries += 1
-                    log.warning(
-                        "claim statement sent again after %s",
-                        type(exc).__name__,
-                        extra={"error_class": type(exc).__name__, "outcome": "retry"},
-                    )
-                    continue
-                self._fail(batch, exc)
-                return
-            except (psycopg.DataError, psycopg.IntegrityError) as exc:
-                if len(batch) == 1:
-                    batch[0].error = exc
-                else:  # one row was refused: each retries alone, so it fails only itself
-                    for ticket in batch:
-                        ticket.alone = True
-                return
-            except Exception as exc:  # the database is down or too slow: all of them hear so
-                self._fail(batch, exc)
-                return
-            for ticket in batch:
-                ticket.event_id = inserted.get(ticket.public_id)
-            self._count(batch)
+        self.statements += 1
+        try:
+            with deadline_at(until):
+                inserted = self._send([t.row for t in batch])
+        except (psycopg.DataError, psycopg.IntegrityError) as exc:
+            if len(batch) == 1:
+                batch[0].error = exc
+            else:  # one row was refused: each retries alone, so it fails only itself
+                for ticket in batch:
+                    ticket.alone = True
             return
+        except Exception as exc:  # down, too slow, or a deadlock victim: all of them hear so
+            self._fail(batch, exc)
+            return
+        for ticket in batch:
+            ticket.event_id = inserted.get(ticket.public_id)
+        self._count(batch)
 
     def _count(self, tickets: list[_Ticket]) -> None:
         """The committed claims' outcomes, to ``counted``; a failure there is not theirs."""

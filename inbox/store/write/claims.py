@@ -12,8 +12,9 @@ statement has inserted but not yet committed waits for that statement; two state
 (of two processes) that took two keys in opposite orders would wait on each other until
 PostgreSQL's deadlock detector killed one, and every request it carried would hear 503.
 Sorted, a statement only ever waits on keys above all those it holds, so no wait can
-close a circle. A deadlock or serialization failure that happens anyway is retried, a
-few times, within the requests' deadline: such a statement was rolled back whole.
+close a circle. A deadlock or serialization failure that happens anyway rolls the
+statement back whole; the receiver's service sends each claim again, a few times within
+its deadline (``inbox.services.intake``: the one retry loop).
 
 Every wait ends by the request's deadline (``inbox.store.db.engine.deadline``, else the
 settings' database timeout from now): at the pool and in the statement (and in the group
@@ -84,7 +85,6 @@ _KEY_COLUMNS = """tenant_id, source_id, key_digest, event_id, public_id, expires
 
 _FIELDS = len(_PARAMS)  # parameters per row, in ``row``'s order
 MAX_ROWS = 64  # per statement; a process rarely has more threads than this
-ATTEMPTS = 3  # a statement chosen as a deadlock victim is sent again, at most this often
 # What PostgreSQL rolls back whole and a second attempt may pass (SQLSTATE 40P01, 40001).
 RETRIED = (DeadlockDetected, SerializationFailure)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from sqlalchemy import Connection, Engine, func, select
@@ -13,8 +13,7 @@ from inbox.domain.intake import Prepared
 from inbox.domain.outcomes import IngestOutcome
 from inbox.domain.records import Source
 from inbox.domain.states import FINISHED
-from inbox.store.db.engine import alone, watchdog
-from inbox.store.db.group_commit import Claims
+from inbox.store.db.engine import alone, deadline_at, watchdog
 from inbox.store.schema.tables import event_keys, idempotency_conflicts
 from inbox.store.write.claims import Claimed, Copy, autocommit, execute, row
 
@@ -42,6 +41,12 @@ def _claimed(got: Claimed | None, ev: Prepared) -> IngestResult | None:
             IngestOutcome.DUPLICATE, got.event_id, got.public_id, got.status, got.body
         )
     return _accepted(got, ev)
+
+
+class Claims(Protocol):
+    """``inbox.store.db.group_commit.Claims``, or anything that claims as it does."""
+
+    def claim(self, source: Source, ev: Prepared) -> Claimed | None: ...
 
 
 def claim(claims: Claims, source: Source, ev: Prepared) -> IngestResult | None:
@@ -160,3 +165,16 @@ def ingest(conn: Connection, source: Source, ev: Prepared) -> IngestResult:
         if conflict is not None:
             return conflict
     raise RuntimeError("the idempotency key kept changing hands")  # pragma: no cover
+
+
+def taken(engine: Engine, source: Source, ev: Prepared, until: float) -> IngestResult:
+    """The answer to a request whose key ``claim`` found taken otherwise: a synchronous
+    source's copy in one statement (``replay``), else (another body, a pruned key) the
+    duplicate path's transaction (``ingest``). Each takes one row lock at most (the
+    original's), so neither should deadlock; one attempt, whatever happens: the caller
+    owns the retry (``inbox.services.intake``)."""
+    replayed = replay(engine, source, ev, until)
+    if replayed is not None:
+        return replayed
+    with deadline_at(until), engine.begin() as conn:
+        return ingest(conn, source, ev)
