@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import psycopg
 import pytest
 from flask import Flask
 from sqlalchemy import Engine, text
@@ -209,3 +210,39 @@ def test_behind_a_transaction_pooler_the_direct_url_is_listened_on(settings):
         found.close()
     finally:
         own.dispose()
+
+
+def test_only_a_committed_decision_of_a_synchronous_event_is_notified(
+    client, make_source, engine, database_url
+):
+    """The trigger of migration 0022: NOTIFY inbox_decided with the event's id, from the
+    transaction that decides a synchronous event, delivered only when it commits."""
+    src = make_source()
+    for key in ("sync", "async"):
+        body = body_of({"k": key})
+        assert (
+            client.post(src.path, data=body, headers=hmac_headers("s3cret", body, key)).status_code
+            == 202
+        )
+    with engine.begin() as conn:  # one of the two as a Prefer: wait request stores it
+        sync_id = conn.execute(
+            text(
+                "UPDATE events SET sync = true WHERE id = (SELECT min(id) FROM events) RETURNING id"
+            )
+        ).scalar_one()
+    with psycopg.connect(database_url, autocommit=True) as listen:
+        listen.execute(f"LISTEN {listeners.CHANNEL}")
+
+        def complete_both(conn: Any) -> None:
+            for claim in queue.claim(conn, "w", 10, 30):
+                queue.complete(conn, claim, RunOutcome.COMPLETED, {}, None, DECISION)
+
+        with engine.connect() as conn:
+            tx = conn.begin()
+            complete_both(conn)
+            tx.rollback()  # decided, then rolled back: nothing to hear
+        with engine.begin() as conn:
+            complete_both(conn)
+        heard = [n.payload for n in listen.notifies(timeout=30, stop_after=1)]
+        heard += [n.payload for n in listen.notifies(timeout=0.5)]  # and nothing more
+    assert heard == [str(sync_id)]
