@@ -71,7 +71,8 @@ class Settings:
     migrate_database_url: str = setting(
         "INBOX_MIGRATE_DATABASE_URL",
         "",
-        "a direct PostgreSQL URL for `inbox migrate` and `make run`'s migrations (past a pooler)",
+        "a direct PostgreSQL URL (past a pooler) for `inbox migrate`, `make run`'s migrations"
+        " and, with `INBOX_DB_POOLER=transaction`, the web's LISTEN for `Prefer: wait`",
         shown="the value of `DATABASE_URL`",
     )
     redis_url: str = setting(
