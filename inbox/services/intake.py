@@ -142,7 +142,7 @@ class Intake:
         listener = self.listener()
         if listener is None:
             return self._poll(result, until)
-        with listener.watching(result.event_id, since) as watch:
+        with listener.watching(result.public_id, since) as watch:
             while watch.wait(until):  # its NOTIFY, or a read due after a (re)connect
                 decided = self._decided(result)
                 if decided is not None:

@@ -53,7 +53,7 @@ def listener(app: Flask) -> Listener:
     """The process's listener, listening (its first LISTEN made before the test's claims)."""
     found = app.extensions["inbox"].intake.listener()
     assert found is not None
-    with found.watching(-1, time.monotonic()):  # starts it
+    with found.watching("", time.monotonic()):  # starts it
         wait_for(found.listening, 30, "the listener listening")
     return found
 
@@ -205,7 +205,7 @@ def test_behind_a_transaction_pooler_the_direct_url_is_listened_on(settings):
     try:
         found = listeners.for_engine(own, pooled)
         assert found is not None
-        with found.watching(-1, time.monotonic()):
+        with found.watching("", time.monotonic()):
             wait_for(found.listening, 30, "listening on the direct URL")
         found.close()
     finally:
@@ -215,7 +215,7 @@ def test_behind_a_transaction_pooler_the_direct_url_is_listened_on(settings):
 def test_only_a_committed_decision_of_a_synchronous_event_is_notified(
     client, make_source, engine, database_url
 ):
-    """The trigger of migration 0022: NOTIFY inbox_decided with the event's id, from the
+    """The trigger of migration 0022: NOTIFY inbox_decided with the event's public id, from the
     transaction that decides a synchronous event, delivered only when it commits."""
     src = make_source()
     for key in ("sync", "async"):
@@ -225,9 +225,10 @@ def test_only_a_committed_decision_of_a_synchronous_event_is_notified(
             == 202
         )
     with engine.begin() as conn:  # one of the two as a Prefer: wait request stores it
-        sync_id = conn.execute(
+        sync_public_id = conn.execute(
             text(
-                "UPDATE events SET sync = true WHERE id = (SELECT min(id) FROM events) RETURNING id"
+                "UPDATE events SET sync = true WHERE id = (SELECT min(id) FROM events)"
+                " RETURNING public_id"
             )
         ).scalar_one()
     with psycopg.connect(database_url, autocommit=True) as listen:
@@ -245,4 +246,4 @@ def test_only_a_committed_decision_of_a_synchronous_event_is_notified(
             complete_both(conn)
         heard = [n.payload for n in listen.notifies(timeout=30, stop_after=1)]
         heard += [n.payload for n in listen.notifies(timeout=0.5)]  # and nothing more
-    assert heard == [str(sync_id)]
+    assert heard == [sync_public_id]

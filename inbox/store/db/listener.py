@@ -2,17 +2,17 @@
 
 A request sent with ``Prefer: wait`` waits for its event's decision. When a synchronous
 event is completed or quarantined, the transaction that finishes it sends ``NOTIFY
-inbox_decided`` with the event's id (a trigger, migration 0022), which PostgreSQL delivers
-once that transaction commits. A ``Listener`` keeps one connection in autocommit with
-``LISTEN inbox_decided`` on a thread of its own, and wakes the requests watching each id
-(a small dispatcher: a dict of ids to ``Watch``es). The waiting requests hold no
+inbox_decided`` with the event's public id (a trigger, migration 0022), which PostgreSQL
+delivers once that transaction commits. A ``Listener`` keeps one connection in autocommit
+with ``LISTEN inbox_decided`` on a thread of its own, and wakes the requests watching each
+event (a small dispatcher: a dict of public ids to ``Watch``es). The waiting requests hold no
 connection and send no statement until they are woken.
 
 A wake-up is a hint, never the answer: the woken request reads the stored row, which is
 the truth. So a notification may be missed without harm, and a request is also woken
 (to read once) whenever the listener begins listening after its claim was sent (a
 completion may have committed while nobody listened): at its first LISTEN and after
-every reconnect. A notification that arrives for an id nobody watches yet (the request
+every reconnect. A notification that arrives for an event nobody watches yet (the request
 has not registered) is remembered for a while (``RECENT``).
 
 The connection is checked every ``health_s`` seconds (``SELECT 1``, cut at the database
@@ -44,7 +44,7 @@ from inbox.store.db.engine import make_engine, watchdog
 log = logging.getLogger(__name__)
 
 CHANNEL = "inbox_decided"
-RECENT = 4096  # ids notified with nobody watching, remembered for a request about to watch
+RECENT = 4096  # events notified with nobody watching, kept for a request about to watch
 HEALTH_S = 5.0  # a quiet connection is checked this often
 BACKOFF_S = (0.05, 2.0)  # first and longest wait between connection attempts
 
@@ -56,10 +56,10 @@ Connect = Callable[[], "psycopg.Connection[Any] | None"]
 class Watch:
     """One request's interest in one event's decision."""
 
-    __slots__ = ("event_id", "woken")
+    __slots__ = ("public_id", "woken")
 
-    def __init__(self, event_id: int) -> None:
-        self.event_id = event_id
+    def __init__(self, public_id: str) -> None:
+        self.public_id = public_id
         self.woken = threading.Event()
 
     def wait(self, until: float) -> bool:
@@ -80,8 +80,8 @@ class Listener:
         self._timeout_s = timeout_s
         self._health_s = health_s
         self._lock = threading.Lock()
-        self._watches: dict[int, list[Watch]] = {}
-        self._recent: OrderedDict[int, None] = OrderedDict()
+        self._watches: dict[str, list[Watch]] = {}
+        self._recent: OrderedDict[str, None] = OrderedDict()
         self._since: float | None = None  # when the current LISTEN began; None: not listening
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -91,11 +91,11 @@ class Listener:
         self.connects = 0  # LISTENs begun, for tests
 
     @contextlib.contextmanager
-    def watching(self, event_id: int, since: float) -> Iterator[Watch]:
-        """Watch ``event_id`` for as long as the block runs. ``since``: when the request's
+    def watching(self, public_id: str, since: float) -> Iterator[Watch]:
+        """Watch the event ``public_id`` while the block runs. ``since``: when the request's
         claim was sent (``time.monotonic()``); if nobody listened from then on, the watch
         starts woken, so the request reads once."""
-        watch = self._watch(event_id, since)
+        watch = self._watch(public_id, since)
         try:
             yield watch
         finally:
@@ -120,25 +120,25 @@ class Listener:
         if thread is not None and thread is not threading.current_thread():
             thread.join(5)
 
-    def _watch(self, event_id: int, since: float) -> Watch:
-        watch = Watch(event_id)
+    def _watch(self, public_id: str, since: float) -> Watch:
+        watch = Watch(public_id)
         with self._lock:
             self._start()
-            self._watches.setdefault(event_id, []).append(watch)
+            self._watches.setdefault(public_id, []).append(watch)
             started = self._since
-            heard = self._recent.pop(event_id, False) is None  # notified a moment ago
+            heard = self._recent.pop(public_id, False) is None  # notified a moment ago
             if heard or (started is not None and started > since):
                 watch.woken.set()
         return watch
 
     def _forget(self, watch: Watch) -> None:
         with self._lock:
-            found = self._watches.get(watch.event_id)
+            found = self._watches.get(watch.public_id)
             if found is not None:
                 with contextlib.suppress(ValueError):
                     found.remove(watch)
                 if not found:
-                    del self._watches[watch.event_id]
+                    del self._watches[watch.public_id]
 
     def _start(self) -> None:
         """(Under the lock.) The thread, once per process."""
@@ -199,18 +199,14 @@ class Listener:
             with watchdog.guard(conn, time.monotonic() + self._timeout_s):
                 conn.execute("SELECT 1")
 
-    def _dispatch(self, payload: str) -> None:
-        try:
-            event_id = int(payload)
-        except ValueError:
-            return
+    def _dispatch(self, public_id: str) -> None:
         with self._lock:
-            watches = self._watches.get(event_id)
+            watches = self._watches.get(public_id)
             if watches:
                 for watch in watches:
                     watch.woken.set()
                 return
-            self._recent[event_id] = None
+            self._recent[public_id] = None
             if len(self._recent) > RECENT:
                 self._recent.popitem(last=False)
 

@@ -7,7 +7,8 @@ Create Date: 2026-12-03
 A request sent with ``Prefer: wait`` waits for its event's decision. The web process
 listens on one connection (inbox.store.db.listener) instead of reading the event again
 and again: when a synchronous event (``events.sync``) becomes completed or quarantined,
-this trigger sends ``NOTIFY inbox_decided`` with the event's id, inside the transaction
+this trigger sends ``NOTIFY inbox_decided`` with the event's public id (random, so never
+mistaken for another event's, unlike a row id a sequence may give again), inside the transaction
 that finished it, so PostgreSQL delivers it only once that transaction commits (and
 never if it rolls back). Every path that finishes an event (a worker's completion, a
 batch completion, a failure out of attempts, the sweeper) goes through it. An AFTER
@@ -30,7 +31,7 @@ def upgrade() -> None:
         """
         CREATE FUNCTION inbox_notify_decided() RETURNS trigger AS $$
         BEGIN
-            PERFORM pg_notify('inbox_decided', NEW.id::text);
+            PERFORM pg_notify('inbox_decided', NEW.public_id);
             RETURN NULL;
         END $$ LANGUAGE plpgsql
         """
