@@ -40,6 +40,7 @@ from sqlalchemy import create_engine
 
 from bench.common import baselines as raw
 from bench.common import cpu, load, procs
+from bench.drain_playbooks import fill_pending
 from dev import pgbouncer
 from inbox import Playbook, StepContext, register
 from inbox.domain.sources import SourceOptions
@@ -145,13 +146,6 @@ def _states(conn: psycopg.Connection) -> dict[str, int]:
 
 # -- 1 and 2. throughput: the inbox's drain and raw Celery -------------------------------
 
-_PENDING = """
-    INSERT INTO events (public_id, tenant_id, source_id, event_type, content_type, body,
-                        body_sha256, response_status, response_body)
-    SELECT %(prefix)s || g, %(t)s, %(s)s, %(type)s, 'application/json',
-           convert_to(%(body)s, 'UTF8'), '\\x00', 202, '' FROM generate_series(1, %(n)s) g
-"""
-
 
 def _timed(
     b: Bench,
@@ -193,10 +187,7 @@ def run_inbox(b: Bench, concurrency: int, pooled: bool = False) -> dict[str, Any
     rerings: list[dict[str, Any]] = []
     with psycopg.connect(b.url, autocommit=True) as conn:
         conn.execute("TRUNCATE events CASCADE")
-        body = json.dumps({"type": EVENT_TYPE}, separators=(",", ":"))
-        params = {"prefix": f"evt_c{concurrency}_", "t": src.tenant_id, "s": src.id, "n": n}
-        conn.execute(_PENDING, {**params, "type": EVENT_TYPE, "body": body})
-        conn.execute("ANALYZE events")
+        fill_pending(conn, src.tenant_id, src.id, n, f"evt_c{concurrency}_", EVENT_TYPE)
         b.redis.flushdb()
 
         def ring() -> None:

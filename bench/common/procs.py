@@ -117,7 +117,9 @@ class Proc:
     """A process we started, in its own session (``stop`` signals that process group and
     nothing else), its output in ``.data/bench-<tag>-<pid>.log``."""
 
-    def __init__(self, args: list[str], env: Mapping[str, str | None], tag: str) -> None:
+    def __init__(
+        self, args: list[str], env: Mapping[str, str | None], tag: str, cwd: Path = ROOT
+    ) -> None:
         """``env`` adds to this process's environment; a None value removes the variable."""
         LOGS.mkdir(exist_ok=True)
         self.tag = tag
@@ -127,7 +129,7 @@ class Proc:
         self.popen = subprocess.Popen(
             args,
             env={k: v for k, v in {**os.environ, **env}.items() if v is not None},
-            cwd=ROOT,
+            cwd=cwd,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
