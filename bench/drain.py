@@ -14,7 +14,8 @@ Each measurement first waits (up to --quiet-wait s) for the machine to be under 
 runs where other processes took over 15% of it are marked contended. Prints a table and
 the targets, writes bench/results/drain.json; exits non-zero only on a crash. Workers
 import this module: ``INBOX_PLAYBOOKS=bench.drain`` (the no-op playbook); raw Celery's app is
-``bench.common.baselines:raw_app``.
+``bench.common.baselines:raw_app``. The drain beside the PostgreSQL queues (pgqueuer,
+procrastinate, DBOS), with an effect and without: ``bench.drain_peers``.
 """
 
 from __future__ import annotations
