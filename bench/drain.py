@@ -86,7 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     server = os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
     maintenance = "a maintenance database on the server where the run's database is created"
     add("--pg-url", default=server, help=maintenance)
-    add("--redis-url", default="redis://127.0.0.1:6379/9", help="broker (flushed)")
+    own = "broker, flushed between phases (default: a redis-server of the run's own; never"
+    add("--redis-url", default=None, help=own + " a shared one: other work uses it)")
     add("--out", type=Path, default=procs.RESULTS / "drain.json", help="JSON results")
     return p.parse_args(argv)
 
@@ -107,6 +108,9 @@ class Bench:
                 self.sources[name] = src
         engine.dispose()
         self.postmaster = cpu.postmaster_of(self.url)
+        self.own_redis = procs.PrivateRedis("drain-redis") if args.redis_url is None else None
+        if self.own_redis is not None:
+            args.redis_url = self.own_redis.url
         self.redis = redis.Redis.from_url(args.redis_url)
         self.redis.flushdb()
         self.redis_pid = int(self.redis.info("server")["process_id"])
@@ -130,6 +134,11 @@ class Bench:
     def stop_all(self) -> None:
         while self.started:
             self.started.pop().stop()
+
+    def close(self) -> None:
+        self.stop_all()
+        if self.own_redis is not None:
+            self.own_redis.stop()
 
 
 def _progress(conn: psycopg.Connection, source_id: int | None = None) -> tuple[int, float]:
@@ -442,11 +451,11 @@ def main(argv: list[str] | None = None) -> int:
         results["error"] = traceback.format_exc()
         status = 1
     finally:
-        b.stop_all()
         if b.bouncer is not None:
             b.bouncer.stop()
         b.ctl.close()
         b.redis.flushdb()
+        b.close()
         procs.drop_database(a.pg_url, b.dbname)
     results["targets"] = targets(results)
     best = {(r["system"], r["concurrency"]): r["per_s"] for r in results["throughput"]}
