@@ -59,6 +59,10 @@ REPLAYABLE: frozenset[EventState] = frozenset({S.QUARANTINED, S.FILTERED})
 PENDING: frozenset[EventState] = frozenset({S.RECEIVED, S.PROCESSING})  # not finished yet
 DELIVERY_FINISHED: frozenset[DeliveryState] = frozenset({D.DELIVERED, D.FAILED})
 
+# Every state's name, in the enums' order: what a list filter accepts and the schema's CHECK.
+STATES: tuple[str, ...] = tuple(s.value for s in EventState)
+DELIVERY_STATES: tuple[str, ...] = tuple(s.value for s in DeliveryState)
+
 State = TypeVar("State", EventState, DeliveryState)
 
 _TABLES: dict[type[StrEnum], frozenset[tuple[StrEnum, StrEnum]]] = {

@@ -9,8 +9,8 @@ from typing import Any
 
 from inbox.domain.approval import BulkStatus
 from inbox.domain.holds import SCOPES
+from inbox.domain.states import DELIVERY_STATES, STATES
 from inbox.services import bulk
-from inbox.store.schema.tables import DELIVERY_STATES, STATES
 from web.api.blueprint import api
 from web.common import DEFAULT_LIMIT, MAX_LIMIT
 

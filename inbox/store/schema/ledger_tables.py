@@ -45,7 +45,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-from inbox.domain.states import DeliveryState, EventState
+from inbox.domain.states import DELIVERY_STATES, STATES
 from inbox.store.schema.metadata import metadata, now_column, one_of
 
 # The partitioned tables, each with the column that carries its day; parents first.
@@ -58,8 +58,6 @@ PARTITIONED: dict[str, str] = {
 }
 # Children before their parents: the order a day's partitions are dropped in.
 DROP_ORDER = ("steps", "event_attempts", "events", "delivery_attempts", "deliveries")
-
-STATES = tuple(s.value for s in EventState)
 
 
 def _ledger_id(sequence: str) -> Column[int]:
@@ -286,7 +284,6 @@ effects = Table(
     now_column(),
 )
 
-DELIVERY_STATES = tuple(s.value for s in DeliveryState)
 
 deliveries = Table(
     "deliveries",

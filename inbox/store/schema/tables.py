@@ -7,6 +7,7 @@ partitioned by day). Import them from here.
 
 from __future__ import annotations
 
+from inbox.domain.states import DELIVERY_STATES, STATES
 from inbox.store.schema.config_tables import (
     BULK_STATUSES,
     TOKEN_ROLES,
@@ -24,10 +25,8 @@ from inbox.store.schema.config_tables import (
     tenants,
 )
 from inbox.store.schema.ledger_tables import (
-    DELIVERY_STATES,
     DROP_ORDER,
     PARTITIONED,
-    STATES,
     deliveries,
     delivery_attempts,
     effects,
