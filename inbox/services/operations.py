@@ -1,0 +1,257 @@
+"""What operators do, one implementation each, behind the admin API, the console and the CLI.
+
+Replays of events (one or many) and of dead-letter deliveries, redaction, legal holds, and
+changes to callback endpoints. Each use case checks what the caller may see (``Actor.scope``),
+writes and audits in one transaction, then rings the bells of its process (best effort,
+after COMMIT: the sweeper re-rings for anything due). Bulk replays and their approval are
+``inbox.services.replays``; tenants, sources, tokens, sessions and secrets are
+``inbox.services.admin``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+
+from inbox.domain import callbacks
+from inbox.domain.errors import NotFound
+from inbox.domain.records import Endpoint
+from inbox.services.bulk import NotReplayable
+from inbox.services.runtime import Rung, Runtime
+from inbox.store.reads import admin
+from inbox.store.write import deliveries as dstore
+from inbox.store.write import endpoints as estore
+from inbox.store.write import holds as hstore
+from inbox.store.write import operator, redaction
+from inbox.store.write.holds import Hold
+from inbox.store.write.redaction import Redaction
+
+__all__ = [
+    "Actor",
+    "Hold",
+    "Redaction",
+    "Replayed",
+    "create_endpoint",
+    "delivery_detail",
+    "event_detail",
+    "finish_endpoint_rotation",
+    "get_endpoint",
+    "get_hold",
+    "list_deliveries",
+    "list_endpoints",
+    "list_events",
+    "list_holds",
+    "place_hold",
+    "redact",
+    "release_hold",
+    "replay_deliveries",
+    "replay_delivery",
+    "replay_event",
+    "replay_events",
+    "rotate_endpoint_secret",
+    "set_endpoint_enabled",
+]
+
+# Reads the CLI shows beside the read model's (they move with it).
+list_events = operator.list_events
+event_detail = operator.event_detail
+list_deliveries = dstore.list_deliveries
+delivery_detail = dstore.delivery_detail
+list_endpoints = estore.list_endpoints
+get_endpoint = estore.get_endpoint
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts (audited by name) and the tenant they are limited to (None: every one)."""
+
+    name: str
+    scope: int | None = None
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """What a replay moved (public ids), of how many named, and how its bell rang."""
+
+    moved: list[str]
+    named: int
+    rung: Rung | None = None  # None: nothing moved, nothing rung
+
+
+def check_visible(conn: Connection, actor: Actor, kind: str, public_ids: Sequence[str]) -> None:
+    """Every event (``kind`` events) or delivery named must exist in the actor's scope:
+    an unknown id is an error before anything moves."""
+    unknown = [p for p in public_ids if admin.visible(conn, kind, p, actor.scope) is None]
+    if unknown:
+        more = f" (and {len(unknown) - 3} more)" if len(unknown) > 3 else ""
+        what = "event" if kind == "events" else "delivery"
+        raise NotFound(f"No {what} {', '.join(unknown[:3])}{more}.")
+
+
+def replay_events(
+    rt: Runtime,
+    actor: Actor,
+    public_ids: Sequence[str],
+    *,
+    rate: float | None = None,
+    each: Callable[[str], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Replayed:
+    """Quarantined or filtered events back to received (completed steps are kept),
+    audited with the actor's name; then the doorbell, once.
+
+    Every id is checked first (``NotFound``); then one transaction per event, at most
+    ``rate`` a second. An event that is not a dead letter is left as it is and not
+    counted in ``moved``."""
+    with rt.engine.connect() as conn:
+        check_visible(conn, actor, "events", public_ids)
+    moved: list[str] = []
+    for public_id in public_ids:
+        started = clock()
+        with rt.engine.begin() as conn:
+            moved += operator.replay(conn, [public_id], actor.name)
+        if each is not None:
+            each(public_id)
+        if rate is not None:
+            sleep(max(0.0, 1.0 / rate - (clock() - started)))
+    rung = rt.bells.ring("doorbell") if moved else None
+    return Replayed(moved, len(public_ids), rung)
+
+
+def replay_event(rt: Runtime, actor: Actor, public_id: str) -> Replayed:
+    """One event: 404 unless the actor sees it, 409 unless it is quarantined or filtered."""
+    done = replay_events(rt, actor, [public_id])
+    if not done.moved:
+        raise NotReplayable("Only a quarantined or filtered event can be replayed.")
+    return done
+
+
+def replay_deliveries(rt: Runtime, actor: Actor, public_ids: Sequence[str]) -> Replayed:
+    """Failed deliveries back to pending with the same webhook-id, audited; then each
+    endpoint's courier is rung. Every id is checked first (``NotFound``)."""
+    with rt.engine.begin() as conn:
+        check_visible(conn, actor, "deliveries", public_ids)
+        pairs = dstore.replay(conn, list(public_ids), actor.name)
+    endpoints = {endpoint_id for _, endpoint_id in pairs}
+    rung = rt.bells.ring("ring_couriers", endpoints) if endpoints else None
+    return Replayed([p for p, _ in pairs], len(public_ids), rung)
+
+
+def replay_delivery(rt: Runtime, actor: Actor, public_id: str) -> Replayed:
+    """One delivery: 404 unless the actor sees it, 409 unless it has failed."""
+    done = replay_deliveries(rt, actor, [public_id])
+    if not done.moved:
+        raise NotReplayable("Only a failed delivery can be replayed.")
+    return done
+
+
+def redact(rt: Runtime, actor: Actor, public_id: str, reason: str) -> Redaction:
+    """Delete an event's raw body, keep its SHA-256 and every row; audited. Refused while
+    a legal hold covers it or while it is unfinished (``inbox.store.write.redaction``)."""
+    with rt.engine.begin() as conn:
+        return redaction.redact(conn, public_id, actor.name, reason, actor.scope)
+
+
+def place_hold(
+    rt: Runtime,
+    actor: Actor,
+    tenant: str,
+    reason: str,
+    *,
+    source: str | None = None,
+    business_key: list[str] | None = None,
+    event: str | None = None,
+) -> Hold:
+    """A legal hold on a tenant, or one source, business key or event of it; audited."""
+    with rt.engine.begin() as conn:
+        return hstore.place(
+            conn,
+            tenant,
+            actor.name,
+            reason,
+            source=source,
+            business_key=business_key,
+            event=event,
+            scope=actor.scope,
+        )
+
+
+def release_hold(rt: Runtime, actor: Actor, public_id: str, *, withdraw: bool = False) -> Hold:
+    """End a hold (a tenant-wide one on a second operator's release: the first asks for
+    it), or ``withdraw`` a release that waits for its second operator."""
+    with rt.engine.begin() as conn:
+        if withdraw:
+            return hstore.cancel_release(conn, public_id, actor.name, actor.scope)
+        return hstore.release(conn, public_id, actor.name, actor.scope)
+
+
+def list_holds(rt: Runtime, scope: int | None, *, include_released: bool = False) -> list[Hold]:
+    with rt.engine.connect() as conn:
+        return hstore.listing(conn, scope, include_released=include_released)
+
+
+def get_hold(rt: Runtime, public_id: str, scope: int | None) -> Hold | None:
+    with rt.engine.connect() as conn:
+        return hstore.get(conn, public_id, scope)
+
+
+def _endpoint(conn: Connection, actor: Actor, public_id: str) -> Endpoint:
+    ep = estore.get_endpoint(conn, public_id)  # NotFound: "No endpoint <id>."
+    if actor.scope is not None and ep.tenant_id != actor.scope:
+        raise NotFound(f"No endpoint {public_id}.")
+    return ep
+
+
+def create_endpoint(
+    rt: Runtime,
+    tenant: str,
+    url: str,
+    secret: str,
+    event_types: list[str] | None,
+    **options: Any,
+) -> Endpoint:
+    """A tenant's callback endpoint, signed with ``secret`` (``options``: max_attempts,
+    retry_schedule, timeout_ms, max_in_flight, filter)."""
+    with rt.engine.begin() as conn:
+        return estore.create_endpoint(conn, tenant, url, secret, event_types, **options)
+
+
+def set_endpoint_enabled(rt: Runtime, actor: Actor, public_id: str, enabled: bool) -> None:
+    """Disable (nothing is sent; deliveries wait) or enable (the backlog goes out); audited."""
+    with rt.engine.begin() as conn:
+        ep = _endpoint(conn, actor, public_id)
+        reason = f"disabled by {actor.name}"
+        estore.set_enabled(conn, ep.id, enabled, None if enabled else reason)
+        estore.audit(conn, actor.name, "enable" if enabled else "disable", ep)
+    if enabled:
+        rt.bells.ring("ring_couriers", {ep.id})
+
+
+def rotate_endpoint_secret(rt: Runtime, actor: Actor, public_id: str) -> str:
+    """Add a signing secret; during the overlap every active secret signs. Returns it."""
+    secret = callbacks.new_secret()
+    with rt.engine.begin() as conn:
+        ep = _endpoint(conn, actor, public_id)
+        estore.add_secret(conn, ep, secret)
+        estore.audit(conn, actor.name, "rotate", ep)
+    return secret
+
+
+def finish_endpoint_rotation(
+    rt: Runtime, actor: Actor, public_id: str, keep: str | None = None
+) -> int:
+    """End the overlap: only the newest secret signs (or ``keep``, when named). Returns
+    how many were revoked."""
+    with rt.engine.begin() as conn:
+        ep = _endpoint(conn, actor, public_id)
+        if keep is None:
+            revoked = estore.finish_rotation(conn, ep.id)
+        else:
+            revoked = estore.revoke_secrets_except(conn, ep, keep)
+        estore.audit(conn, actor.name, "finish rotation", ep)
+    return revoked

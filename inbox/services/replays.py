@@ -1,0 +1,127 @@
+"""Bulk replays as operators run them: start, dry run, approve or reject, cancel, watch.
+
+One implementation behind the admin API, the console and the CLI. The job itself (its
+snapshot, lease and rate) is ``inbox.services.bulk``; the two-person rule's checks are
+``inbox.domain.approval``. More than ``INBOX_BULK_APPROVAL_MIN`` items: the job waits for
+a second operator, and an approval starts its runner (a worker; the CLI runs it in line).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inbox.domain.errors import BadRequest, NotFound
+from inbox.domain.idempotency import validate_key
+from inbox.services import bulk, preview
+from inbox.services.operations import Actor
+from inbox.services.runtime import Rung, Runtime
+from inbox.store.write import bulk as store
+from inbox.store.write import bulk_review
+from inbox.store.write.bulk import Job
+
+__all__ = [
+    "MAX_NOTE",
+    "Job",
+    "awaiting",
+    "cancel",
+    "get_job",
+    "preview_bulk_replay",
+    "preview_events",
+    "preview_job",
+    "review",
+    "run_here",
+    "start",
+]
+
+MAX_NOTE = 500
+
+
+def start(
+    rt: Runtime, actor: Actor, req: bulk.BulkRequest, key: str | None = None
+) -> tuple[Job, bool]:
+    """Create (or, for the same key, find) a bulk replay job; a job that needs no
+    approval has its runner rung. Returns the job and whether this call made it."""
+    if key is not None:
+        validate_key(key)
+    approval_min = rt.settings.bulk_approval_min
+    with rt.engine.begin() as conn:
+        job, created = bulk.create(conn, req, actor.scope, actor.name, key, approval_min)
+    if created and job.status == "queued":
+        rt.bells.ring("start_bulk_replay", job.id)
+    return job, created
+
+
+def preview_bulk_replay(rt: Runtime, actor: Actor, req: bulk.BulkRequest) -> preview.Preview:
+    """A bulk replay's dry run over what its filter matches now; writes only its audit row."""
+    if req.kind != "events":
+        raise BadRequest("dry_run previews replays of events (kind events)")
+    reg = preview.load_playbooks(rt.settings.playbook_modules)
+    with rt.engine.begin() as conn:
+        found = preview.preview_filter(conn, actor.scope, req.match, reg)
+        preview.audit(conn, actor.name, found, filter=req.stored_filter)
+    return found
+
+
+def preview_events(
+    rt: Runtime, actor: Actor, public_ids: list[str], about: dict[str, Any]
+) -> preview.Preview:
+    """The dry run of a replay of these events: the plan, and its one audit row
+    (``about``: the ids or the filter the operator named)."""
+    reg = preview.load_playbooks(rt.settings.playbook_modules)
+    with rt.engine.begin() as conn:
+        found = preview.preview(conn, public_ids, reg)
+        preview.audit(conn, actor.name, found, **about)
+    return found
+
+
+def preview_job(rt: Runtime, actor: Actor, job: Job) -> preview.Preview:
+    """What an approver sees: the plan of the job's snapshotted events, audited."""
+    reg = preview.load_playbooks(rt.settings.playbook_modules)
+    with rt.engine.begin() as conn:
+        found = preview.preview_job(conn, job.id, reg)
+        preview.audit(conn, actor.name, found, bulk_replay=job.public_id, bulk_replay_id=job.id)
+    return found
+
+
+def review(
+    rt: Runtime, actor: Actor, public_id: str, *, approve: bool, note: str | None = None
+) -> Job:
+    """The two-person rule: another operator approves (the runner is rung) or rejects."""
+    if note is not None and len(note) > MAX_NOTE:
+        raise BadRequest(f"note must be at most {MAX_NOTE} characters")
+    with rt.engine.begin() as conn:
+        job = bulk_review.review(
+            conn, public_id, actor.scope, actor.name, approve=approve, note=note or None
+        )
+    if job is None:
+        raise NotFound(f"No bulk replay {public_id}.")
+    if approve:
+        rt.bells.ring("start_bulk_replay", job.id)
+    return job
+
+
+def run_here(rt: Runtime, job_id: int) -> tuple[bulk.BulkRun, Rung | None]:
+    """Run an approved job in this process at its rate (the CLI's way), then ring the
+    doorbell once for what it moved."""
+    run = bulk.run_bulk_once(rt.engine, job_id)
+    return run, rt.bells.ring("doorbell") if run.moved else None
+
+
+def cancel(rt: Runtime, actor: Actor, public_id: str) -> Job:
+    """Stop a job; its runner stops before its next batch. 409 once it has finished."""
+    with rt.engine.begin() as conn:
+        job = store.cancel(conn, public_id, actor.scope, actor.name)
+    if job is None:
+        raise NotFound(f"No bulk replay {public_id}.")
+    return job
+
+
+def get_job(rt: Runtime, public_id: str, scope: int | None) -> Job | None:
+    with rt.engine.connect() as conn:
+        return store.get_job(conn, public_id, scope)
+
+
+def awaiting(rt: Runtime, scope: int | None) -> list[Job]:
+    """Jobs waiting for a second operator, oldest first."""
+    with rt.engine.connect() as conn:
+        return bulk_review.awaiting(conn, scope)
