@@ -1,6 +1,6 @@
 """One error handler: every InboxError becomes its status and a JSON body.
 
-A driver error that reaches the edge is wrapped by ``inbox.store.db.errors`` into the
+A driver error that reaches the edge is wrapped (``inbox.services.store_errors``) into the
 inbox's own: a value the database refuses (sqlstate class 22, a lone surrogate) is the
 request's fault, a 400, never the 503 of an outage. The edge checks (``web/validate.py``)
 should catch those values first; this is the backstop.
@@ -14,7 +14,7 @@ from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
 from inbox.domain.errors import InboxError, StoreUnavailable, ValueRefused
-from inbox.store.db import errors as db_errors
+from inbox.services import store_errors as db_errors
 
 log = logging.getLogger(__name__)
 

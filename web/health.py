@@ -19,14 +19,10 @@ import socket
 from urllib.parse import urlsplit
 
 from flask import Blueprint
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
-from inbox.domain.playbooks import registry
 from inbox.infra.config import Settings
-from inbox.services import startup
-from inbox.store.db.availability import unreachable, writable
-from inbox.store.schema.migrate import head_revision
-from inbox.store.write import sources as source_reads
+from inbox.services import readiness, startup
 from web.services import services
 
 health = Blueprint("health", __name__)
@@ -50,13 +46,13 @@ def readyz() -> tuple[dict[str, object], int]:
     checks: dict[str, str] = {}
     try:
         with ext.engine.connect() as conn:
-            checks["database"] = writable(conn)
+            checks["database"] = readiness.writable(conn)
             checks["schema"] = check_schema(conn)
             if checks["schema"] == "ok":
                 checks["secrets"] = startup.secrets_problem(conn) or "ok"
                 checks["playbooks"] = check_playbooks(conn)
     except Exception as exc:
-        checks.setdefault("database", unreachable(exc))
+        checks.setdefault("database", readiness.unreachable(exc))
         checks.setdefault("schema", NOT_CHECKED)
     checks.setdefault("secrets", NOT_CHECKED)
     checks.setdefault("playbooks", NOT_CHECKED)
@@ -73,39 +69,12 @@ def readyz() -> tuple[dict[str, object], int]:
 
 def check_playbooks(conn: Connection) -> str:
     """ "ok", or the sources whose playbook no module of INBOX_PLAYBOOKS registers here."""
-    missing = [
-        f"{t}/{s} names {pb!r}"
-        for t, s, pb in source_reads.named_playbooks(conn)
-        if pb not in registry.by_name
-    ]
-    if not missing:
-        return "ok"
-    more = f" (+{len(missing) - 3} more)" if len(missing) > 3 else ""
-    return (
-        f"not registered: {'; '.join(missing[:3])}{more}; their events are held until"
-        " INBOX_PLAYBOOKS loads it"
-    )
+    return readiness.playbooks(conn)
 
 
 def check_schema(conn: Connection) -> str:
     """ "ok" when the database is at the code's newest migration; otherwise what it is at."""
-    head = _head()
-    exists = conn.execute(text("SELECT to_regclass('alembic_version') IS NOT NULL")).scalar()
-    if not exists:
-        return "not migrated (run inbox migrate)"
-    current = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
-    if current == [head]:
-        return "ok"
-    return f"at {', '.join(current) or 'nothing'}, the code needs {head} (run inbox migrate)"
-
-
-_HEAD: list[str | None] = []
-
-
-def _head() -> str | None:
-    if not _HEAD:  # read once: the migrations do not change under a running process
-        _HEAD.append(head_revision())
-    return _HEAD[0]
+    return readiness.schema(conn)
 
 
 def check_broker(settings: Settings) -> str:

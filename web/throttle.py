@@ -3,9 +3,10 @@
 ``INBOX_AUTH_MAX_FAILURES`` failures (default 10) within ``INBOX_AUTH_WINDOW_SECONDS``
 (default 300) from one address, and every attempt from it is refused until the window
 ends, good credentials included: otherwise a guesser learns when it has guessed right.
-The count lives in the database (``inbox/store/write/throttle.py`` says why), so it holds
-across web processes and hosts. The address is the TCP peer's; behind a reverse proxy
-set ``INBOX_TRUSTED_PROXIES`` to the number of proxies that append to X-Forwarded-For.
+The count lives in the database (``inbox/store/write/throttle.py`` says why; kept through
+``inbox.services.admin``), so it holds across web processes and hosts. The address is
+the TCP peer's; behind a reverse proxy set ``INBOX_TRUSTED_PROXIES`` to the number of
+proxies that append to X-Forwarded-For.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 from flask import request
 
 from inbox.domain.errors import TooManyRequests
-from inbox.store.write import throttle as store
+from inbox.services import admin
 from web.services import services
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,7 @@ def check(kind: str) -> None:
     limit, window = ext.settings.auth_max_failures, ext.settings.auth_window_seconds
     if limit <= 0:
         return
-    with ext.engine.connect() as conn:
-        wait = store.blocked_for(conn, kind, client_address(), limit, window)
+    wait = admin.blocked_for(ext.engine, kind, client_address(), limit, window)
     if wait:
         raise TooManyRequests("Too many failed attempts from this address.", retry_after=wait)
 
@@ -42,7 +42,6 @@ def failed(kind: str) -> None:
     ext = services()
     if ext.settings.auth_max_failures <= 0:
         return
-    with ext.engine.begin() as conn:
-        n = store.record_failure(conn, kind, client_address(), ext.settings.auth_window_seconds)
+    n = admin.record_failure(ext.engine, kind, client_address(), ext.settings.auth_window_seconds)
     if n == ext.settings.auth_max_failures:
         log.warning("%s failures from %s reached the limit (%d)", kind, client_address(), n)

@@ -6,8 +6,8 @@ from flask import g, request
 
 from inbox.domain import tokens
 from inbox.domain.errors import Forbidden, Unauthorized
-from inbox.store.write import tokens as store
-from inbox.store.write.tokens import Token
+from inbox.services import admin
+from inbox.services.admin import Token
 from web import throttle
 from web.api.blueprint import api
 from web.services import services
@@ -23,8 +23,7 @@ def _authenticate() -> None:
     if raw is None:
         raise Unauthorized("A bearer token is required.")
     throttle.check("bearer")  # 429 while this address is over its failures
-    with services().engine.begin() as conn:
-        token = store.authenticate(conn, raw)
+    token = admin.authenticate(services().engine, raw)
     if token is None:
         throttle.failed("bearer")
         raise Unauthorized("The token is unknown or revoked.")

@@ -7,13 +7,11 @@ from typing import Any
 from flask import Response, jsonify, request
 
 from inbox.domain.errors import BadRequest
-from inbox.services import bulk
-from inbox.store.write import bulk as store
+from inbox.services import bulk, replays
 from web import actions
 from web.api import auth
 from web.api.blueprint import api
 from web.common import jsonable, not_found
-from web.services import services
 
 
 @api.post("/replays")
@@ -29,9 +27,10 @@ def create_replay() -> Response:
     if not isinstance(dry_run, bool):
         raise BadRequest("dry_run must be true or false")
     if dry_run:  # the plan, step by step; nothing is written but its audit row
-        found = actions.preview_bulk_replay(token.name, token.tenant_id, req)
+        found = replays.preview_bulk_replay(actions.runtime(), actions.actor(token), req)
         return jsonify(jsonable(found.to_dict()))
-    job, created = actions.start_bulk_replay(token, req, request.headers.get("Idempotency-Key"))
+    key = request.headers.get("Idempotency-Key")
+    job, created = replays.start(actions.runtime(), actions.actor(token), req, key)
     resp = jsonify({"id": job.public_id, "status": job.status, "total": job.total})
     resp.status_code = 202
     if not created:
@@ -41,8 +40,7 @@ def create_replay() -> Response:
 
 @api.get("/replays/<public_id>")
 def show_replay(public_id: str) -> dict[str, Any]:
-    with services().engine.connect() as conn:
-        job = store.get_job(conn, public_id, auth.scope())
+    job = replays.get_job(actions.runtime(), public_id, auth.scope())
     if job is None:
         raise not_found("bulk replay")
     shown: dict[str, Any] = jsonable(job.public())
@@ -52,11 +50,7 @@ def show_replay(public_id: str) -> dict[str, Any]:
 @api.post("/replays/<public_id>/cancel")
 def cancel_replay(public_id: str) -> dict[str, Any]:
     """Stop a job; the runner stops before its next batch. 409 once it has completed."""
-    token = auth.current()
-    with services().engine.begin() as conn:
-        job = store.cancel(conn, public_id, token.tenant_id, token.name)
-    if job is None:
-        raise not_found("bulk replay")
+    job = replays.cancel(actions.runtime(), actions.actor(auth.current()), public_id)
     shown: dict[str, Any] = jsonable(job.public())
     return shown
 
@@ -74,7 +68,8 @@ def _note() -> str | None:
 @api.post("/replays/<public_id>/approve")
 def approve_replay(public_id: str) -> dict[str, Any]:
     """The two-person rule: another operator than the requester starts a waiting job."""
-    job = actions.review_bulk_replay(auth.current(), public_id, approve=True, note=_note())
+    caller = actions.actor(auth.current())
+    job = replays.review(actions.runtime(), caller, public_id, approve=True, note=_note())
     shown: dict[str, Any] = jsonable(job.public())
     return shown
 
@@ -82,6 +77,7 @@ def approve_replay(public_id: str) -> dict[str, Any]:
 @api.post("/replays/<public_id>/reject")
 def reject_replay(public_id: str) -> dict[str, Any]:
     """Refuse a waiting job: nothing is replayed, and the refusal is audited."""
-    job = actions.review_bulk_replay(auth.current(), public_id, approve=False, note=_note())
+    caller = actions.actor(auth.current())
+    job = replays.review(actions.runtime(), caller, public_id, approve=False, note=_note())
     shown: dict[str, Any] = jsonable(job.public())
     return shown

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from inbox.domain.states import DeliveryState
+from inbox.domain.states import DELIVERY_STATES, DeliveryState
+from inbox.services import operations
 from inbox.store.reads import admin
-from inbox.store.schema.tables import DELIVERY_STATES
 from web import actions
 from web.api import auth
 from web.api.blueprint import api
@@ -35,5 +35,5 @@ def show_delivery(public_id: str) -> dict[str, Any]:
 @api.post("/deliveries/<public_id>/replay")
 def replay_delivery(public_id: str) -> dict[str, Any]:
     """failed → pending with the same webhook-id, audited; 409 for anything else."""
-    actions.replay_delivery(auth.current(), public_id)
+    operations.replay_delivery(actions.runtime(), actions.actor(auth.current()), public_id)
     return {"id": public_id, "state": DeliveryState.PENDING, "replayed": True}

@@ -7,10 +7,9 @@ from typing import Any
 from flask import request
 
 from inbox.domain.errors import BadRequest
-from inbox.domain.states import EventState
+from inbox.domain.states import STATES, EventState
+from inbox.services import operations
 from inbox.store.reads import admin
-from inbox.store.schema.tables import STATES
-from inbox.store.write import redaction
 from web import actions
 from web.api import auth
 from web.api.blueprint import api
@@ -39,7 +38,7 @@ def show_event(public_id: str) -> dict[str, Any]:
 @api.post("/events/<public_id>/replay")
 def replay_event(public_id: str) -> dict[str, Any]:
     """quarantined or filtered → received, audited with the token's name; 409 otherwise."""
-    actions.replay_event(auth.current(), public_id)
+    operations.replay_event(actions.runtime(), actions.actor(auth.current()), public_id)
     return {"id": public_id, "state": EventState.RECEIVED, "replayed": True}
 
 
@@ -56,8 +55,6 @@ def redact_event(public_id: str) -> dict[str, Any]:
     reason = body.get("reason")
     if not isinstance(reason, str):
         raise BadRequest("reason is required (a string).")
-    token = auth.current()
-    with services().engine.begin() as conn:
-        done = redaction.redact(conn, public_id, token.name, reason, token.tenant_id)
+    done = operations.redact(actions.runtime(), actions.actor(auth.current()), public_id, reason)
     shown: dict[str, Any] = done.public()
     return shown

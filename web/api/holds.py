@@ -7,11 +7,11 @@ from typing import Any
 from flask import Response, jsonify, request
 
 from inbox.domain.errors import BadRequest
-from inbox.store.write import holds as store
+from inbox.services import operations
+from web import actions
 from web.api import auth
 from web.api.blueprint import api
 from web.common import jsonable, not_found
-from web.services import services
 
 _SUBJECTS = ("source", "business_key", "event")
 
@@ -37,8 +37,7 @@ def _business_key(value: object) -> list[str] | None:
 def list_holds() -> dict[str, Any]:
     """Holds in force (``?all=true``: released ones too), for the token's tenants."""
     every = request.args.get("all", "false").lower() in ("1", "true", "yes")
-    with services().engine.connect() as conn:
-        found = store.listing(conn, auth.scope(), include_released=every)
+    found = operations.list_holds(actions.runtime(), auth.scope(), include_released=every)
     return {"data": [jsonable(h.public()) for h in found]}
 
 
@@ -55,18 +54,15 @@ def place_hold() -> Response:
     tenant, reason = _text(body, "tenant"), _text(body, "reason")
     if not tenant or reason is None:
         raise BadRequest("tenant and reason are required.")
-    token = auth.current()
-    with services().engine.begin() as conn:
-        hold = store.place(
-            conn,
-            tenant,
-            token.name,
-            reason,
-            source=_text(body, "source"),
-            business_key=_business_key(body.get("business_key")),
-            event=_text(body, "event"),
-            scope=token.tenant_id,
-        )
+    hold = operations.place_hold(
+        actions.runtime(),
+        actions.actor(auth.current()),
+        tenant,
+        reason,
+        source=_text(body, "source"),
+        business_key=_business_key(body.get("business_key")),
+        event=_text(body, "event"),
+    )
     resp = jsonify(jsonable(hold.public()))
     resp.status_code = 201
     return resp
@@ -74,8 +70,7 @@ def place_hold() -> Response:
 
 @api.get("/holds/<public_id>")
 def show_hold(public_id: str) -> dict[str, Any]:
-    with services().engine.connect() as conn:
-        hold = store.get(conn, public_id, auth.scope())
+    hold = operations.get_hold(actions.runtime(), public_id, auth.scope())
     if hold is None:
         raise not_found("legal hold")
     shown: dict[str, Any] = jsonable(hold.public())
@@ -86,8 +81,6 @@ def show_hold(public_id: str) -> dict[str, Any]:
 def release_hold(public_id: str) -> dict[str, Any]:
     """End a hold; a tenant-wide one ends on a second operator's release (the first
     asks for it: ``status`` is then ``release requested``)."""
-    token = auth.current()
-    with services().engine.begin() as conn:
-        hold = store.release(conn, public_id, token.name, token.tenant_id)
+    hold = operations.release_hold(actions.runtime(), actions.actor(auth.current()), public_id)
     shown: dict[str, Any] = jsonable(hold.public())
     return shown

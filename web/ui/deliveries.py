@@ -8,10 +8,10 @@ from urllib.parse import urlencode
 from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from inbox.domain.states import DeliveryState
+from inbox.domain.states import DELIVERY_STATES, DeliveryState
+from inbox.services import operations
 from inbox.services.bulk import NotReplayable
 from inbox.store.reads import admin
-from inbox.store.schema.tables import DELIVERY_STATES
 from web import actions
 from web.common import cursor, encode_cursor, list_filter, not_found
 from web.services import services
@@ -93,7 +93,7 @@ def confirm_delivery_replay(public_id: str) -> str:
 @ui.post("/deliveries/<public_id>/replay")
 def replay_delivery(public_id: str) -> Response:
     """failed → pending with the same webhook-id, audited; 409 for anything else."""
-    actions.replay_delivery(current(), public_id)
+    operations.replay_delivery(actions.runtime(), actions.actor(current()), public_id)
     flash(f"Delivery {public_id} replayed with the same webhook-id.")
     event_id = _event_arg()
     if event_id is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from flask import flash, redirect, render_template, url_for
 from werkzeug.wrappers import Response
 
+from inbox.services import operations
 from inbox.store.reads import admin, reads
 from web import actions
 from web.common import not_found
@@ -49,14 +50,14 @@ def endpoint(public_id: str) -> str:
 
 @ui.post("/endpoints/<public_id>/disable")
 def disable_endpoint(public_id: str) -> Response:
-    actions.set_endpoint_enabled(current(), public_id, False)
+    operations.set_endpoint_enabled(actions.runtime(), actions.actor(current()), public_id, False)
     flash(f"Endpoint {public_id} disabled: nothing is sent to it; its deliveries wait.")
     return redirect(url_for("ui.endpoint", public_id=public_id))
 
 
 @ui.post("/endpoints/<public_id>/enable")
 def enable_endpoint(public_id: str) -> Response:
-    actions.set_endpoint_enabled(current(), public_id, True)
+    operations.set_endpoint_enabled(actions.runtime(), actions.actor(current()), public_id, True)
     flash(f"Endpoint {public_id} enabled: its waiting deliveries go out now.")
     return redirect(url_for("ui.endpoint", public_id=public_id))
 
@@ -64,12 +65,16 @@ def enable_endpoint(public_id: str) -> Response:
 @ui.post("/endpoints/<public_id>/rotate")
 def rotate_endpoint(public_id: str) -> str:
     """The new secret is shown once, on this answer (never stored in the session)."""
-    secret = actions.rotate_endpoint_secret(current(), public_id)
+    secret = operations.rotate_endpoint_secret(
+        actions.runtime(), actions.actor(current()), public_id
+    )
     return _page(public_id, secret)
 
 
 @ui.post("/endpoints/<public_id>/finish-rotation")
 def finish_endpoint_rotation(public_id: str) -> Response:
-    revoked = actions.finish_endpoint_rotation(current(), public_id)
+    revoked = operations.finish_endpoint_rotation(
+        actions.runtime(), actions.actor(current()), public_id
+    )
     flash(f"Rotation finished: {revoked} older secret(s) revoked; only the newest signs.")
     return redirect(url_for("ui.endpoint", public_id=public_id))

@@ -9,7 +9,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
 from inbox.domain.errors import InboxError, Unavailable, ValueRefused
-from inbox.store.db import errors as db_errors
+from inbox.services import store_errors as db_errors
 from web.ui.blueprint import ui
 from web.ui.session import JSON_ENDPOINTS
 

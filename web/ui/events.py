@@ -7,10 +7,10 @@ from typing import Any
 from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from inbox.domain.states import REPLAYABLE, DeliveryState, EventState
+from inbox.domain.states import REPLAYABLE, STATES, DeliveryState, EventState
+from inbox.services import operations
 from inbox.services.bulk import NotReplayable
 from inbox.store.reads import admin, history
-from inbox.store.schema.tables import STATES
 from web import actions
 from web.common import cursor, encode_cursor, list_filter, not_found
 from web.services import services
@@ -93,6 +93,6 @@ def confirm_event_replay(public_id: str) -> str:
 @ui.post("/events/<public_id>/replay")
 def replay_event(public_id: str) -> Response:
     """quarantined or filtered → received, audited with the token's name; 409 otherwise."""
-    actions.replay_event(current(), public_id)
+    operations.replay_event(actions.runtime(), actions.actor(current()), public_id)
     flash(f"Event {public_id} replayed: it is back in the inbox.")
     return redirect(url_for("ui.event", public_id=public_id))

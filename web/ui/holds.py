@@ -7,8 +7,8 @@ from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from inbox.domain.errors import BadRequest
-from inbox.store.write import holds as store
-from web.services import services
+from inbox.services import operations
+from web import actions
 from web.ui.blueprint import ui
 from web.ui.session import current, scope
 
@@ -18,41 +18,35 @@ SUBJECTS = ("tenant", "source", "business_key", "event")
 @ui.get("/holds")
 def holds() -> str:
     every = request.args.get("all") == "1"
-    with services().engine.connect() as conn:
-        rows = store.listing(conn, scope(), include_released=every)
+    rows = operations.list_holds(actions.runtime(), scope(), include_released=every)
     return render_template("ui/holds.html", rows=rows, every=every, me=current().name)
 
 
 @ui.post("/holds")
 def place_hold() -> Response:
     """One subject: the tenant, or one of its sources, business keys (one value) or events."""
-    token = current()
     form = {k: (request.form.get(k) or "").strip() for k in ("tenant", "subject", "value")}
     kind, value = form["subject"] or "tenant", form["value"] or None
     if kind not in SUBJECTS:
         raise BadRequest(f"subject must be one of {', '.join(SUBJECTS)}")
     if kind != "tenant" and value is None:
         raise BadRequest(f"A {kind.replace('_', ' ')} hold needs its value.")
-    with services().engine.begin() as conn:
-        hold = store.place(
-            conn,
-            form["tenant"],
-            token.name,
-            request.form.get("reason") or "",
-            source=value if kind == "source" else None,
-            business_key=[value] if kind == "business_key" and value else None,
-            event=value if kind == "event" else None,
-            scope=token.tenant_id,
-        )
+    hold = operations.place_hold(
+        actions.runtime(),
+        actions.actor(current()),
+        form["tenant"],
+        request.form.get("reason") or "",
+        source=value if kind == "source" else None,
+        business_key=[value] if kind == "business_key" and value else None,
+        event=value if kind == "event" else None,
+    )
     flash(f"Legal hold {hold.public_id} placed on {hold.subject}.")
     return redirect(url_for("ui.holds"))
 
 
 @ui.post("/holds/<public_id>/release")
 def release_hold(public_id: str) -> Response:
-    token = current()
-    with services().engine.begin() as conn:
-        hold = store.release(conn, public_id, token.name, token.tenant_id)
+    hold = operations.release_hold(actions.runtime(), actions.actor(current()), public_id)
     if hold.status == "released":
         flash(f"Legal hold {public_id} released: retention may now remove what it kept.")
     else:

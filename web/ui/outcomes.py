@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from inbox.services.replays import Job
 from inbox.store.reads.history import Outcomes
-from inbox.store.write import bulk as store
 
 # The CSS state class for each verdict.
 CSS = {
@@ -22,7 +22,7 @@ CSS = {
 }
 
 
-def verdict(job: store.Job, o: Outcomes) -> tuple[str, str]:
+def verdict(job: Job, o: Outcomes) -> tuple[str, str]:
     """(verdict, label) for the job's badge."""
     dead = "quarantined" if job.kind == "events" else "failed"
     if job.status in ("awaiting_approval", "queued", "running"):
@@ -38,7 +38,7 @@ def verdict(job: store.Job, o: Outcomes) -> tuple[str, str]:
     return "ok", "completed"
 
 
-def eta_seconds(job: store.Job) -> float | None:
+def eta_seconds(job: Job) -> float | None:
     """Time left to move the rest at the job's rate (None once nothing is left to move)."""
     left = job.total - job.done
     if job.status not in ("queued", "running") or left <= 0:
@@ -46,7 +46,7 @@ def eta_seconds(job: store.Job) -> float | None:
     return left / max(1, job.rate)
 
 
-def shown(job: store.Job, o: Outcomes) -> dict[str, Any]:
+def shown(job: Job, o: Outcomes) -> dict[str, Any]:
     v, label = verdict(job, o)
     return {
         "succeeded": o.succeeded,

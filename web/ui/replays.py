@@ -10,9 +10,9 @@ from werkzeug.wrappers import Response
 
 from inbox.domain import approval
 from inbox.domain.errors import BadRequest
-from inbox.services import bulk
+from inbox.services import bulk, replays
+from inbox.services.replays import Job
 from inbox.store.reads import admin, history
-from inbox.store.write import bulk as store
 from web import actions
 from web.common import jsonable, not_found
 from web.services import services
@@ -32,7 +32,7 @@ def _filter(values: Any) -> dict[str, str]:
     return {k: v for k in BULK_KEYS if (v := (values.get(k) or "").strip())}
 
 
-def progress(job: store.Job) -> dict[str, Any]:
+def progress(job: Job) -> dict[str, Any]:
     """What the progress bar shows: the job as the API shows it, plus a percentage and
     what the moved items became since (see ``web.ui.outcomes``)."""
     shown: dict[str, Any] = jsonable(job.public())
@@ -54,7 +54,7 @@ def new_replay() -> str:
     req = bulk.parse_request({"kind": "events", "filter": raw})
     with services().engine.connect() as conn:
         sample = admin.list_events(conn, scope(), req.match, PREVIEW + 1, None)
-    plan = actions.preview_bulk_replay(current().name, scope(), req)
+    plan = replays.preview_bulk_replay(actions.runtime(), actions.actor(current()), req)
     return render_template(
         "ui/replay_new.html",
         filters=raw,
@@ -76,20 +76,20 @@ def create_replay() -> Response:
 
     The form carries a one-time key, so submitting it twice makes one job.
     """
-    token = current()
     raw = _filter(request.form)
     try:
         rate = int(request.form.get("rate", bulk.DEFAULT_RATE))
     except ValueError:
         raise BadRequest("rate must be a whole number") from None
     req = bulk.parse_request({"kind": "events", "filter": raw, "rate": rate})
-    job, _ = actions.start_bulk_replay(token, req, request.form.get("key") or None)
+    job, _ = replays.start(
+        actions.runtime(), actions.actor(current()), req, request.form.get("key") or None
+    )
     return redirect(url_for("ui.replay", public_id=job.public_id))
 
 
-def _job(public_id: str) -> store.Job:
-    with services().engine.connect() as conn:
-        job = store.get_job(conn, public_id, scope())
+def _job(public_id: str) -> Job:
+    job = replays.get_job(actions.runtime(), public_id, scope())
     if job is None:
         raise not_found("bulk replay")
     return job
@@ -102,7 +102,7 @@ def replay(public_id: str) -> str:
     # The approver sees what they would start (and the look is audited).
     plan = None
     if job.kind == "events" and job.status == "awaiting_approval":
-        plan = actions.preview_job(current().name, job)
+        plan = replays.preview_job(actions.runtime(), actions.actor(current()), job)
     return render_template(
         "ui/replay.html",
         job=job,
@@ -121,11 +121,7 @@ def replay_progress(public_id: str) -> dict[str, Any]:
 
 @ui.post("/replays/<public_id>/cancel")
 def cancel_replay(public_id: str) -> Response:
-    token = current()
-    with services().engine.begin() as conn:
-        job = store.cancel(conn, public_id, token.tenant_id, token.name)
-    if job is None:
-        raise not_found("bulk replay")
+    job = replays.cancel(actions.runtime(), actions.actor(current()), public_id)
     flash(f"Bulk replay {public_id} cancelled after {job.done} of {job.total}.")
     return redirect(url_for("ui.replay", public_id=public_id))
 
@@ -134,7 +130,9 @@ def cancel_replay(public_id: str) -> Response:
 def approve_replay(public_id: str) -> Response:
     """The two-person rule: an operator other than the requester starts the job."""
     note = (request.form.get("note") or "").strip() or None
-    job = actions.review_bulk_replay(current(), public_id, approve=True, note=note)
+    job = replays.review(
+        actions.runtime(), actions.actor(current()), public_id, approve=True, note=note
+    )
     flash(f"Bulk replay {public_id} approved; {job.total} events will be replayed.")
     return redirect(url_for("ui.replay", public_id=public_id))
 
@@ -142,6 +140,6 @@ def approve_replay(public_id: str) -> Response:
 @ui.post("/replays/<public_id>/reject")
 def reject_replay(public_id: str) -> Response:
     note = (request.form.get("note") or "").strip() or None
-    actions.review_bulk_replay(current(), public_id, approve=False, note=note)
+    replays.review(actions.runtime(), actions.actor(current()), public_id, approve=False, note=note)
     flash(f"Bulk replay {public_id} rejected; nothing was replayed.")
     return redirect(url_for("ui.replay", public_id=public_id))

@@ -26,8 +26,9 @@ from flask.sessions import SessionInterface, SessionMixin
 from werkzeug.datastructures import CallbackDict
 from werkzeug.wrappers import Response
 
-from inbox.store.db.errors import STORE_ERRORS
-from inbox.store.write import sessions as store
+from inbox.services import admin
+from inbox.services.admin import StoredSession
+from inbox.services.store_errors import STORE_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class ConsoleSession(CallbackDict[str, Any], SessionMixin):
     def signed_in(self) -> bool:
         return self.row_id is not None
 
-    def attach(self, stored: store.StoredSession, sid: str) -> None:
+    def attach(self, stored: StoredSession, sid: str) -> None:
         dict.update(self, stored.data)  # not a change
         self.sid, self.row_id, self.token_id, self.stale = (
             sid,
@@ -118,9 +119,9 @@ class ConsoleSessions(SessionInterface):
             )
         if session.modified or session.stale:
             try:
-                with app.extensions["inbox"].engine.begin() as conn:
-                    data = dict(session) if session.modified else None
-                    store.save(conn, session.row_id, data, touch=session.stale)
+                data = dict(session) if session.modified else None
+                engine = app.extensions["inbox"].engine
+                admin.save_session(engine, session.row_id, data, touch=session.stale)
             except STORE_ERRORS as exc:  # the page is rendered; a lost flash is no outage
                 log.warning("console session not saved: %s", exc.__class__.__name__)
 

@@ -15,9 +15,8 @@ from werkzeug.wrappers import Response
 
 from inbox.domain import tokens
 from inbox.domain.errors import Forbidden, TooManyRequests, Unauthorized
-from inbox.store.write import sessions as sessions_store
-from inbox.store.write import tokens as store
-from inbox.store.write.tokens import Token
+from inbox.services import admin
+from inbox.services.admin import Token
 from web import throttle
 from web.services import services
 from web.ui import security
@@ -41,11 +40,10 @@ def _signed_in() -> Token | None:
         return None
     idle, longest = _limits()
     current.looked_up = True
-    with services().engine.connect() as conn:
-        stored = sessions_store.load(conn, current.cookie, idle, longest)
-        token = store.get_token(conn, stored.token_id) if stored is not None else None
-    if stored is None or token is None or token.revoked_at is not None:
+    found = admin.load_session(services().engine, current.cookie, idle, longest)
+    if found is None:
         return None
+    stored, token = found
     current.attach(stored, current.cookie)
     return token
 
@@ -119,17 +117,14 @@ def login() -> Response | tuple[str, int] | str:
         resp.headers["Retry-After"] = str(exc.retry_after)
         return resp
     raw = request.form.get("token", "").strip()
-    with services().engine.begin() as conn:
-        token = store.authenticate(conn, raw)
+    token = admin.authenticate(services().engine, raw)
     if token is None:
         throttle.failed("login")
         error = "That token is unknown or revoked."
         return render_template("ui/login.html", next=target, error=error), 401
     idle, longest = _limits()
     data = {"csrf": security.new_csrf_token()}
-    with services().engine.begin() as conn:
-        sessions_store.prune(conn, idle, longest)
-        sid, row_id = sessions_store.create(conn, token.id, data)
+    sid, row_id = admin.create_session(services().engine, token.id, data, idle, longest)
     # A new id at every sign-in: an id planted before it (session fixation) is worth nothing.
     security.console_session().begin(sid, row_id, token.id, data)
     log.info("console sign-in by token %s", token.name)
@@ -141,7 +136,6 @@ def logout() -> Response:
     """Ends this session on the server: the cookie, wherever a copy of it is, stops working."""
     current = security.console_session()
     if current.row_id is not None:
-        with services().engine.begin() as conn:
-            sessions_store.delete(conn, current.row_id)
+        admin.delete_session(services().engine, current.row_id)
     current.end()
     return redirect(url_for("ui.login"))
