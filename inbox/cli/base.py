@@ -7,6 +7,7 @@ and every ``InboxError`` the store raises; never a traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,14 +17,13 @@ from typing import Any
 import click
 import psycopg
 from sqlalchemy import Connection, Engine
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError  # noqa: TID251
+from sqlalchemy.exc import DBAPIError  # noqa: TID251
 
 from inbox.cli.params import TEXT
-from inbox.domain.errors import InboxError, NotFound
+from inbox.domain.errors import InboxError
 from inbox.infra.config import Settings
-from inbox.store.db.engine import make_engine, sqlalchemy_url
-from inbox.store.write import sources as store
+from inbox.services import admin, runtime
+from inbox.services.runtime import Runtime
 
 EXAMPLE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -41,26 +41,46 @@ def settings() -> Settings:
     return found
 
 
-def engine(pool_size: int = 1) -> Engine:
-    return make_engine(settings(), pool_size=pool_size)
+# Two connections: a command may read in one transaction while a service writes in another.
+POOL_SIZE = 2
+_RUNTIME = "inbox.runtime"
+
+
+def current() -> Runtime:
+    """This command's runtime (``inbox.services.runtime``): made when the command first
+    needs the database, its engine closed when the command ends. No bells: a command that
+    rings asks ``ringing()``."""
+    root = click.get_current_context().find_root()
+    found: Runtime | None = root.meta.get(_RUNTIME)
+    if found is None:
+        cfg = settings()
+        found = Runtime(cfg, runtime.engine(cfg, POOL_SIZE))
+        root.meta[_RUNTIME] = found
+        root.call_on_close(found.engine.dispose)
+    return found
+
+
+def ringing() -> Runtime:
+    """This command's runtime with the broker's bells (rung in line)."""
+    rt = current()
+    return dataclasses.replace(rt, bells=runtime.bells(rt.settings))
+
+
+def engine() -> Engine:
+    return current().engine
 
 
 @contextmanager
 def transaction() -> Iterator[Connection]:
-    eng = engine()
-    try:
-        with eng.begin() as conn:
-            yield conn
-    finally:
-        eng.dispose()
+    with engine().begin() as conn:
+        yield conn
 
 
 def _database() -> str:
     """DATABASE_URL without its password, to name in an error."""
     try:
-        url = make_url(sqlalchemy_url(Settings.from_env().database_url))
-        return url.render_as_string(hide_password=True)
-    except (ArgumentError, ValueError, RuntimeError):
+        return runtime.database_label(Settings.from_env().database_url)
+    except ValueError:  # a setting that does not parse
         return "DATABASE_URL"
 
 
@@ -174,6 +194,11 @@ def main(traceback: bool) -> None:
     if not any(isinstance(h, logging.NullHandler) for h in keyring_log.handlers):
         keyring_log.addHandler(logging.NullHandler())
     keyring_log.propagate = False
+    # A bell that did not ring is said by the command itself (the sweep runs it later).
+    bells_log = logging.getLogger("inbox.services.runtime")
+    if not any(isinstance(h, logging.NullHandler) for h in bells_log.handlers):
+        bells_log.addHandler(logging.NullHandler())
+    bells_log.propagate = False
 
 
 def split_ref(ref: str) -> tuple[str, str]:
@@ -185,10 +210,4 @@ def split_ref(ref: str) -> tuple[str, str]:
 
 def check_named(conn: Connection, tenant: str | None, source: str | None = None) -> None:
     """A tenant or source named as a filter must exist: a typo is an error, not ``(none)``."""
-    if tenant is not None:
-        store.get_tenant(conn, tenant)
-    if source is not None:
-        if tenant is not None:
-            store.get_source(conn, tenant, source)
-        elif not any(s.name == source for s in store.list_sources(conn)):
-            raise NotFound(f"No source {source!r} for any tenant.")
+    admin.check_named(conn, tenant, source)

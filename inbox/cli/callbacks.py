@@ -7,16 +7,17 @@ from typing import Any
 
 import click
 
-from inbox.cli.base import check_named, main, transaction
+from inbox.cli.base import check_named, current, main, ringing, transaction
 from inbox.cli.output import emit_json, fields, json_option, table
 from inbox.cli.params import LIMIT, Seconds
 from inbox.domain import callbacks
 from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.records import Endpoint
 from inbox.domain.states import DeliveryState
-from inbox.store.reads import admin
-from inbox.store.write import deliveries as dstore
-from inbox.store.write import endpoints as store
+from inbox.services import operations
+from inbox.services.operations import Actor
+
+_ACTOR = click.option("--actor", default=getpass.getuser, show_default="current user")
 
 
 @main.group()
@@ -96,19 +97,18 @@ def endpoints_create(
     types = [t.strip() for t in event_types.split(",")] if event_types else None
     if types is not None and not all(types):
         raise click.BadParameter(f"{event_types!r}: an empty type", param_hint="--event-types")
-    with transaction() as conn:
-        ep = store.create_endpoint(
-            conn,
-            tenant,
-            url,
-            secret,
-            types,
-            max_attempts=max_attempts,
-            retry_schedule=retry_schedule,
-            timeout_ms=timeout_ms,
-            max_in_flight=max_in_flight,
-            filter=filter_,
-        )
+    ep = operations.create_endpoint(
+        current(),
+        tenant,
+        url,
+        secret,
+        types,
+        max_attempts=max_attempts,
+        retry_schedule=retry_schedule,
+        timeout_ms=timeout_ms,
+        max_in_flight=max_in_flight,
+        filter=filter_,
+    )
     _show(ep)
     click.echo(f"secret    {secret}")
 
@@ -119,7 +119,7 @@ def endpoints_create(
 def endpoints_list(tenant: str | None, as_json: bool) -> None:
     with transaction() as conn:
         check_named(conn, tenant)
-        rows = store.list_endpoints(conn, tenant)
+        rows = operations.list_endpoints(conn, tenant)
     if as_json:
         emit_json([_record(ep) for ep in rows])
         return
@@ -134,14 +134,15 @@ def endpoints_list(tenant: str | None, as_json: bool) -> None:
 @json_option
 def endpoints_show(endpoint_id: str, as_json: bool) -> None:
     with transaction() as conn:
-        _show(store.get_endpoint(conn, endpoint_id), as_json)
+        _show(operations.get_endpoint(conn, endpoint_id), as_json)
 
 
 @endpoints.command("rotate")
 @click.argument("endpoint_id")
 @click.option("--secret", help="With --finish: the secret to keep.")
 @click.option("--finish", is_flag=True, help="End the overlap: keep only --secret.")
-def endpoints_rotate(endpoint_id: str, secret: str | None, finish: bool) -> None:
+@_ACTOR
+def endpoints_rotate(endpoint_id: str, secret: str | None, finish: bool, actor: str) -> None:
     """Add a secret (every active secret signs during the overlap), or --finish --secret S.
 
     The same spelling as ``inbox sources rotate``. New endpoint secrets are always generated
@@ -149,35 +150,38 @@ def endpoints_rotate(endpoint_id: str, secret: str | None, finish: bool) -> None
     """
     if secret and not finish:
         raise click.UsageError("--secret goes with --finish (new secrets are generated).")
-    with transaction() as conn:
-        ep = store.get_endpoint(conn, endpoint_id)
-        if finish:
-            if not secret:
-                raise click.UsageError("--finish needs --secret (the one to keep).")
-            click.echo(f"revoked {store.revoke_secrets_except(conn, ep, secret)} secret(s)")
-            return
-        new = callbacks.new_secret()
-        store.add_secret(conn, ep, new)
+    if finish:
+        if not secret:
+            raise click.UsageError("--finish needs --secret (the one to keep).")
+        revoked = operations.finish_endpoint_rotation(
+            current(), Actor(actor), endpoint_id, keep=secret
+        )
+        click.echo(f"revoked {revoked} secret(s)")
+        return
+    new = operations.rotate_endpoint_secret(current(), Actor(actor), endpoint_id)
     click.echo(f"secret    {new}")
 
 
-def _set_enabled(endpoint_id: str, enabled: bool) -> None:
-    with transaction() as conn:
-        ep = store.get_endpoint(conn, endpoint_id)
-        store.set_enabled(conn, ep.id, enabled, "disabled by an operator")
+def _set_enabled(endpoint_id: str, enabled: bool, actor: str) -> None:
+    rt = ringing() if enabled else current()  # enabled: its couriers are rung
+    operations.set_endpoint_enabled(rt, Actor(actor), endpoint_id, enabled)
     click.echo("enabled" if enabled else "disabled")
 
 
 @endpoints.command("disable")
 @click.argument("endpoint_id")
-def endpoints_disable(endpoint_id: str) -> None:
-    _set_enabled(endpoint_id, False)
+@_ACTOR
+def endpoints_disable(endpoint_id: str, actor: str) -> None:
+    """Send nothing to it (audited); its deliveries wait."""
+    _set_enabled(endpoint_id, False, actor)
 
 
 @endpoints.command("enable")
 @click.argument("endpoint_id")
-def endpoints_enable(endpoint_id: str) -> None:
-    _set_enabled(endpoint_id, True)
+@_ACTOR
+def endpoints_enable(endpoint_id: str, actor: str) -> None:
+    """Send to it again (audited); its waiting deliveries go out."""
+    _set_enabled(endpoint_id, True, actor)
 
 
 @main.group()
@@ -193,7 +197,7 @@ def deliveries() -> None:
 def deliveries_list(state: str | None, tenant: str | None, limit: int, as_json: bool) -> None:
     with transaction() as conn:
         check_named(conn, tenant)
-        rows = dstore.list_deliveries(conn, state, tenant, limit)
+        rows = operations.list_deliveries(conn, state, tenant, limit)
     if as_json:
         emit_json([{k: v for k, v in d.items() if k != "id"} for d in rows])
         return
@@ -220,7 +224,7 @@ def deliveries_list(state: str | None, tenant: str | None, limit: int, as_json: 
 @json_option
 def deliveries_show(delivery_id: str, as_json: bool) -> None:
     with transaction() as conn:
-        detail = dstore.delivery_detail(conn, delivery_id)
+        detail = operations.delivery_detail(conn, delivery_id)
     if detail is None:
         raise NotFound(f"No delivery {delivery_id}.")
     detail.pop("id", None)
@@ -261,29 +265,11 @@ def deliveries_show(delivery_id: str, as_json: bool) -> None:
 @click.option("--actor", default=getpass.getuser, show_default="current user")
 def deliveries_replay(ids: tuple[str, ...], actor: str) -> None:
     """Send dead letters again, with the same webhook-id."""
-    with transaction() as conn:
-        unknown = [d for d in ids if admin.visible(conn, "deliveries", d, None) is None]
-        if unknown:
-            raise NotFound(f"No delivery {', '.join(unknown[:3])}.")
-        moved = dstore.replay(conn, list(ids), actor)
-    _ring({endpoint for _, endpoint in moved})
-    click.echo(f"replayed {len(moved)} of {len(ids)}")
-    if len(moved) < len(ids):
-        raise BadRequest(f"{len(ids) - len(moved)} of the deliveries named had not failed")
-
-
-def _ring(endpoint_ids: set[int]) -> None:
-    """Best effort: the sweeper rings for due deliveries anyway."""
-    if not endpoint_ids:
-        return
-    from inbox.infra import broker
-    from inbox.infra.config import Settings
-
-    ring = broker.rings(Settings.from_env()).ring_couriers
-    if ring is None:
+    done = operations.replay_deliveries(ringing(), Actor(actor), ids)
+    if done.rung == "no bell":
         click.echo("(no broker configured: the next sweep will send them)")
-        return
-    try:
-        ring(endpoint_ids)
-    except Exception:  # the broker is unreachable
+    elif done.rung == "failed":
         click.echo("(the broker did not answer: the next sweep will send them)")
+    click.echo(f"replayed {len(done.moved)} of {len(ids)}")
+    if len(done.moved) < len(ids):
+        raise BadRequest(f"{len(ids) - len(done.moved)} of the deliveries named had not failed")

@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import getpass
 import json
-import time
 from datetime import datetime
 from typing import Any
 
 import click
-from sqlalchemy import Connection
 
-from inbox.cli.base import check_named, engine, main, settings, transaction
+from inbox.cli.base import check_named, current, main, ringing, transaction
 from inbox.cli.output import emit_json, fields, json_option, table, when
 from inbox.cli.params import LIMIT, Rate
 from inbox.domain.errors import NotFound
 from inbox.domain.states import EventState
-from inbox.infra import broker
-from inbox.services import bulk, preview
-from inbox.store.reads import admin
-from inbox.store.write import bulk_review, operator, redaction
+from inbox.services import bulk, operations, replays
+from inbox.services.operations import Actor
+from inbox.services.runtime import Rung
 
 # Lease bookkeeping: how the workers coordinate, not what happened to the event.
 INTERNAL = ("id", "tenant_id", "source_id", "fence", "lease_owner", "lease_expires_at", "headers")
@@ -42,7 +39,7 @@ def events_list(
     """The newest events first (times in UTC)."""
     with transaction() as conn:
         check_named(conn, tenant, source)
-        rows = operator.list_events(conn, state, tenant, source, limit=limit)
+        rows = operations.list_events(conn, state, tenant, source, limit=limit)
     if as_json:
         emit_json([{k: v for k, v in vars(r).items() if k != "id"} for r in rows])
         return
@@ -69,7 +66,7 @@ def events_list(
 def events_show(public_id: str, as_json: bool) -> None:
     """One event: state, attempts, errors, steps with results, duplicates, conflicts, audit."""
     with transaction() as conn:
-        detail = operator.event_detail(conn, public_id)
+        detail = operations.event_detail(conn, public_id)
     if detail is None:
         raise NotFound(f"No event {public_id}.")
     shown = {k: v for k, v in detail.items() if k not in INTERNAL}
@@ -90,8 +87,7 @@ def events_redact(public_id: str, reason: str, actor: str, as_json: bool) -> Non
     Refused while a legal hold covers the event, and while it is received or processing.
     An event whose body is gone already is reported as done.
     """
-    with transaction() as conn:
-        done = redaction.redact(conn, public_id, actor, reason)
+    done = operations.redact(current(), Actor(actor), public_id, reason)
     if as_json:
         emit_json(done.public())
     elif done.already:
@@ -235,42 +231,38 @@ def replay(
         _review(approve_id or reject_id or "", bool(approve_id), note, actor)
         return
     _check_targets(ids, quarantined, tenant)
-    approval_min = settings().bulk_approval_min
+    approval_min = current().settings.bulk_approval_min
     if len(ids) > approval_min:
         raise click.UsageError(
             f"more than {approval_min} ids: replay by filter (--quarantined), which a second"
             " operator approves"
         )
+    who = Actor(actor)
     targets = list(ids)
     with transaction() as conn:
         check_named(conn, tenant, source)
-        _check_exist(conn, targets)
-    if quarantined:
-        with transaction() as conn:
+        operations.check_visible(conn, who, "events", targets)
+        if quarantined:
             targets = [
                 r.public_id
-                for r in operator.list_events(
+                for r in operations.list_events(
                     conn, EventState.QUARANTINED, tenant, source, since, 1_000_000
                 )
             ]
     if dry_run:
-        _preview(targets, actor, {"ids": list(ids)} if ids else _about(tenant, source, since), fmt)
+        _preview(targets, who, {"ids": list(ids)} if ids else _about(tenant, source, since), fmt)
         return
     if len(targets) > approval_min:
-        _request_approval(tenant, source, since, rate, actor)
+        _request_approval(tenant, source, since, rate, who)
         return
-    moved = 0
-    with click.progressbar(targets, label="replaying", show_pos=True) as bar:
-        for public_id in bar:
-            started = time.monotonic()
-            with transaction() as conn:
-                moved += len(operator.replay(conn, [public_id], actor))
-            time.sleep(max(0.0, 1.0 / rate - (time.monotonic() - started)))
-    click.echo(f"replayed {moved} of {len(targets)}")
-    if moved:
-        _ring_workers()
-    if ids and moved < len(targets):
-        raise NotFound(f"{len(targets) - moved} of the events named were not quarantined")
+    with click.progressbar(length=len(targets), label="replaying", show_pos=True) as bar:
+        done = operations.replay_events(
+            ringing(), who, targets, rate=rate, each=lambda _: bar.update(1)
+        )
+    click.echo(f"replayed {len(done.moved)} of {len(targets)}")
+    _said(done.rung)
+    if ids and len(done.moved) < len(targets):
+        raise NotFound(f"{len(targets) - len(done.moved)} of the events named were not quarantined")
 
 
 def _about(tenant: str | None, source: str | None, since: datetime | None) -> dict[str, Any]:
@@ -280,12 +272,9 @@ def _about(tenant: str | None, source: str | None, since: datetime | None) -> di
     return {"filter": {k: v for k, v in about.items() if v is not None}}
 
 
-def _preview(targets: list[str], actor: str, about: dict[str, Any], fmt: str) -> None:
+def _preview(targets: list[str], actor: Actor, about: dict[str, Any], fmt: str) -> None:
     """A replay's dry run: the plan, and its one audit row."""
-    reg = preview.load_playbooks(settings().playbook_modules)
-    with transaction() as conn:
-        found = preview.preview(conn, targets, reg)
-        preview.audit(conn, actor, found, **about)
+    found = replays.preview_events(current(), actor, targets, about)
     if fmt == "json":
         click.echo(json.dumps(found.to_dict(), indent=2, default=str))
         return
@@ -323,14 +312,6 @@ def _sends(sends: list[str] | None) -> str:
     return f"; sends {', '.join(sends)}" if sends else ""
 
 
-def _check_exist(conn: Connection, public_ids: list[str]) -> None:
-    """Every event named must exist: an unknown id is an error before anything moves."""
-    unknown = [p for p in public_ids if admin.visible(conn, "events", p, None) is None]
-    if unknown:
-        more = f" (and {len(unknown) - 3} more)" if len(unknown) > 3 else ""
-        raise NotFound(f"No event {', '.join(unknown[:3])}{more}.")
-
-
 def _check_targets(ids: tuple[str, ...], quarantined: bool, tenant: str | None) -> None:
     if ids and quarantined:
         raise click.UsageError("give event ids or --quarantined, not both")
@@ -342,8 +323,7 @@ def _check_targets(ids: tuple[str, ...], quarantined: bool, tenant: str | None) 
 
 def _awaiting() -> None:
     """What waits for a second operator, oldest first."""
-    with transaction() as conn:
-        jobs = bulk_review.awaiting(conn, None)
+    jobs = replays.awaiting(current(), None)
     table(
         ["job", "events", "requested by", "created", "filter"],
         [
@@ -354,7 +334,7 @@ def _awaiting() -> None:
 
 
 def _request_approval(
-    tenant: str | None, source: str | None, since: datetime | None, rate: float, actor: str
+    tenant: str | None, source: str | None, since: datetime | None, rate: float, actor: Actor
 ) -> None:
     """The two-person rule: snapshot the events into a job that waits for approval."""
     raw = {k: v for k, v in (("tenant", tenant), ("source", source)) if v}
@@ -363,9 +343,8 @@ def _request_approval(
     req = bulk.parse_request(
         {"kind": "events", "filter": raw, "rate": max(1, min(bulk.MAX_RATE, round(rate)))}
     )
-    approval_min = settings().bulk_approval_min
-    with transaction() as conn:
-        job, _ = bulk.create(conn, req, None, actor, None, approval_min)
+    approval_min = current().settings.bulk_approval_min
+    job, _ = replays.start(current(), actor, req)
     click.echo(f"bulk replay {job.public_id}: {job.total} event(s), {job.status}")
     if job.status == "awaiting_approval":
         click.echo(
@@ -376,29 +355,21 @@ def _request_approval(
 
 def _review(public_id: str, approve: bool, note: str | None, actor: str) -> None:
     """Approve (then run here, at the job's rate) or reject a waiting bulk replay."""
-    with transaction() as conn:
-        job = bulk_review.review(conn, public_id, None, actor, approve=approve, note=note)
-    if job is None:
-        raise NotFound(f"No bulk replay {public_id}.")
+    rt = ringing()
+    job = replays.review(rt, Actor(actor), public_id, approve=approve, note=note)
     click.echo(
         f"bulk replay {job.public_id}: {job.status} by {actor}; requested by {job.actor},"
         f" {job.total} event(s), filter {json.dumps(job.filter, sort_keys=True)}"
     )
     if not approve:
         return
-    eng = engine()
-    try:
-        run = bulk.run_bulk_once(eng, job.id)
-    finally:
-        eng.dispose()
+    run, rung = replays.run_here(rt, job.id)
     click.echo(f"{run.status}: replayed {run.moved}, skipped {run.skipped}")
-    if run.moved:
-        _ring_workers()
+    _said(rung)
 
 
-def _ring_workers() -> None:
-    """Best effort: tell the workers now; without a broker the next sweep finds the events."""
-    try:
-        broker.default_doorbell(settings())()
-    except Exception:  # the broker is unreachable: the sweep is the lifeline
+def _said(rung: Rung | None) -> None:
+    """The workers are told at once; without a broker answering, the next sweep finds
+    the events."""
+    if rung == "failed":
         click.echo("(the broker did not answer: the next sweep will run them)")

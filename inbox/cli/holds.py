@@ -6,9 +6,10 @@ import getpass
 
 import click
 
-from inbox.cli.base import main, split_ref, transaction
+from inbox.cli.base import current, main, split_ref
 from inbox.cli.output import emit_json, fields, json_option, table
-from inbox.store.write import holds as store
+from inbox.services import operations
+from inbox.services.operations import Actor, Hold
 
 _ACTOR = click.option("--actor", default=getpass.getuser, show_default="current user")
 
@@ -53,16 +54,15 @@ def place(
         raise click.UsageError("give --tenant T (with --business-key or --event) or --source T/S")
     if business_key and event:
         raise click.UsageError("give one of --business-key and --event")
-    with transaction() as conn:
-        hold = store.place(
-            conn,
-            tenant,
-            actor,
-            reason,
-            source=source,
-            business_key=list(business_key) or None,
-            event=event,
-        )
+    hold = operations.place_hold(
+        current(),
+        Actor(actor),
+        tenant,
+        reason,
+        source=source,
+        business_key=list(business_key) or None,
+        event=event,
+    )
     _show(hold, as_json)
 
 
@@ -71,8 +71,7 @@ def place(
 @json_option
 def list_holds(include_released: bool, as_json: bool) -> None:
     """The holds in force (with --all, released ones too)."""
-    with transaction() as conn:
-        found = store.listing(conn, include_released=include_released)
+    found = operations.list_holds(current(), None, include_released=include_released)
     if as_json:
         emit_json([h.public() for h in found])
         return
@@ -93,11 +92,7 @@ def list_holds(include_released: bool, as_json: bool) -> None:
 def release(hold_id: str, actor: str, withdraw: bool, as_json: bool) -> None:
     """Release a hold. A tenant-wide hold takes two operators: the first release asks for
     it, a second operator's release (another --actor) ends it."""
-    with transaction() as conn:
-        if withdraw:
-            hold = store.cancel_release(conn, hold_id, actor)
-        else:
-            hold = store.release(conn, hold_id, actor)
+    hold = operations.release_hold(current(), Actor(actor), hold_id, withdraw=withdraw)
     _show(hold, as_json)
     if hold.status == "release requested" and not as_json:
         click.echo(
@@ -106,7 +101,7 @@ def release(hold_id: str, actor: str, withdraw: bool, as_json: bool) -> None:
         )
 
 
-def _show(hold: store.Hold, as_json: bool) -> None:
+def _show(hold: Hold, as_json: bool) -> None:
     if as_json:
         emit_json(hold.public())
         return

@@ -12,13 +12,9 @@ from inbox.cli.base import engine, main, settings, split_ref, transaction
 from inbox.domain.retention import key_window_hours
 from inbox.infra import metrics
 from inbox.outbound import providers
-from inbox.services import gapfill
+from inbox.services import admin, gapfill, upkeep
 from inbox.services import reconcile as rec
-from inbox.store.db.engine import make_engine
 from inbox.store.reads import reconcile as rstore
-from inbox.store.schema import partitions
-from inbox.store.write.retention import ledger_window, prune_once
-from inbox.store.write.sources import get_source, list_sources
 
 
 @main.command()
@@ -31,12 +27,7 @@ def prune(dry_run: bool) -> None:
     window is shorter than its provider's retry horizon keeps its keys; it is listed
     as refused and the exit status is 1.
     """
-    found = settings()
-    engine = make_engine(found, pool_size=1)
-    try:
-        result = prune_once(engine, found, dry_run=dry_run)
-    finally:
-        engine.dispose()
+    result = upkeep.prune(engine(), settings(), dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
     click.echo(f"keys              {verb} {result.keys_removed}")
     click.echo(f"bodies            {verb} {result.bodies_removed}")
@@ -60,18 +51,11 @@ def prune(dry_run: bool) -> None:
 def partitions_cmd(ensure: bool) -> None:
     """The ledger's days: estimated rows, and for each day past the ledger window
     whether the next prune drops it or why it stays."""
-    found = settings()
-    engine = make_engine(found, pool_size=1)
-    try:
-        if ensure:
-            made = partitions.ensure_ahead(engine)
-            click.echo(f"created {len(made.created)} partitions, moved {made.moved} rows")
-        with engine.connect() as conn:
-            days = partitions.overview(conn)
-            window, note = ledger_window(found, list_sources(conn))
-        verdicts = partitions.retire(engine, window, dry_run=True)
-    finally:
-        engine.dispose()
+    if ensure:
+        made = upkeep.ensure_partitions(engine())
+        click.echo(f"created {len(made.created)} partitions, moved {made.moved} rows")
+    ledger = upkeep.ledger_days(engine(), settings())
+    days, window, note, verdicts = ledger.days, ledger.window, ledger.note, ledger.verdicts
     kept = dict(verdicts.kept)
     click.echo(f"ledger window {window} d" + (f" ({note})" if note else ""))
     for d in days:
@@ -129,8 +113,8 @@ def reconcile_cmd(
     if ids_file is None and fetcher is None:
         _fill(tenant, name, since, fmt)
         return
+    src = admin.get_source(engine(), tenant, name)
     with transaction() as conn:
-        src = get_source(conn, tenant, name)
         hours = key_window_hours(src.scheme, src.options.key_ttl_hours, settings().key_ttl_hours)
         start = since or rstore.window_start(conn, hours)
     if ids_file is not None:
@@ -151,22 +135,19 @@ def reconcile_cmd(
 
 def _fill(tenant: str, name: str, since: datetime | None, fmt: str) -> None:
     cfg = settings()
+    src = admin.get_source(engine(), tenant, name)
+    if not src.options.reconcile:
+        raise click.UsageError(
+            f"give --ids FILE or --fetcher NAME: {tenant}/{name} has no reconcile option"
+            " (fetcher, credentials) to ask the provider with"
+        )
+    hours = key_window_hours(src.scheme, src.options.key_ttl_hours, cfg.key_ttl_hours)
     with transaction() as conn:
-        src = get_source(conn, tenant, name)
-        if not src.options.reconcile:
-            raise click.UsageError(
-                f"give --ids FILE or --fetcher NAME: {tenant}/{name} has no reconcile option"
-                " (fetcher, credentials) to ask the provider with"
-            )
-        hours = key_window_hours(src.scheme, src.options.key_ttl_hours, cfg.key_ttl_hours)
         start = since or rstore.window_start(conn, hours)
-    eng = engine()
     try:
-        result = gapfill.fill(eng, src, start, cfg.key_ttl_hours)
+        result = gapfill.fill(engine(), src, start, cfg.key_ttl_hours)
     except providers.ProviderError as exc:
         raise click.ClickException(f"the provider's API could not be read: {exc}") from None
-    finally:
-        eng.dispose()
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2))
         return

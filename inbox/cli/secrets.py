@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from inbox.cli.base import main, transaction
+from inbox.cli.base import engine, main
 from inbox.infra import keyring as kr
-from inbox.store.write import secrets as store
+from inbox.services import admin
 
 
 @main.group()
@@ -25,8 +25,7 @@ def secrets_keygen() -> None:
 def secrets_reencrypt() -> None:
     """Rewrite every stored secret under the first key of INBOX_KEK."""
     ring = kr.keyring()
-    with transaction() as conn:
-        done = store.reencrypt(conn, ring)
+    done = admin.reencrypt(engine(), ring)
     for d in done:
         note = f" ({d.was_clear} were in clear)" if d.was_clear else ""
         click.echo(f"{d.table}: {d.rewritten} of {d.total} re-encrypted{note}")

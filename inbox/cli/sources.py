@@ -8,22 +8,20 @@ from typing import Any
 
 import click
 
-from inbox.cli.base import check_named, main, settings, split_ref, transaction
+from inbox.cli.base import engine, main, settings, split_ref
 from inbox.cli.output import emit_json, fields, json_option, table
 from inbox.cli.playbooks import check as check_playbook
 from inbox.domain.records import Source
 from inbox.domain.signatures import SCHEMES, Scheme
 from inbox.domain.sources import OPTION_NAMES, SourceOptions
 from inbox.infra.config import Settings
-from inbox.store.write import sources as store
+from inbox.services import admin, runtime
 
 
 @main.command()
 def migrate() -> None:
     """Apply the database migrations (on INBOX_MIGRATE_DATABASE_URL when set)."""
-    from inbox.store.schema import migrate as mig
-
-    mig.upgrade(settings().migration_url)
+    runtime.migrate(settings().migration_url)
     click.echo("migrated to head")
 
 
@@ -35,16 +33,14 @@ def tenants() -> None:
 @tenants.command("create")
 @click.argument("name")
 def tenants_create(name: str) -> None:
-    with transaction() as conn:
-        t = store.create_tenant(conn, name)
+    t = admin.create_tenant(engine(), name)
     click.echo(f"tenant {t.name} created (id {t.id})")
 
 
 @tenants.command("list")
 @json_option
 def tenants_list(as_json: bool) -> None:
-    with transaction() as conn:
-        rows = store.list_tenants(conn)
+    rows = admin.list_tenants(engine())
     if as_json:
         emit_json([{"name": t.name, "disabled": t.disabled} for t in rows])
         return
@@ -126,8 +122,7 @@ def sources_create(
         raw["filter"] = filter_
     opts = SourceOptions.from_dict(raw)
     check_playbook(opts.playbook)
-    with transaction() as conn:
-        src = store.create_source(conn, tenant, name, scheme, list(secrets), opts)
+    src = admin.create_source(engine(), tenant, name, scheme, list(secrets), opts)
     _show(src, as_json)
 
 
@@ -193,18 +188,8 @@ def sources_update(
         )
     if not changes and not unset and enabled is None:
         raise click.UsageError("nothing to change: give --option, --unset, --playbook, ...")
-    with transaction() as conn:
-        src = store.get_source(conn, *split_ref(ref))
-        merged = {k: v for k, v in src.options.to_dict().items() if k not in unset}
-        merged.update(changes)
-        new = SourceOptions.from_dict(merged)
-        if new.playbook != src.options.playbook:
-            check_playbook(new.playbook)
-        if new != src.options:
-            store.set_options(conn, src, new)
-        if enabled is not None and enabled != src.enabled:
-            store.set_enabled(conn, src, enabled)
-        src = store.get_source(conn, src.tenant, src.name)
+    tenant, name = split_ref(ref)
+    src = admin.update_source(engine(), tenant, name, changes, unset, enabled, check_playbook)
     _show(src, as_json)
 
 
@@ -282,9 +267,7 @@ def sources_schemes(as_json: bool) -> None:
 @click.option("--tenant")
 @json_option
 def sources_list(tenant: str | None, as_json: bool) -> None:
-    with transaction() as conn:
-        check_named(conn, tenant)
-        rows = store.list_sources(conn, tenant)
+    rows = admin.list_sources(engine(), tenant)
     if as_json:
         emit_json([_record(s) for s in rows])
         return
@@ -301,8 +284,7 @@ def sources_list(tenant: str | None, as_json: bool) -> None:
 @click.argument("ref", metavar="TENANT/SOURCE")
 @json_option
 def sources_show(ref: str, as_json: bool) -> None:
-    with transaction() as conn:
-        _show(store.get_source(conn, *split_ref(ref)), as_json)
+    _show(admin.get_source(engine(), *split_ref(ref)), as_json)
 
 
 @sources.command("rotate")
@@ -313,16 +295,16 @@ def sources_show(ref: str, as_json: bool) -> None:
 @click.option("--finish", is_flag=True, help="End the overlap: keep only --secret.")
 def sources_rotate(ref: str, secret: str | None, finish: bool) -> None:
     """Add a secret (both verify during the overlap), or --finish --secret S to drop the others."""
-    with transaction() as conn:
-        src = store.get_source(conn, *split_ref(ref))
-        if finish:
-            if not secret:
-                raise click.UsageError("--finish needs --secret (the one to keep).")
-            n = store.revoke_secrets_except(conn, src, secret)
-            click.echo(f"revoked {n} secret(s)")
-            return
-        new = secret or _generate_secret(src.scheme)
-        store.add_secret(conn, src, new)
+    tenant, name = split_ref(ref)
+    if finish:
+        if not secret:
+            raise click.UsageError("--finish needs --secret (the one to keep).")
+        n = admin.keep_source_secret(engine(), tenant, name, secret)
+        click.echo(f"revoked {n} secret(s)")
+        return
+    new = admin.add_source_secret(
+        engine(), tenant, name, lambda src: secret or _generate_secret(src.scheme)
+    )
     click.echo(f"added secret {new}" if not secret else "added secret")
 
 
@@ -336,8 +318,7 @@ def _generate_secret(scheme: str) -> str:
 
 
 def _set_enabled(ref: str, enabled: bool) -> None:
-    with transaction() as conn:
-        store.set_enabled(conn, store.get_source(conn, *split_ref(ref)), enabled)
+    admin.set_source_enabled(engine(), *split_ref(ref), enabled)
     click.echo("enabled" if enabled else "disabled")
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from inbox.cli.base import main, transaction
+from inbox.cli.base import engine, main
 from inbox.cli.output import emit_json, json_option, table
 from inbox.domain.tokens import ROLES
-from inbox.store.write import tokens as store
+from inbox.services import admin
 
 
 @main.group()
@@ -21,8 +21,7 @@ def tokens() -> None:
 @click.option("--tenant", help="Limit the token to one tenant (default: every tenant).")
 def tokens_create(name: str, role: str, tenant: str | None) -> None:
     """Create a token and print it (shown once: only its digest is kept)."""
-    with transaction() as conn:
-        tok, secret = store.create_token(conn, name, role, tenant)
+    tok, secret = admin.create_token(engine(), name, role, tenant)
     click.echo(f"token {tok.name} ({tok.role}, {tok.tenant or 'all tenants'}) created")
     click.echo(secret)
 
@@ -31,8 +30,7 @@ def tokens_create(name: str, role: str, tenant: str | None) -> None:
 @json_option
 def tokens_list(as_json: bool) -> None:
     """Every token (never its secret: only digests are kept)."""
-    with transaction() as conn:
-        rows = store.list_tokens(conn)
+    rows = admin.list_tokens(engine())
     records = [
         {
             "name": t.name,
@@ -67,7 +65,6 @@ def tokens_list(as_json: bool) -> None:
 @click.argument("name")
 def tokens_revoke(name: str) -> None:
     """Revoke a token at once; requests carrying it get 401."""
-    with transaction() as conn:
-        if not store.revoke(conn, name):
-            raise click.ClickException(f"no live token named {name}")
+    if not admin.revoke_token(engine(), name):
+        raise click.ClickException(f"no live token named {name}")
     click.echo(f"token {name} revoked")
