@@ -15,8 +15,8 @@ from sqlalchemy import Engine
 
 from inbox.infra import broker
 from inbox.infra.config import Settings
+from inbox.services import runtime
 from inbox.services.outages import Outages
-from inbox.store.db.engine import make_engine
 
 # The app and settings of this process (``workers.app.make_celery`` binds them); kept here
 # rather than in the app's conf, which ``celery inspect conf`` would show.
@@ -41,7 +41,7 @@ class WorkerState:
 
     def engine(self) -> Engine:
         if self.engine_ is None:
-            self.engine_ = make_engine(self.settings)
+            self.engine_ = runtime.engine(self.settings)
         return self.engine_
 
     def reset(self) -> None:

@@ -17,14 +17,12 @@ from sqlalchemy import Engine
 
 from inbox.domain.records import BulkJobId, EndpointId
 from inbox.infra import broker
-from inbox.services import gapfill
+from inbox.services import gapfill, upkeep
+from inbox.services import sweep as sweeper
 from inbox.services.bulk import run_bulk_once
 from inbox.services.courier import BATCH, deliver_once
-from inbox.services.drain import drain_once, release_held, sweep_once
+from inbox.services.drain import drain_once
 from inbox.services.runner import DEFERRED
-from inbox.store.schema import partitions
-from inbox.store.write import bulk, deliveries, queue
-from inbox.store.write.retention import prune_once
 from workers import state
 
 log = logging.getLogger(__name__)
@@ -124,36 +122,24 @@ def deliver(endpoint_id: int) -> dict[str, int]:
 @shared_task(name=broker.SWEEP)  # type: ignore[untyped-decorator]
 @through_outages
 def sweep() -> dict[str, int]:
-    """The lifeline: requeue expired leases and re-ring for anything due."""
-    result = sweep_once(engine())
-    released = release_held(engine())
-    if result.due or result.requeued or released:
+    """The lifeline (``inbox.services.sweep``): requeue, then ring for anything due."""
+    swept = sweeper.run_once(engine(), state.current().alarms.horizon, broker.ALARM_SLOT)
+    if swept.drain_now:
         drain.delay()
-    with engine().begin() as conn:  # the claim's floor follows the oldest unfinished day
-        queue.raise_floor(conn)
-    with engine().begin() as conn:
-        ring_couriers(set(deliveries.sweep(conn)))
-        jobs = bulk.due_jobs(conn)
-        # The alarms' lifeline: retries due before the next sweeps get theirs (again).
-        horizon = state.current().alarms.horizon
-        set_alarms(broker.DRAIN, [], queue.due_within(conn, horizon, broker.ALARM_SLOT))
-        for endpoint_id, delay in deliveries.due_within(conn, horizon, broker.ALARM_SLOT):
-            set_alarms(broker.DELIVER, [endpoint_id], [delay])
-    for job_id in jobs:
+    ring_couriers(swept.endpoints)
+    set_alarms(broker.DRAIN, [], swept.drain_alarms)
+    for endpoint_id, delay in swept.deliver_alarms:
+        set_alarms(broker.DELIVER, [endpoint_id], [delay])
+    for job_id in swept.jobs:
         bulk_replay.delay(job_id)
-    return {
-        "requeued": result.requeued,
-        "quarantined": result.quarantined,
-        "due": result.due,
-        "released": released,
-    }
+    return swept.counts()
 
 
 @shared_task(name=broker.PRUNE)  # type: ignore[untyped-decorator]
 @through_outages
 def prune() -> dict[str, object]:
     """Retention: expired keys, old raw bodies, old delivery attempts, old ledger days."""
-    r = prune_once(engine(), state.current().settings)
+    r = upkeep.prune(engine(), state.current().settings)
     return {
         "keys": r.keys_removed,
         "bodies": r.bodies_removed,
@@ -168,7 +154,7 @@ def prune() -> dict[str, object]:
 @through_outages
 def make_partitions() -> dict[str, object]:
     """The ledger's partitions for today and the week ahead (rows in DEFAULT moved out)."""
-    made = partitions.ensure_ahead(engine())
+    made = upkeep.ensure_partitions(engine())
     return {"created": made.created, "moved": made.moved}
 
 

@@ -19,6 +19,7 @@ from sqlalchemy import Engine, text
 
 from dev.embedded import PrivatePostgres, free_port
 from inbox.infra.config import Settings
+from inbox.services import sweep
 from inbox.services.outages import Outages
 from inbox.store.db.engine import make_engine
 from inbox.store.schema import migrate
@@ -109,7 +110,7 @@ def test_an_error_that_is_not_an_outage_still_fails_the_task(tasks, monkeypatch,
         raise ZeroDivisionError("a bug")
 
     monkeypatch.setattr(worker(), "engine_", engine)
-    monkeypatch.setattr(tasks, "sweep_once", broken)
+    monkeypatch.setattr(sweep, "sweep_once", broken)
     with pytest.raises(ZeroDivisionError):
         tasks.sweep()
 

@@ -1,0 +1,70 @@
+"""The sweep: the lifeline that finds what the broker lost, as one plain function.
+
+Every ``INBOX_SWEEP_SECONDS`` the beat rings it (``workers.tasks.sweep`` is its shell):
+expired leases go back to the queue, held events whose playbook is now here are released,
+the claim's floor follows the oldest unfinished day, expired delivery leases are requeued,
+and what is due is returned for the shell to ring: the drain, each endpoint's courier, the
+bulk replays due to run, and an alarm for each retry due before the next sweeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine
+
+from inbox.domain.playbooks import Registry, registry
+from inbox.services.drain import release_held, sweep_once
+from inbox.store.write import bulk, deliveries, queue
+
+
+@dataclass(frozen=True)
+class Swept:
+    """What one sweep changed, and what its shell rings now."""
+
+    requeued: int = 0
+    quarantined: int = 0
+    due: int = 0
+    released: int = 0
+    endpoints: set[int] = field(default_factory=set)  # couriers with due deliveries
+    jobs: list[int] = field(default_factory=list)  # bulk replays due to (re)start
+    drain_alarms: list[float] = field(default_factory=list)  # seconds until a retry is due
+    deliver_alarms: list[tuple[int, float]] = field(default_factory=list)  # (endpoint, s)
+
+    @property
+    def drain_now(self) -> bool:
+        """Events are due (or were just put back): ring the drain."""
+        return bool(self.due or self.requeued or self.released)
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "requeued": self.requeued,
+            "quarantined": self.quarantined,
+            "due": self.due,
+            "released": self.released,
+        }
+
+
+def run_once(engine: Engine, horizon: float, slot: float, reg: Registry = registry) -> Swept:
+    """One sweep. ``horizon``: how far ahead retries get their alarms (seconds), rounded
+    up to ``slot``."""
+    result = sweep_once(engine)
+    released = release_held(engine, reg)
+    with engine.begin() as conn:  # the claim's floor follows the oldest unfinished day
+        queue.raise_floor(conn)
+    with engine.begin() as conn:
+        endpoints = set(deliveries.sweep(conn))
+        jobs = bulk.due_jobs(conn)
+        # The alarms' lifeline: retries due before the next sweeps get theirs (again).
+        drain_alarms = queue.due_within(conn, horizon, slot)
+        deliver_alarms = deliveries.due_within(conn, horizon, slot)
+    return Swept(
+        result.requeued,
+        result.quarantined,
+        result.due,
+        released,
+        endpoints,
+        jobs,
+        drain_alarms,
+        deliver_alarms,
+    )

@@ -1,0 +1,43 @@
+"""Retention and the ledger's days, for the beat's tasks and the CLI alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+
+from inbox.domain.retention import PruneResult
+from inbox.infra.config import Settings
+from inbox.store.schema import partitions
+from inbox.store.schema.partitions import Day, Made, Retired
+from inbox.store.write import retention, sources
+
+__all__ = ["Day", "Made", "PruneResult", "Retired", "ensure_partitions", "ledger_days", "prune"]
+
+
+def prune(engine: Engine, settings: Settings, dry_run: bool = False) -> PruneResult:
+    """One retention round: expired keys, old bodies and attempts, old ledger days."""
+    return retention.prune_once(engine, settings, dry_run=dry_run)
+
+
+def ensure_partitions(engine: Engine) -> Made:
+    """Today's and the week ahead's partitions (rows in DEFAULT moved out)."""
+    return partitions.ensure_ahead(engine)
+
+
+@dataclass(frozen=True)
+class LedgerDays:
+    """Every day's estimated rows, the ledger window (and why it is that long), and what
+    the next prune would drop or keep."""
+
+    days: list[Day]
+    window: int
+    note: str | None
+    verdicts: Retired
+
+
+def ledger_days(engine: Engine, settings: Settings) -> LedgerDays:
+    with engine.connect() as conn:
+        days = partitions.overview(conn)
+        window, note = retention.ledger_window(settings, sources.list_sources(conn))
+    return LedgerDays(days, window, note, partitions.retire(engine, window, dry_run=True))
