@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import Connection
+
 from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.idempotency import validate_key
 from inbox.services import bulk, preview
@@ -25,6 +27,7 @@ __all__ = [
     "awaiting",
     "cancel",
     "get_job",
+    "job_on",
     "preview_bulk_replay",
     "preview_events",
     "preview_job",
@@ -118,7 +121,12 @@ def cancel(rt: Runtime, actor: Actor, public_id: str) -> Job:
 
 def get_job(rt: Runtime, public_id: str, scope: int | None) -> Job | None:
     with rt.engine.connect() as conn:
-        return store.get_job(conn, public_id, scope)
+        return job_on(conn, public_id, scope)
+
+
+def job_on(conn: Connection, public_id: str, scope: int | None) -> Job | None:
+    """``get_job`` on a connection the caller holds (a page reading more beside it)."""
+    return store.get_job(conn, public_id, scope)
 
 
 def awaiting(rt: Runtime, scope: int | None) -> list[Job]:

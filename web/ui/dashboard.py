@@ -15,7 +15,6 @@ from inbox.domain.states import DeliveryState, EventState
 from inbox.services import replays
 from inbox.store.reads import dashboard as store
 from inbox.store.reads import history, stats
-from web import actions
 from web.services import services
 from web.ui import charts, outcomes
 from web.ui.blueprint import ui
@@ -138,7 +137,7 @@ def dashboard() -> str:
         jobs = [
             (job, outcomes.shown(job, history.replay_outcomes(conn, job.id, job.kind)))
             for public_id in store.recent_bulk_replays(conn, scope(), 5)
-            if (job := replays.get_job(actions.runtime(), public_id, scope())) is not None
+            if (job := replays.job_on(conn, public_id, scope())) is not None
         ]
     labels = _labels(s)
     return render_template(
