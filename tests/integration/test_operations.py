@@ -169,3 +169,25 @@ def test_endpoint_changes_from_the_cli_are_audited_as_from_the_api(engine, make_
             text("SELECT actor, action FROM audit_log WHERE subject_kind = 'endpoint' ORDER BY id")
         ).all()
     assert [tuple(r) for r in audited] == [("bob", "disable"), ("bob", "enable")]
+
+
+def test_a_cli_command_closes_its_engine_when_it_ends(engine, runner):
+    """One runtime per command (inbox.cli.base.current): its connections end with it,
+    whether the command succeeded or failed."""
+
+    def others() -> int:
+        with engine.connect() as conn:
+            return int(
+                conn.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname ="
+                        " current_database() AND pid <> pg_backend_pid()"
+                    )
+                ).scalar_one()
+            )
+
+    before = others()
+    for _ in range(5):
+        assert runner.invoke(main, ["tenants", "list"]).exit_code == 0
+        assert runner.invoke(main, ["events", "list", "--tenant", "nosuch"]).exit_code == 1
+    assert others() <= before
