@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from inbox.domain.records import TenantId
 from inbox.services.operations import Actor
 from inbox.services.runtime import Bells, Runtime
 from web.services import services
@@ -19,7 +20,7 @@ class _Caller(Protocol):
     def name(self) -> str: ...
 
     @property
-    def tenant_id(self) -> int | None: ...
+    def tenant_id(self) -> TenantId | None: ...
 
 
 def actor(token: _Caller) -> Actor:

@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 
 from inbox.domain import callbacks
 from inbox.domain.errors import NotFound
-from inbox.domain.records import Endpoint
+from inbox.domain.records import Endpoint, TenantId
 from inbox.services.bulk import NotReplayable
 from inbox.services.runtime import Rung, Runtime
 from inbox.store.reads import admin
@@ -70,7 +70,7 @@ class Actor:
     """Who acts (audited by name) and the tenant they are limited to (None: every one)."""
 
     name: str
-    scope: int | None = None
+    scope: TenantId | None = None
 
 
 @dataclass(frozen=True)
@@ -190,12 +190,14 @@ def release_hold(rt: Runtime, actor: Actor, public_id: str, *, withdraw: bool = 
         return hstore.release(conn, public_id, actor.name, actor.scope)
 
 
-def list_holds(rt: Runtime, scope: int | None, *, include_released: bool = False) -> list[Hold]:
+def list_holds(
+    rt: Runtime, scope: TenantId | None, *, include_released: bool = False
+) -> list[Hold]:
     with rt.engine.connect() as conn:
         return hstore.listing(conn, scope, include_released=include_released)
 
 
-def get_hold(rt: Runtime, public_id: str, scope: int | None) -> Hold | None:
+def get_hold(rt: Runtime, public_id: str, scope: TenantId | None) -> Hold | None:
     with rt.engine.connect() as conn:
         return hstore.get(conn, public_id, scope)
 

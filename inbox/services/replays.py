@@ -14,6 +14,7 @@ from sqlalchemy import Connection
 
 from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.idempotency import validate_key
+from inbox.domain.records import BulkJobId, TenantId
 from inbox.services import bulk, preview
 from inbox.services.operations import Actor
 from inbox.services.runtime import Rung, Runtime
@@ -103,7 +104,7 @@ def review(
     return job
 
 
-def run_here(rt: Runtime, job_id: int) -> tuple[bulk.BulkRun, Rung | None]:
+def run_here(rt: Runtime, job_id: BulkJobId) -> tuple[bulk.BulkRun, Rung | None]:
     """Run an approved job in this process at its rate (the CLI's way), then ring the
     doorbell once for what it moved."""
     run = bulk.run_bulk_once(rt.engine, job_id)
@@ -119,17 +120,17 @@ def cancel(rt: Runtime, actor: Actor, public_id: str) -> Job:
     return job
 
 
-def get_job(rt: Runtime, public_id: str, scope: int | None) -> Job | None:
+def get_job(rt: Runtime, public_id: str, scope: TenantId | None) -> Job | None:
     with rt.engine.connect() as conn:
         return job_on(conn, public_id, scope)
 
 
-def job_on(conn: Connection, public_id: str, scope: int | None) -> Job | None:
+def job_on(conn: Connection, public_id: str, scope: TenantId | None) -> Job | None:
     """``get_job`` on a connection the caller holds (a page reading more beside it)."""
     return store.get_job(conn, public_id, scope)
 
 
-def awaiting(rt: Runtime, scope: int | None) -> list[Job]:
+def awaiting(rt: Runtime, scope: TenantId | None) -> list[Job]:
     """Jobs waiting for a second operator, oldest first."""
     with rt.engine.connect() as conn:
         return bulk_review.awaiting(conn, scope)

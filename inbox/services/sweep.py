@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine
 
 from inbox.domain.playbooks import Registry, registry
+from inbox.domain.records import EndpointId
 from inbox.services.drain import release_held, sweep_once
 from inbox.store.write import bulk, deliveries, queue
 
@@ -26,7 +27,7 @@ class Swept:
     quarantined: int = 0
     due: int = 0
     released: int = 0
-    endpoints: set[int] = field(default_factory=set)  # couriers with due deliveries
+    endpoints: set[EndpointId] = field(default_factory=set)  # couriers with due deliveries
     jobs: list[int] = field(default_factory=list)  # bulk replays due to (re)start
     drain_alarms: list[float] = field(default_factory=list)  # seconds until a retry is due
     deliver_alarms: list[tuple[int, float]] = field(default_factory=list)  # (endpoint, s)

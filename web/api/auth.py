@@ -6,6 +6,7 @@ from flask import g, request
 
 from inbox.domain import tokens
 from inbox.domain.errors import Forbidden, Unauthorized
+from inbox.domain.records import TenantId
 from inbox.services import admin
 from inbox.services.admin import Token
 from web import throttle
@@ -37,6 +38,6 @@ def current() -> Token:
     return token
 
 
-def scope() -> int | None:
+def scope() -> TenantId | None:
     """The tenant the caller is limited to; None for an all-tenants token."""
     return current().tenant_id

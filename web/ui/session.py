@@ -15,6 +15,7 @@ from werkzeug.wrappers import Response
 
 from inbox.domain import tokens
 from inbox.domain.errors import Forbidden, TooManyRequests, Unauthorized
+from inbox.domain.records import TenantId
 from inbox.services import admin
 from inbox.services.admin import Token
 from web import throttle
@@ -79,7 +80,7 @@ def current() -> Token:
     return token
 
 
-def scope() -> int | None:
+def scope() -> TenantId | None:
     """The tenant the signed-in token is limited to; None for an all-tenants token."""
     return current().tenant_id
 
