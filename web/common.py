@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -12,7 +13,7 @@ from flask import request
 
 from inbox.domain.errors import BadRequest, InboxError, NotFound
 from inbox.services.bulk import parse_time
-from inbox.store.reads.admin import Filter
+from inbox.store.reads.admin import DeliverySummary, EventSummary, Filter
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -93,10 +94,10 @@ def list_filter(states: tuple[str, ...]) -> Filter:
     )
 
 
-def page(rows: list[dict[str, Any]], size: int) -> dict[str, Any]:
+def page(rows: Sequence[EventSummary | DeliverySummary], size: int) -> dict[str, Any]:
     """One page of a listing fetched with ``size + 1`` rows: the extra row means more."""
     more = len(rows) > size
     rows = rows[:size]
-    cursor = encode_cursor(rows[-1]["id"]) if more and rows else None
-    items = [{k: v for k, v in r.items() if k != "id"} for r in rows]
+    cursor = encode_cursor(rows[-1].id) if more and rows else None
+    items = [r.public() for r in rows]
     return {"items": jsonable(items), "next_cursor": cursor}

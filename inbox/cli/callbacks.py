@@ -16,6 +16,7 @@ from inbox.domain.records import Endpoint
 from inbox.domain.states import DeliveryState
 from inbox.services import operations
 from inbox.services.operations import Actor
+from inbox.store.reads import admin
 
 _ACTOR = click.option("--actor", default=getpass.getuser, show_default="current user")
 
@@ -197,22 +198,24 @@ def deliveries() -> None:
 def deliveries_list(state: str | None, tenant: str | None, limit: int, as_json: bool) -> None:
     with transaction() as conn:
         check_named(conn, tenant)
-        rows = operations.list_deliveries(conn, state, tenant, limit)
+        rows = admin.list_deliveries(
+            conn, None, admin.Filter(tenant=tenant, state=state), limit, None
+        )
     if as_json:
-        emit_json([{k: v for k, v in d.items() if k != "id"} for d in rows])
+        emit_json([d.public() for d in rows])
         return
     table(
         ["delivery", "tenant", "endpoint", "type", "state", "attempts", "created", "last error"],
         [
             (
-                d["public_id"],
-                d["tenant"],
-                d["endpoint"],
-                d["event_type"],
-                d["state"],
-                d["attempts"],
-                d["created_at"],
-                d["last_error"],
+                d.public_id,
+                d.tenant,
+                d.endpoint,
+                d.event_type,
+                d.state,
+                d.attempts,
+                d.created_at,
+                d.last_error,
             )
             for d in rows
         ],
@@ -224,40 +227,34 @@ def deliveries_list(state: str | None, tenant: str | None, limit: int, as_json: 
 @json_option
 def deliveries_show(delivery_id: str, as_json: bool) -> None:
     with transaction() as conn:
-        detail = operations.delivery_detail(conn, delivery_id)
+        detail = admin.delivery_detail(conn, delivery_id, None)
     if detail is None:
         raise NotFound(f"No delivery {delivery_id}.")
-    detail.pop("id", None)
     if as_json:
-        emit_json(detail)
+        emit_json(detail.public())
         return
     fields(
         [
-            ("delivery", detail["public_id"]),
-            ("endpoint", f"{detail['endpoint']}  {detail['url']}"),
-            ("type", detail["event_type"]),
-            ("state", detail["state"]),
-            ("attempts", detail["attempts"]),
-            ("created", detail["created_at"]),
-            ("finished", detail["finished_at"]),
-            ("last status", detail["last_status"]),
-            ("last error", detail["last_error"]),
+            ("delivery", detail.public_id),
+            ("endpoint", f"{detail.endpoint}  {detail.url}"),
+            ("type", detail.event_type),
+            ("state", detail.state),
+            ("attempts", detail.attempts),
+            ("created", detail.created_at),
+            ("finished", detail.finished_at),
+            ("last status", detail.last_status),
+            ("last error", detail.last_error),
         ]
     )
-    if detail["attempts_log"]:
+    if detail.attempts_log:
         click.echo("\nattempts:")
         table(
             ["at", "status", "error", "latency ms", "excerpt"],
-            [
-                (a["at"], a["status"], a["error_class"], a["latency_ms"], a["excerpt"])
-                for a in detail["attempts_log"]
-            ],
+            [(a.at, a.status, a.error_class, a.latency_ms, a.excerpt) for a in detail.attempts_log],
         )
-    if detail["audit"]:
+    if detail.audit:
         click.echo("\naudit:")
-        table(
-            ["at", "actor", "action"], [(a["at"], a["actor"], a["action"]) for a in detail["audit"]]
-        )
+        table(["at", "actor", "action"], [(a.at, a.actor, a.action) for a in detail.audit])
 
 
 @deliveries.command("replay")

@@ -17,6 +17,8 @@ from inbox.domain.states import EventState
 from inbox.services import bulk, operations, replays
 from inbox.services.operations import Actor
 from inbox.services.runtime import Rung
+from inbox.store.reads import admin
+from inbox.store.reads.detail import EventDetail
 
 # Lease bookkeeping: how the workers coordinate, not what happened to the event.
 INTERNAL = ("id", "tenant_id", "source_id", "fence", "lease_owner", "lease_expires_at", "headers")
@@ -39,9 +41,10 @@ def events_list(
     """The newest events first (times in UTC)."""
     with transaction() as conn:
         check_named(conn, tenant, source)
-        rows = operations.list_events(conn, state, tenant, source, limit=limit)
+        f = admin.Filter(state=state, tenant=tenant, source=source)
+        rows = admin.list_events(conn, None, f, limit, None)
     if as_json:
-        emit_json([{k: v for k, v in vars(r).items() if k != "id"} for r in rows])
+        emit_json([r.public() for r in rows])
         return
     table(
         ["event", "source", "type", "state", "attempts", "received", "error"],
@@ -66,14 +69,13 @@ def events_list(
 def events_show(public_id: str, as_json: bool) -> None:
     """One event: state, attempts, errors, steps with results, duplicates, conflicts, audit."""
     with transaction() as conn:
-        detail = operations.event_detail(conn, public_id)
+        detail = admin.event_detail(conn, public_id, None)
     if detail is None:
         raise NotFound(f"No event {public_id}.")
-    shown = {k: v for k, v in detail.items() if k not in INTERNAL}
     if as_json:
-        emit_json(shown)
+        emit_json({k: v for k, v in detail.public().items() if k not in INTERNAL})
     else:
-        summary(shown)
+        summary(detail)
 
 
 @events.command("redact")
@@ -99,62 +101,62 @@ def events_redact(public_id: str, reason: str, actor: str, as_json: bool) -> Non
         )
 
 
-def summary(d: dict[str, Any]) -> None:
+def summary(d: EventDetail) -> None:
     """An event as an operator reads it: what it is, where it stands, what happened."""
-    state = d["state"] + (f" ({d['outcome']})" if d.get("outcome") else "")
+    state = d.state + (f" ({d.outcome})" if d.outcome else "")
     pairs: list[tuple[str, object]] = [
-        ("event", d["public_id"]),
-        ("source", f"{d['tenant']}/{d['source']}"),
-        ("type", d.get("event_type")),
+        ("event", d.public_id),
+        ("source", f"{d.tenant}/{d.source}"),
+        ("type", d.event_type),
         ("state", state),
-        ("attempts", f"{d['attempts']} of {d['max_attempts']}"),
-        ("run", f"replay {d['replay']}" if d.get("replay") else "original"),
-        ("received", d["received_at"]),
-        ("finished", d.get("finished_at")),
+        ("attempts", f"{d.attempts} of {d.max_attempts}"),
+        ("run", f"replay {d.replay}" if d.replay else "original"),
+        ("received", d.received_at),
+        ("finished", d.finished_at),
     ]
-    if d.get("state") == EventState.RECEIVED and d.get("last_error_class") == "PlaybookMissing":
+    if d.state == EventState.RECEIVED and d.last_error_class == "PlaybookMissing":
         # Held (inbox.store.write.queue.hold): not due until a sweep finds its playbook.
         pairs.append(("next try", "held until its playbook is registered (see last error)"))
-    elif d.get("state") == EventState.RECEIVED and d.get("available_at"):
-        pairs.append(("next try", d["available_at"]))
-    if d.get("duplicate_count"):
+    elif d.state == EventState.RECEIVED and d.available_at:
+        pairs.append(("next try", d.available_at))
+    if d.duplicate_count:
         pairs.append(
             (
                 "duplicates",
-                f"{d['duplicate_count']} (first {when(d['first_duplicate_at'])},"
-                f" last {when(d['last_duplicate_at'])})",
+                f"{d.duplicate_count} (first {when(d.first_duplicate_at)},"
+                f" last {when(d.last_duplicate_at)})",
             )
         )
-    if d.get("newer_event"):
-        pairs.append(("newer event", f"{d['newer_event']} (completed first: this one is stale)"))
-    if d.get("last_error_class"):
-        error = f"{d['last_error_class']}: {d.get('last_error_message') or ''}"
+    if d.newer_event:
+        pairs.append(("newer event", f"{d.newer_event} (completed first: this one is stale)"))
+    if d.last_error_class:
+        error = f"{d.last_error_class}: {d.last_error_message or ''}"
         pairs.append(("last error", error))
-    size = len(d["body"].encode()) if d.get("body") is not None else None
-    redacted = any(a["action"] == "redacted" for a in d["audit"])
+    size = len(d.body.encode()) if d.body is not None else None
+    redacted = any(a.action == "redacted" for a in d.audit)
     gone = "removed by redaction" if redacted else "removed by retention"
-    body = f"{size} bytes, {d['content_type']}" if size is not None else gone
-    pairs.append(("body", f"{body}, sha256 {d['body_sha256']}"))
-    if d.get("decision") is not None:
-        pairs.append(("decision", json.dumps(d["decision"], sort_keys=True)))
+    body = f"{size} bytes, {d.content_type}" if size is not None else gone
+    pairs.append(("body", f"{body}, sha256 {d.body_sha256}"))
+    if d.decision is not None:
+        pairs.append(("decision", json.dumps(d.decision, sort_keys=True)))
     fields(pairs)
     _section(
         "steps",
         ["step", "attempt", "ran in", "completed", "result"],
         [
-            (s["name"], s["attempt"], _run(s["replay"]), s["completed_at"], json.dumps(s["result"]))
-            for s in d["steps"]
+            (s.name, s.attempt, _run(s.replay), s.completed_at, json.dumps(s.result))
+            for s in d.steps
         ],
     )
     _section(
         "conflicts (same key, another body)",
         ["other sha256", "count", "first", "last"],
-        [(c["other_sha256"], c["count"], c["first_at"], c["last_at"]) for c in d["conflicts"]],
+        [(c.other_sha256, c.count, c.first_at, c.last_at) for c in d.conflicts],
     )
     _section(
         "audit",
         ["at", "actor", "action", "detail"],
-        [(a["at"], a["actor"], a["action"], _audit_detail(a.get("detail"))) for a in d["audit"]],
+        [(a.at, a.actor, a.action, _audit_detail(a.detail)) for a in d.audit],
     )
 
 
@@ -245,8 +247,14 @@ def replay(
         if quarantined:
             targets = [
                 r.public_id
-                for r in operations.list_events(
-                    conn, EventState.QUARANTINED, tenant, source, since, 1_000_000
+                for r in admin.list_events(
+                    conn,
+                    None,
+                    admin.Filter(
+                        tenant=tenant, source=source, state=EventState.QUARANTINED, since=since
+                    ),
+                    1_000_000,
+                    None,
                 )
             ]
     if dry_run:

@@ -88,7 +88,7 @@ def export(
         target = out / public_id
         if target.exists():
             raise BadRequest(f"{target} exists: a bundle is never overwritten")
-        parts = evidence.parts(found.detail, found.body, found.verification)
+        parts = evidence.parts(found.detail.public(), found.body, found.detail.verification)
         sealed.append((target, evidence.seal(parts, public_id, key)))
     for target, files in sealed:
         try:

@@ -57,10 +57,6 @@ __all__ = [
 ]
 
 # Reads the CLI shows beside the read model's (they move with it).
-list_events = operator.list_events
-event_detail = operator.event_detail
-list_deliveries = dstore.list_deliveries
-delivery_detail = dstore.delivery_detail
 list_endpoints = estore.list_endpoints
 get_endpoint = estore.get_endpoint
 

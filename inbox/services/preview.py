@@ -257,7 +257,7 @@ def preview_filter(
 ) -> Preview:
     """Plan the replay of the dead letters a bulk replay's filter matches."""
     rows = admin.list_events(conn, scope, match, MAX_PLANNED + 1, None)
-    found = preview(conn, [str(r["public_id"]) for r in rows], reg)
+    found = preview(conn, [r.public_id for r in rows], reg)
     return Preview(found.events, min(len(rows), MAX_PLANNED), more=found.more)
 
 

@@ -132,7 +132,7 @@ def test_one_trace_from_the_providers_traceparent_to_the_callbacks(
             f"00-{PROVIDER_TRACE}-{_hex(first_claim.context.span_id, 16)}-01"
         )
         detail = admin.event_detail(conn, event_id, None)
-        assert detail is not None and detail["trace_id"] == PROVIDER_TRACE
+        assert detail is not None and detail.trace_id == PROVIDER_TRACE
         hits = history.search(conn, PROVIDER_TRACE, None)
         assert [(h.public_id, h.matched) for h in hits] == [(event_id, "trace id")]
         assert history.search(conn, PROVIDER_TRACE.upper(), None)[0].public_id == event_id

@@ -28,7 +28,7 @@ def show_delivery(public_id: str) -> dict[str, Any]:
         detail = admin.delivery_detail(conn, public_id, auth.scope())
     if detail is None:
         raise not_found("delivery")
-    shown: dict[str, Any] = jsonable(detail)
+    shown: dict[str, Any] = jsonable(detail.public())
     return shown
 
 

@@ -31,7 +31,7 @@ def show_event(public_id: str) -> dict[str, Any]:
         detail = admin.event_detail(conn, public_id, auth.scope())
     if detail is None:
         raise not_found("event")
-    shown: dict[str, Any] = jsonable(detail)
+    shown: dict[str, Any] = jsonable(detail.public())
     return shown
 
 

@@ -43,7 +43,7 @@ def deliveries() -> str:
     filters = _filters()
     older = None
     if more and rows:
-        older = deliveries_url(**filters, cursor=encode_cursor(rows[-1]["id"]))
+        older = deliveries_url(**filters, cursor=encode_cursor(rows[-1].id))
     return render_template(
         "ui/deliveries.html",
         rows=rows,
@@ -76,7 +76,7 @@ def confirm_delivery_replay(public_id: str) -> str:
         d = admin.delivery_detail(conn, public_id, scope())
     if d is None:
         raise not_found("delivery")
-    if d["state"] != DeliveryState.FAILED:
+    if d.state != DeliveryState.FAILED:
         raise NotReplayable("Only a failed delivery can be replayed.")
     event_id = _event_arg()
     back = url_for("ui.delivery", public_id=public_id, event=event_id)

@@ -32,13 +32,13 @@ def events() -> str:
     f, before = list_filter(STATES), cursor()
     with services().engine.connect() as conn:
         rows = admin.list_events(conn, scope(), f, PAGE_SIZE + 1, before)
-        dead = history.failed_callbacks(conn, [r["id"] for r in rows[:PAGE_SIZE]])
+        dead = history.failed_callbacks(conn, [r.id for r in rows[:PAGE_SIZE]])
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
     filters = _filters()
     older = None
     if more and rows:
-        older = url_for("ui.events", **filters, cursor=encode_cursor(rows[-1]["id"]))
+        older = url_for("ui.events", **filters, cursor=encode_cursor(rows[-1].id))
     return render_template(
         "ui/events.html",
         rows=rows,
@@ -60,14 +60,14 @@ def event(public_id: str) -> str:
         tried = history.attempts(conn, row_id) if row_id is not None else []
     if e is None:
         raise not_found("event")
-    dead = [d for d in e.get("deliveries", []) if d["state"] == DeliveryState.FAILED]
+    dead = [d for d in e.deliveries if d.state == DeliveryState.FAILED]
     return render_template(
         "ui/event.html",
         e=e,
         dead=dead,
         tried=tried,
         timeline=event_timeline(e, tried),
-        formatted=pretty_body(e.get("body"), e.get("content_type") or ""),
+        formatted=pretty_body(e.body, e.content_type or ""),
     )
 
 
@@ -78,7 +78,7 @@ def confirm_event_replay(public_id: str) -> str:
         e = admin.event_detail(conn, public_id, scope())
     if e is None:
         raise not_found("event")
-    if e["state"] not in REPLAYABLE:
+    if e.state not in REPLAYABLE:
         raise NotReplayable("Only a quarantined or filtered event can be replayed.")
     return render_template(
         "ui/confirm.html",

@@ -1,15 +1,15 @@
 """One event's history in time order: receipts, duplicates, conflicts, steps, errors,
 every failed attempt (kept across replays), deliveries with their attempts, and the
-audit trail. Pure: it reads the detail dict ``inbox.store.reads.admin.event_detail`` returns
-and the attempts ``inbox.store.reads.history.attempts`` does."""
+audit trail. Pure: it reads the ``EventDetail`` ``inbox.store.reads.admin.event_detail``
+returns and the attempts ``inbox.store.reads.history.attempts`` does."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from inbox.domain.states import EventState
+from inbox.store.reads.detail import AuditRecord, EventDetail
 from inbox.store.reads.history import Attempt
 
 
@@ -26,47 +26,41 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def _receipts(e: dict[str, Any]) -> list[Entry]:
+def _receipts(e: EventDetail) -> list[Entry]:
     out = [
         Entry(
-            e["received_at"],
+            e.received_at,
             "receipt",
             "Received",
-            f"{e['content_type']}; answered {e['response_status']}",
+            f"{e.content_type}; answered {e.response_status}",
         )
     ]
-    n = int(e.get("duplicate_count") or 0)
-    if n and e.get("first_duplicate_at") is not None:
+    n = int(e.duplicate_count or 0)
+    if n and e.first_duplicate_at is not None:
         answer = "each answered with the stored response"
         out.append(
             Entry(
-                e["first_duplicate_at"],
+                e.first_duplicate_at,
                 "duplicate",
                 "First duplicate",
                 f"{_plural(n, 'duplicate')}, {answer}",
             )
         )
-        if n > 1 and e.get("last_duplicate_at") is not None:
+        if n > 1 and e.last_duplicate_at is not None:
             out.append(
-                Entry(
-                    e["last_duplicate_at"], "duplicate", "Last duplicate", _plural(n, "duplicate")
-                )
+                Entry(e.last_duplicate_at, "duplicate", "Last duplicate", _plural(n, "duplicate"))
             )
-    for c in e.get("conflicts", []):
-        what = (
-            f"the same key with another body (sha256 {str(c['other_sha256'])[:16]}…), answered 422"
-        )
+    for c in e.conflicts:
+        what = f"the same key with another body (sha256 {c.other_sha256[:16]}…), answered 422"
         out.append(
-            Entry(
-                c["first_at"], "conflict", "Conflict", f"{_plural(int(c['count']), 'time')}: {what}"
-            )
+            Entry(c.first_at, "conflict", "Conflict", f"{_plural(int(c.count), 'time')}: {what}")
         )
-        if int(c["count"]) > 1:
-            out.append(Entry(c["last_at"], "conflict", "Last conflict", what))
+        if int(c.count) > 1:
+            out.append(Entry(c.last_at, "conflict", "Last conflict", what))
     return out
 
 
-def _attempts(e: dict[str, Any], attempts: list[Attempt]) -> list[Entry]:
+def _attempts(e: EventDetail, attempts: list[Attempt]) -> list[Entry]:
     """Every failed run, kept across replays: the step, the error and its traceback."""
     out = []
     for a in attempts:
@@ -77,97 +71,95 @@ def _attempts(e: dict[str, Any], attempts: list[Attempt]) -> list[Entry]:
         else:
             title = f"Attempt {a.attempt} failed{where}"
         out.append(Entry(a.at, "error", title, message, a.traceback))
-    if e["state"] == EventState.RECEIVED and attempts and attempts[-1].outcome == "retry":
-        out.append(Entry(e["available_at"], "retry", "Retry due", f"attempt {e['attempts'] + 1}"))
+    if e.state == EventState.RECEIVED and attempts and attempts[-1].outcome == "retry":
+        out.append(Entry(e.available_at, "retry", "Retry due", f"attempt {e.attempts + 1}"))
     return out
 
 
-def _last_error(e: dict[str, Any]) -> list[Entry]:
+def _last_error(e: EventDetail) -> list[Entry]:
     """Events failed before attempts were kept: only the latest error is known."""
-    error = e.get("last_error_class")
+    error = e.last_error_class
     if not error:
         return []
-    message = f"{error}: {e.get('last_error_message') or ''}".rstrip(": ")
-    if e["state"] == EventState.QUARANTINED and e.get("finished_at") is not None:
-        detail = f"after {_plural(int(e['attempts']), 'attempt')}: {message}"
-        return [Entry(e["finished_at"], "error", "Quarantined", detail)]
-    if e["state"] == EventState.RECEIVED:
-        detail = f"attempt {e['attempts']} failed: {message}"
-        return [Entry(e["available_at"], "error", "Retry due", detail)]
+    message = f"{error}: {e.last_error_message or ''}".rstrip(": ")
+    if e.state == EventState.QUARANTINED and e.finished_at is not None:
+        detail = f"after {_plural(int(e.attempts), 'attempt')}: {message}"
+        return [Entry(e.finished_at, "error", "Quarantined", detail)]
+    if e.state == EventState.RECEIVED:
+        detail = f"attempt {e.attempts} failed: {message}"
+        return [Entry(e.available_at, "error", "Retry due", detail)]
     return []
 
 
-def _processing(e: dict[str, Any], attempts: list[Attempt]) -> list[Entry]:
+def _processing(e: EventDetail, attempts: list[Attempt]) -> list[Entry]:
     out = [
         Entry(
-            s["completed_at"],
+            s.completed_at,
             "step",
-            f"Step {s['name']} completed",
-            f"attempt {s['attempt']}" + (f", replay {s['replay']}" if s.get("replay") else ""),
+            f"Step {s.name} completed",
+            f"attempt {s.attempt}" + (f", replay {s.replay}" if s.replay else ""),
         )
-        for s in e.get("steps", [])
+        for s in e.steps
     ]
     out += _attempts(e, attempts) if attempts else _last_error(e)
-    if e["state"] == EventState.COMPLETED and e.get("finished_at") is not None:
-        outcome = e.get("outcome") or "done"
+    if e.state == EventState.COMPLETED and e.finished_at is not None:
+        outcome = e.outcome or "done"
         out.append(
             Entry(
-                e["finished_at"],
+                e.finished_at,
                 "done",
                 "Completed",
-                f"{outcome} after {_plural(int(e['attempts']), 'attempt')}",
+                f"{outcome} after {_plural(int(e.attempts), 'attempt')}",
             )
         )
     return out
 
 
-def _deliveries(e: dict[str, Any]) -> list[Entry]:
+def _deliveries(e: EventDetail) -> list[Entry]:
     out = []
-    for d in e.get("deliveries", []):
-        ident = d["public_id"]
-        out.append(Entry(d["created_at"], "delivery", "Delivery created", f"{ident} → {d['url']}"))
-        for a in d.get("attempts_log", []):
-            ok = a.get("status") is not None and 200 <= int(a["status"]) < 300
-            answer = f"HTTP {a['status']}" if a.get("status") is not None else a.get("error_class")
-            excerpt = f": {a['excerpt']}" if a.get("excerpt") and not ok else ""
+    for d in e.deliveries:
+        ident = d.public_id
+        out.append(Entry(d.created_at, "delivery", "Delivery created", f"{ident} → {d.url}"))
+        for a in d.attempts_log:
+            ok = a.status is not None and 200 <= int(a.status) < 300
+            answer = f"HTTP {a.status}" if a.status is not None else a.error_class
+            excerpt = f": {a.excerpt}" if a.excerpt and not ok else ""
             out.append(
                 Entry(
-                    a["at"],
+                    a.at,
                     "delivery" if ok else "delivery-error",
                     f"Delivery attempt: {answer}",
-                    f"{ident}, {a['latency_ms']} ms{excerpt}",
+                    f"{ident}, {a.latency_ms} ms{excerpt}",
                 )
             )
-        if d["state"] == "failed" and d.get("finished_at") is not None:
-            tries = _plural(int(d["attempts"]), "attempt")
+        if d.state == "failed" and d.finished_at is not None:
+            tries = _plural(int(d.attempts), "attempt")
             out.append(
                 Entry(
-                    d["finished_at"],
+                    d.finished_at,
                     "error",
                     "Callback dead (delivery failed)",
-                    f"{ident} after {tries}: {d.get('last_error')}",
+                    f"{ident} after {tries}: {d.last_error}",
                 )
             )
-        for au in d.get("audit", []):
-            out.append(Entry(au["at"], "audit", f"Delivery {au['action']} by {au['actor']}", ident))
+        for au in d.audit:
+            out.append(Entry(au.at, "audit", f"Delivery {au.action} by {au.actor}", ident))
     return out
 
 
-def _audit(a: dict[str, Any]) -> Entry:
+def _audit(a: AuditRecord) -> Entry:
     """An operator's action; a replay says which one it was and what it ended."""
-    detail = a.get("detail") or {}
+    detail = a.detail or {}
     number = f" {detail['replay']}" if detail.get("replay") else ""
     said = []
     if detail.get("attempts_before") is not None:
         said.append(f"after {_plural(int(detail['attempts_before']), 'attempt')}")
     if detail.get("approved_by"):
         said.append(f"bulk {detail.get('bulk_replay')}, approved by {detail['approved_by']}")
-    return Entry(
-        a["at"], "audit", f"{a['action'].capitalize()}{number} by {a['actor']}", "; ".join(said)
-    )
+    return Entry(a.at, "audit", f"{a.action.capitalize()}{number} by {a.actor}", "; ".join(said))
 
 
-def event_timeline(e: dict[str, Any], attempts: list[Attempt]) -> list[Entry]:
+def event_timeline(e: EventDetail, attempts: list[Attempt]) -> list[Entry]:
     entries = _receipts(e) + _processing(e, attempts) + _deliveries(e)
-    entries += [_audit(a) for a in e.get("audit", [])]
+    entries += [_audit(a) for a in e.audit]
     return sorted(entries, key=lambda x: x.at)

@@ -3,7 +3,8 @@
 Every query takes ``scope``: the tenant id a token is limited to, or None for a
 token that sees every tenant. An event or delivery outside the scope is treated
 exactly as one that does not exist. The same filter clauses choose what a bulk
-replay snapshots (``inbox.store.write.bulk``).
+replay snapshots (``inbox.store.write.bulk``). Rows are frozen: ``EventSummary`` and
+``DeliverySummary`` here, an event or a delivery in full in ``inbox.store.reads.detail``.
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from inbox.store.reads import ledger_reads
-from inbox.store.write import deliveries as dstore
-from inbox.store.write import operator
+from inbox.store.reads import detail, ledger_reads
+from inbox.store.reads.detail import DeliveryDetail, EventDetail
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Filter:
     tenant: str | None = None
     source: str | None = None  # events only
@@ -30,6 +30,53 @@ class Filter:
     until: datetime | None = None
     error_class: str | None = None  # events only: the last error's class
     untyped: bool = False  # only rows without an event type (a dead-letter group's key)
+
+
+@dataclass(frozen=True, slots=True)
+class EventSummary:
+    """An event as a listing shows it."""
+
+    id: int
+    public_id: str
+    tenant: str
+    source: str
+    event_type: str | None
+    state: str
+    attempts: int
+    replay: int
+    received_at: datetime
+    finished_at: datetime | None
+    outcome: str | None
+    last_error_class: str | None
+    duplicate_count: int
+
+    def public(self) -> dict[str, Any]:
+        """As the API shows it: the row id stays inside."""
+        return {k: v for k, v in asdict(self).items() if k != "id"}
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverySummary:
+    """A delivery as a listing shows it."""
+
+    id: int
+    public_id: str  # the webhook-id
+    tenant: str
+    endpoint: str  # the endpoint's public id
+    url: str
+    event_type: str
+    state: str
+    replay: int
+    attempts: int
+    last_status: int | None
+    last_error: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    event: str | None  # the public id of the event it calls back about
+
+    def public(self) -> dict[str, Any]:
+        """As the API shows it: the row id stays inside."""
+        return {k: v for k, v in asdict(self).items() if k != "id"}
 
 
 def params(scope: int | None, f: Filter) -> dict[str, Any]:
@@ -141,22 +188,20 @@ def _where(
 
 def list_events(
     conn: Connection, scope: int | None, f: Filter, limit: int, before_id: int | None
-) -> list[dict[str, Any]]:
+) -> list[EventSummary]:
     where, bound = _where("e", scope, ledger_reads.tenant_id(conn, f.tenant), f, before_id)
     rows = conn.execute(text(_EVENTS + where), {**bound, "limit": limit})
-    return [dict(r._mapping) for r in rows]
+    return [EventSummary(**r._mapping) for r in rows]
 
 
 def list_deliveries(
     conn: Connection, scope: int | None, f: Filter, limit: int, before_id: int | None
-) -> list[dict[str, Any]]:
+) -> list[DeliverySummary]:
     where, bound = _where("d", scope, ledger_reads.tenant_id(conn, f.tenant), f, before_id)
-    rows = [
-        dict(r._mapping) for r in conn.execute(text(_DELIVERIES + where), {**bound, "limit": limit})
-    ]
+    rows = conn.execute(text(_DELIVERIES + where), {**bound, "limit": limit}).fetchall()
     # The events' public ids by their ids, a list of constants: PostgreSQL picks their
     # days' partitions when it plans (a correlated subquery planned every partition).
-    ids = sorted({r["event_id"] for r in rows if r["event_id"] is not None})
+    ids = sorted({r.event_id for r in rows if r.event_id is not None})
     names: dict[int, str] = {}
     if ids:
         found = conn.execute(
@@ -164,9 +209,12 @@ def list_deliveries(
             {"ids": ids},
         )
         names = {int(r.id): r.public_id for r in found}
-    for r in rows:
-        r["event"] = names.get(r.pop("event_id"))
-    return rows
+    return [
+        DeliverySummary(
+            **{k: v for k, v in r._mapping.items() if k != "event_id"}, event=names.get(r.event_id)
+        )
+        for r in rows
+    ]
 
 
 def visible(conn: Connection, kind: str, public_id: str, scope: int | None) -> int | None:
@@ -182,32 +230,14 @@ def visible(conn: Connection, kind: str, public_id: str, scope: int | None) -> i
     return int(row.id)
 
 
-_INTERNAL = ("id", "tenant_id", "source_id", "endpoint_id", "event_id", "fence")
-
-
-def _public(row: dict[str, Any]) -> dict[str, Any]:
-    """Row ids stay inside; the API speaks public ids."""
-    return {k: v for k, v in row.items() if k not in _INTERNAL}
-
-
-def event_detail(conn: Connection, public_id: str, scope: int | None) -> dict[str, Any] | None:
+def event_detail(conn: Connection, public_id: str, scope: int | None) -> EventDetail | None:
     """One event in full, with the deliveries it caused (each with its attempts)."""
     if visible(conn, "events", public_id, scope) is None:
         return None
-    detail = operator.event_detail(conn, public_id)
-    if detail is None:
-        return None
-    if detail.get("duplicate_of") is not None:
-        detail["duplicate_of"] = conn.execute(
-            text("SELECT public_id FROM events WHERE id = :id"), {"id": detail["duplicate_of"]}
-        ).scalar()
-    # every delivery of the event at once, bounded below by the event's day
-    detail["deliveries"] = [_public(d) for d in dstore.event_deliveries(conn, detail["id"])]
-    return _public(detail)
+    return detail.event(conn, public_id)
 
 
-def delivery_detail(conn: Connection, public_id: str, scope: int | None) -> dict[str, Any] | None:
+def delivery_detail(conn: Connection, public_id: str, scope: int | None) -> DeliveryDetail | None:
     if visible(conn, "deliveries", public_id, scope) is None:
         return None
-    detail = dstore.delivery_detail(conn, public_id)
-    return _public(detail) if detail is not None else None
+    return detail.delivery(conn, public_id)

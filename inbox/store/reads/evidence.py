@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import Connection, text
 
 from inbox.store.reads import admin, ledger_reads
+from inbox.store.reads.detail import EventDetail
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EventEvidence:
     public_id: str
-    detail: dict[str, Any]  # admin.event_detail: steps, deliveries with attempts, audit
+    detail: EventDetail  # steps, deliveries with attempts, audit
     body: bytes | None  # the stored bytes, exactly; None once retention removed them
-    verification: dict[str, Any] | None
 
 
 def event_evidence(conn: Connection, public_id: str) -> EventEvidence | None:
@@ -26,10 +25,9 @@ def event_evidence(conn: Connection, public_id: str) -> EventEvidence | None:
         text(f"SELECT e.body FROM events e WHERE {ledger_reads.by_public_id('e')}"),
         ledger_reads.bounds_params(public_id),
     ).scalar()
-    verification = detail.pop("verification", None)
-    return EventEvidence(public_id, detail, None if body is None else bytes(body), verification)
+    return EventEvidence(public_id, detail, None if body is None else bytes(body))
 
 
 def matching(conn: Connection, f: admin.Filter, limit: int) -> list[str]:
     """The public ids of the newest ``limit`` events ``f`` selects."""
-    return [r["public_id"] for r in admin.list_events(conn, None, f, limit, None)]
+    return [r.public_id for r in admin.list_events(conn, None, f, limit, None)]

@@ -14,8 +14,7 @@ from datetime import datetime
 from sqlalchemy import Connection, text
 
 from inbox.domain.idempotency import key_digest
-from inbox.store.reads.ledger_reads import bounds_params, by_public_id
-from inbox.store.write.deliveries import since_event
+from inbox.store.reads.ledger_reads import bounds_params, by_public_id, since_event
 
 _SCOPED = "(CAST(:scope AS bigint) IS NULL OR {col} = :scope)"
 

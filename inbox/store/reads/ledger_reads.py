@@ -81,6 +81,13 @@ def span(public_ids: Iterable[str]) -> tuple[int, int]:
     return min(r[0] for r in ranges), max(r[1] for r in ranges)
 
 
+def since_event(event_id: int) -> int:
+    """The lowest id a delivery of ``event_id`` can have: a delivery is made on or after
+    its event's day, so a lookup bounded by it skips every older day's partition when
+    the query is planned."""
+    return ledger.bounds(ledger.day_of(event_id))[0]
+
+
 def tenant_id(conn: Connection, name: str | None) -> int | None:
     """The id of the tenant named ``name`` (None for no name; -1, which matches nothing,
     for an unknown one). A ledger read filters ``tenant_id = :id`` on the ledger's own

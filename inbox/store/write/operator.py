@@ -1,134 +1,16 @@
-"""What operators see and do: event listings, one event in full, replays (audited)."""
+"""What operators do to events: replays (audited), and the audit line of a preview.
+
+What they see is the read model's (``inbox.store.reads.admin``, ``.detail``)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, text
 
 from inbox.store.db.days import LOWER_FLOOR
 from inbox.store.reads import ledger_reads
-from inbox.store.reads.ledger_reads import EVENT_ROW, KEYS_JOIN
-
-
-@dataclass(frozen=True)
-class EventRow:
-    id: int
-    public_id: str
-    tenant: str
-    source: str
-    event_type: str | None
-    state: str
-    attempts: int
-    received_at: datetime
-    finished_at: datetime | None
-    outcome: str | None
-    last_error_class: str | None
-
-
-_LIST = """
-SELECT e.id, e.public_id, t.name AS tenant, s.name AS source, e.event_type, e.state,
-       e.attempts, e.received_at, e.finished_at, e.outcome, e.last_error_class
-  FROM events e JOIN tenants t ON t.id = e.tenant_id JOIN sources s ON s.id = e.source_id
- WHERE (CAST(:state AS text) IS NULL OR e.state = :state)
-   AND (CAST(:tenant_id AS bigint) IS NULL OR e.tenant_id = :tenant_id)
-   AND (CAST(:source AS text) IS NULL OR s.name = :source)
-   AND (CAST(:since AS timestamptz) IS NULL OR e.received_at >= :since)
-   AND (CAST(:before_id AS bigint) IS NULL OR e.id < :before_id)
- ORDER BY e.id DESC
- LIMIT :limit
-"""
-
-
-def list_events(
-    conn: Connection,
-    state: str | None = None,
-    tenant: str | None = None,
-    source: str | None = None,
-    since: datetime | None = None,
-    limit: int = 50,
-    before_id: int | None = None,
-) -> list[EventRow]:
-    rows = conn.execute(
-        text(_LIST),
-        {
-            "state": state,
-            "tenant_id": ledger_reads.tenant_id(conn, tenant),  # by id: see tenant_id
-            "source": source,
-            "since": since,
-            "limit": limit,
-            "before_id": before_id,
-        },
-    )
-    return [EventRow(**r._mapping) for r in rows]
-
-
-def event_detail(conn: Connection, public_id: str) -> dict[str, Any] | None:
-    """Everything that happened to one event (keys and secrets are not stored at all)."""
-    ev = conn.execute(
-        text(
-            f"""
-            SELECT {EVENT_ROW}, t.name AS tenant, s.name AS source
-              FROM events e JOIN tenants t ON t.id = e.tenant_id
-              JOIN sources s ON s.id = e.source_id {KEYS_JOIN}
-             WHERE {ledger_reads.by_public_id("e")}
-            """
-        ),
-        ledger_reads.bounds_params(public_id),
-    ).first()
-    if ev is None:
-        return None
-    m = dict(ev._mapping)
-    # The newer event by its id, a bound value: one partition is planned (a correlated
-    # subquery planned every day's partition for one row).
-    m["newer_event"] = (
-        conn.execute(
-            text("SELECT public_id FROM events WHERE id = :id"), {"id": ev.newer_event_id}
-        ).scalar()
-        if ev.newer_event_id is not None
-        else None
-    )
-    steps = conn.execute(
-        text(
-            "SELECT name, result, attempt, replay, completed_at FROM steps WHERE event_id = :id"
-            " ORDER BY completed_at, name"
-        ),
-        {"id": ev.id},
-    )
-    conflicts = conn.execute(
-        text(
-            "SELECT encode(other_body_sha256, 'hex') AS other_sha256, count, first_at, last_at"
-            " FROM idempotency_conflicts WHERE event_id = :id"
-        ),
-        {"id": ev.id},
-    )
-    audit = conn.execute(
-        text(
-            "SELECT at, actor, action, detail FROM audit_log"
-            " WHERE subject_kind = 'event' AND subject_id = :id ORDER BY id"
-        ),
-        {"id": ev.id},
-    )
-    body = m.pop("body")
-    hidden_columns = (
-        "key_digest",
-        "key_expires_at",
-        "business_key_digest",
-        "ordering_key",
-        "response_body",
-    )
-    for hidden in (*hidden_columns, "newer_event_id"):
-        m.pop(hidden, None)
-    m["body_sha256"] = bytes(m["body_sha256"]).hex()
-    m["body"] = bytes(body).decode("utf-8", "replace") if body is not None else None
-    m["steps"] = [dict(r._mapping) for r in steps]
-    m["conflicts"] = [dict(r._mapping) for r in conflicts]
-    m["audit"] = [dict(r._mapping) for r in audit]
-    return m
-
 
 # Only a quarantined or filtered event moves: two operators replaying the same event at once
 # both run this UPDATE, the row lock serialises them, and the second finds it no

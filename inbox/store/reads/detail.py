@@ -1,0 +1,264 @@
+"""One event or one delivery in full: the rows the API, the console, the CLI and the
+evidence bundle show (scoped by ``inbox.store.reads.admin``).
+
+Keys and secrets are not stored at all; the key's digest, the ordering and business key
+digests and the stored response body stay inside. ``public()`` is a row as the API shows
+it: row ids stay inside, the API speaks public ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from inbox.store.reads.ledger_reads import (
+    COUNTERS,
+    KEYS_JOIN,
+    bounds_params,
+    by_public_id,
+    since_event,
+)
+
+# Row ids: never shown by the API (``public()``), the CLI or a bundle.
+INTERNAL = frozenset({"id", "tenant_id", "source_id", "fence"})
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    at: datetime
+    actor: str
+    action: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """An audit row with what it recorded (a replay's number, its attempts before...)."""
+
+    at: datetime
+    actor: str
+    action: str
+    detail: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryAttempt:
+    at: datetime
+    status: int | None
+    error_class: str | None
+    latency_ms: int | None
+    excerpt: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryDetail:
+    id: int
+    public_id: str  # the webhook-id
+    tenant: str
+    endpoint: str  # the endpoint's public id
+    url: str
+    event_type: str
+    state: str
+    replay: int
+    attempts: int
+    last_status: int | None
+    last_error: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    attempts_log: tuple[DeliveryAttempt, ...]
+    audit: tuple[AuditEntry, ...]
+
+    def public(self) -> dict[str, Any]:
+        return _public(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    name: str
+    result: Any  # the step's JSON result, as the playbook returned it
+    attempt: int
+    replay: int
+    completed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """Copies of the event's key that came with another body (answered 422)."""
+
+    other_sha256: str
+    count: int
+    first_at: datetime
+    last_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EventDetail:
+    id: int
+    public_id: str
+    tenant_id: int
+    source_id: int
+    tenant: str
+    source: str
+    event_type: str | None
+    content_type: str
+    body: str | None  # the stored bytes as text (undecodable bytes replaced); None once removed
+    body_sha256: str  # hex
+    headers: dict[str, Any]
+    verification: dict[str, Any] | None
+    response_status: int
+    sync: bool
+    state: str
+    attempts: int
+    max_attempts: int
+    replay: int
+    available_at: datetime
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    fence: int
+    received_at: datetime
+    finished_at: datetime | None
+    last_error_class: str | None
+    last_error_message: str | None
+    duplicate_count: int
+    first_duplicate_at: datetime | None
+    last_duplicate_at: datetime | None
+    outcome: str | None
+    decision: dict[str, Any] | None
+    duplicate_of: str | None  # the public id of the event this one duplicates
+    occurred_at: datetime | None
+    version: Decimal | None
+    newer_event: str | None  # the public id of the newer event that made this one stale
+    trace_id: str | None
+    trace_context: str | None
+    held_reason: str | None
+    filter_reason: str | None
+    steps: tuple[Step, ...]
+    conflicts: tuple[Conflict, ...]
+    audit: tuple[AuditRecord, ...]
+    deliveries: tuple[DeliveryDetail, ...]
+
+    def public(self) -> dict[str, Any]:
+        return _public(self)
+
+
+def _public(row: EventDetail | DeliveryDetail) -> dict[str, Any]:
+    out = asdict(row)
+    for d in out.get("deliveries", ()):
+        d.pop("id")
+    return {k: v for k, v in out.items() if k not in INTERNAL}
+
+
+# The event's own columns that an EventDetail carries as they are stored.
+_STORED = (
+    "id, public_id, tenant_id, source_id, event_type, content_type, body, body_sha256, headers,"
+    " verification, response_status, sync, state, attempts, max_attempts, replay, available_at,"
+    " lease_owner, lease_expires_at, fence, received_at, finished_at, last_error_class,"
+    " last_error_message, outcome, decision, duplicate_of, occurred_at, version,"
+    " newer_event_id, trace_id, trace_context, held_reason, filter_reason"
+)
+
+# One event by its public id, pruned to its day's partitions, with its key's counters.
+EVENT = f"""
+SELECT {", ".join("e." + c.strip() for c in _STORED.split(","))}, {COUNTERS},
+       t.name AS tenant, s.name AS source
+  FROM events e JOIN tenants t ON t.id = e.tenant_id
+  JOIN sources s ON s.id = e.source_id {KEYS_JOIN}
+ WHERE {by_public_id("e")}
+"""
+
+# Another event by its row id, a bound value: one partition is planned (a correlated
+# subquery planned every day's partition for one row).
+EVENT_PUBLIC_ID = "SELECT public_id FROM events WHERE id = :id"
+
+STEPS = (
+    "SELECT name, result, attempt, replay, completed_at FROM steps WHERE event_id = :id"
+    " ORDER BY completed_at, name"
+)
+
+CONFLICTS = (
+    "SELECT encode(other_body_sha256, 'hex') AS other_sha256, count, first_at, last_at"
+    " FROM idempotency_conflicts WHERE event_id = :id"
+)
+
+EVENT_AUDIT = (
+    "SELECT at, actor, action, detail FROM audit_log"
+    " WHERE subject_kind = 'event' AND subject_id = :id ORDER BY id"
+)
+
+# One delivery, or an event's deliveries, in full. A plain equality lookup, not the
+# list's ORDER BY id DESC LIMIT: under that plan PostgreSQL reads each day's partition
+# backwards by id looking for the match, where an equality probes each day's index once.
+_DELIVERY = """
+SELECT d.id, d.public_id, t.name AS tenant, e.public_id AS endpoint, e.url, d.event_type,
+       d.state, d.replay, d.attempts, d.last_status, d.last_error, d.created_at, d.finished_at
+  FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id JOIN tenants t ON t.id = d.tenant_id
+ WHERE {where} AND d.id >= :lo
+"""
+DELIVERY = _DELIVERY.format(where="d.public_id = :p")
+EVENT_DELIVERIES = _DELIVERY.format(where="d.event_id = :ev") + " ORDER BY d.id"
+
+# delivery_id is a bound value: the attempts' one partition is chosen when planned
+DELIVERY_ATTEMPTS = (
+    "SELECT at, status, error_class, latency_ms, excerpt FROM delivery_attempts"
+    " WHERE delivery_id = :id ORDER BY id"
+)
+
+DELIVERY_AUDIT = (
+    "SELECT at, actor, action FROM audit_log WHERE subject_kind = 'delivery'"
+    " AND subject_id = :id ORDER BY id"
+)
+
+
+def _public_id(conn: Connection, event_id: int | None) -> str | None:
+    if event_id is None:
+        return None
+    found = conn.execute(text(EVENT_PUBLIC_ID), {"id": event_id}).scalar()
+    return None if found is None else str(found)
+
+
+def event(conn: Connection, public_id: str) -> EventDetail | None:
+    """Everything that happened to one event, with the deliveries it caused (each with
+    its attempts), whatever its tenant (``admin.event_detail`` scopes it)."""
+    ev = conn.execute(text(EVENT), bounds_params(public_id)).first()
+    if ev is None:
+        return None
+    m = dict(ev._mapping)
+    body = m.pop("body")
+    m["body"] = bytes(body).decode("utf-8", "replace") if body is not None else None
+    m["body_sha256"] = bytes(m["body_sha256"]).hex()
+    m["duplicate_of"] = _public_id(conn, m["duplicate_of"])
+    m["newer_event"] = _public_id(conn, m.pop("newer_event_id"))
+    params = {"id": ev.id}
+    m["steps"] = tuple(Step(**r._mapping) for r in conn.execute(text(STEPS), params))
+    m["conflicts"] = tuple(Conflict(**r._mapping) for r in conn.execute(text(CONFLICTS), params))
+    m["audit"] = tuple(AuditRecord(**r._mapping) for r in conn.execute(text(EVENT_AUDIT), params))
+    m["deliveries"] = event_deliveries(conn, ev.id)
+    return EventDetail(**m)
+
+
+def delivery(conn: Connection, public_id: str, since: int = 0) -> DeliveryDetail | None:
+    """One delivery by webhook-id (which carries no day: each day's public_id index is
+    probed once), with ids at least ``since`` when its event is known."""
+    row = conn.execute(text(DELIVERY), {"p": public_id, "lo": since}).first()
+    return _with_history(conn, row._mapping) if row is not None else None
+
+
+def event_deliveries(conn: Connection, event_id: int) -> tuple[DeliveryDetail, ...]:
+    """The deliveries an event caused, oldest first, each in full; only the partitions
+    of the event's day and later are read."""
+    rows = conn.execute(text(EVENT_DELIVERIES), {"ev": event_id, "lo": since_event(event_id)})
+    return tuple(_with_history(conn, r._mapping) for r in rows.fetchall())
+
+
+def _with_history(conn: Connection, row: Any) -> DeliveryDetail:
+    params = {"id": row["id"]}
+    tried = conn.execute(text(DELIVERY_ATTEMPTS), params)
+    audit = conn.execute(text(DELIVERY_AUDIT), params)
+    return DeliveryDetail(
+        **row,
+        attempts_log=tuple(DeliveryAttempt(**r._mapping) for r in tried),
+        audit=tuple(AuditEntry(**r._mapping) for r in audit),
+    )
