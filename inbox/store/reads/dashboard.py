@@ -33,7 +33,7 @@ GAUGES = ("depth", "oldest_age_seconds")
 MEASURES = COUNTS + GAUGES
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Window:
     name: str
     step_seconds: int
@@ -43,7 +43,7 @@ class Window:
 WINDOWS = {"hour": Window("hour", 60, 60), "day": Window("day", 3600, 24)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Series:
     window: Window
     start: datetime  # the first bucket's start (aligned to the step, UTC)

@@ -9,7 +9,7 @@ from sqlalchemy import Connection, select
 from inbox.store.schema.tables import events
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StoredResponse:
     state: str
     status: int

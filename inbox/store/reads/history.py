@@ -19,7 +19,7 @@ from inbox.store.reads.ledger_reads import bounds_params, by_public_id, since_ev
 _SCOPED = "(CAST(:scope AS bigint) IS NULL OR {col} = :scope)"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Attempt:
     at: datetime
     attempt: int
@@ -42,7 +42,7 @@ def attempts(conn: Connection, event_id: int) -> list[Attempt]:
     return [Attempt(**r._mapping) for r in rows]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Hit:
     kind: str  # event | delivery
     public_id: str
@@ -138,7 +138,7 @@ def failed_callbacks(conn: Connection, event_ids: list[int]) -> dict[int, int]:
     return {int(r.event_id): int(r.n) for r in rows}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Outcomes:
     """What the items a bulk replay moved are doing now."""
 

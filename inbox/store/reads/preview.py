@@ -15,7 +15,7 @@ from inbox.store.reads import ledger_reads
 from inbox.store.write.staleness import NEWEST_COMPLETED
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PlannedEvent:
     id: int
     public_id: str
@@ -32,7 +32,7 @@ class PlannedEvent:
     steps: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Newest:
     id: int
     public_id: str
@@ -40,7 +40,7 @@ class Newest:
     version: Decimal | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EndpointRow:
     id: int
     public_id: str

@@ -8,23 +8,28 @@ only ever counted here, never selected.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Row, text
+
+from inbox.store.reads.detail import AuditEntry
 
 HEALTH_HOURS = 24
 HEALTHY_RATE = 0.9  # of the recent attempts, answered 2xx
+R = TypeVar("R")
 _SCOPED = "(CAST(:scope AS bigint) IS NULL OR {col} = :scope)"
 
 
-def _rows(cls: Any, result: Any) -> list[Any]:
-    names = {f.name for f in fields(cls)}
+def _rows(cls: type[R], result: Iterable[Row[Any]]) -> list[R]:
+    """Each row as ``cls``, from the columns it names."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     return [cls(**{k: v for k, v in r._mapping.items() if k in names}) for r in result]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EndpointHealth:
     id: int
     public_id: str
@@ -134,7 +139,7 @@ def endpoint(conn: Connection, public_id: str, scope: int | None) -> EndpointHea
     return rows[0] if rows else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SourceSummary:
     id: int
     tenant: str
@@ -196,7 +201,7 @@ def sources(conn: Connection, scope: int | None) -> list[SourceSummary]:
     return _rows(SourceSummary, conn.execute(text(_SOURCES), {"scope": scope}))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DeadLetterGroup:
     tenant: str
     source: str
@@ -222,12 +227,14 @@ SELECT t.name AS tenant, s.name AS source, e.event_type, e.last_error_class AS e
 """
 
 
-def dead_letter_groups(conn: Connection, scope: int | None, limit: int = 200) -> list[Any]:
+def dead_letter_groups(
+    conn: Connection, scope: int | None, limit: int = 200
+) -> list[DeadLetterGroup]:
     """Quarantined events grouped by tenant, source, type and error class, largest first."""
     return _rows(DeadLetterGroup, conn.execute(text(_GROUPS), {"scope": scope, "limit": limit}))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DeliveryGroup:
     tenant: str
     endpoint: str
@@ -249,20 +256,15 @@ SELECT t.name AS tenant, ep.public_id AS endpoint, ep.url, d.event_type, d.last_
 """
 
 
-def failed_delivery_groups(conn: Connection, scope: int | None, limit: int = 100) -> list[Any]:
+def failed_delivery_groups(
+    conn: Connection, scope: int | None, limit: int = 100
+) -> list[DeliveryGroup]:
     """Failed deliveries grouped by endpoint, type and last error."""
     params = {"scope": scope, "limit": limit}
     return _rows(DeliveryGroup, conn.execute(text(_DELIVERY_GROUPS), params))
 
 
-@dataclass(frozen=True)
-class AuditEntry:
-    at: datetime
-    actor: str
-    action: str
-
-
-def audit_trail(conn: Connection, kind: str, subject_id: int, limit: int = 50) -> list[Any]:
+def audit_trail(conn: Connection, kind: str, subject_id: int, limit: int = 50) -> list[AuditEntry]:
     """Who did what to one subject (an endpoint, a source), newest first."""
     rows = conn.execute(
         text(

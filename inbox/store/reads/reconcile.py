@@ -12,7 +12,7 @@ from sqlalchemy import Connection, text
 CHUNK = 5000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WindowEvent:
     public_id: str
     key_digest: bytes | None

@@ -15,7 +15,7 @@ from inbox.domain.states import EventState
 PENDING_STATES = tuple(s.value for s in (EventState.RECEIVED, EventState.PROCESSING))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DepthRow:
     tenant: str
     source: str
@@ -25,7 +25,7 @@ class DepthRow:
     oldest_age_seconds: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BacklogRow:
     tenant: str
     state: str
