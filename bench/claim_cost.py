@@ -35,7 +35,7 @@ from bench.common.load import make_body
 from inbox.domain.intake import Prepared
 from inbox.domain.records import Source, SourceId, TenantId
 from inbox.domain.sources import SourceOptions
-from inbox.store.write import claims
+from inbox.store.db import claims
 
 # What migration 0016 dropped, put back on the comparison's database.
 OLD_KEYS = (
@@ -85,7 +85,7 @@ class Claimant:
         self.body = make_body("claim-cost")
 
     def row(self) -> tuple[Any, ...]:
-        """One claim's parameters (``inbox.store.write.claims.row``): a new key each."""
+        """One claim's parameters (``inbox.store.db.claims.row``): a new key each."""
         event = Prepared(
             public_id=f"evt_{secrets.token_hex(12)}",
             key_digest=secrets.token_bytes(32),

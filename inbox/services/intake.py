@@ -42,10 +42,10 @@ from inbox.domain.states import EventState
 from inbox.infra import metrics, tracing
 from inbox.infra.config import Settings
 from inbox.store.db import listener as listeners
+from inbox.store.db.claims import Claimed
 from inbox.store.db.engine import deadline_at
 from inbox.store.db.errors import Contended, wrap_exceptions
 from inbox.store.reads.events import stored_response
-from inbox.store.write.claims import Claimed
 from inbox.store.write.intake import IngestResult, claim, taken
 
 __all__ = ["ATTEMPTS", "ClaimQueue", "IngestResult", "Intake", "deadline"]

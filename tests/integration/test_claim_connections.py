@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from inbox.store.db.claim_connections import Connections, for_engine
-from inbox.store.write.claims import row
+from inbox.store.db.claims import row
 from tests.helpers import wait_for
 from tests.integration.test_claims import _event
 

@@ -1,4 +1,4 @@
-"""Group commit of claims (inbox.store.db.group_commit, inbox.store.write.claims) against real
+"""Group commit of claims (inbox.store.db.group_commit, inbox.store.db.claims) against real
 PostgreSQL.
 
 To make the batching deterministic, a first claim is held up by another transaction
@@ -22,8 +22,8 @@ from sqlalchemy import Connection, Engine, text
 
 from inbox.domain.intake import Prepared
 from inbox.domain.records import Source
+from inbox.store.db.claims import Copy, execute, row
 from inbox.store.db.group_commit import Claims
-from inbox.store.write.claims import Copy, execute, row
 from inbox.store.write.intake import ingest
 from tests.helpers import wait_for
 

@@ -18,9 +18,9 @@ from sqlalchemy import text
 from dev.embedded import free_port
 from inbox.infra.config import Settings
 from inbox.store.db.claim_connections import Connections
+from inbox.store.db.claims import row
 from inbox.store.db.engine import make_engine
 from inbox.store.schema import migrate
-from inbox.store.write.claims import row
 from tests.integration.test_claims import _event
 
 

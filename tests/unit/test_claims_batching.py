@@ -15,8 +15,8 @@ import pytest
 from inbox.domain.intake import Prepared
 from inbox.domain.records import Source, SourceId, TenantId
 from inbox.domain.sources import SourceOptions
+from inbox.store.db.claims import Copy
 from inbox.store.db.group_commit import Claims
-from inbox.store.write.claims import Copy
 from tests.helpers import wait_for
 from tests.unit.fake_store import InMemoryStore
 

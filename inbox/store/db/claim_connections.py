@@ -30,8 +30,8 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from sqlalchemy import Engine
 
+from inbox.store.db.claims import Claimed, execute_on
 from inbox.store.db.engine import DEFAULT_TIMEOUT_S, current_deadline, deadline_at
-from inbox.store.write.claims import Claimed, execute_on
 
 RECYCLE_S = 1800.0  # make_engine's pool_recycle
 
@@ -62,7 +62,7 @@ class Connections:
 
     def insert(self, rows: list[tuple[Any, ...]], until: float | None = None) -> dict[str, Claimed]:
         """Run the claiming INSERT for ``rows`` on one of these connections, in autocommit;
-        the public ids that went in (``inbox.store.write.claims.execute``).
+        the public ids that went in (``inbox.store.db.claims.execute``).
 
         The driver directly: SQLAlchemy's Connection/Result machinery plus separate BEGIN
         and COMMIT round trips cost much of the receiver's CPU per event. Driver errors

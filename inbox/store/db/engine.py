@@ -2,7 +2,7 @@
 
 A request that needs the database has one deadline (``deadline``), and every wait of it
 is bounded by what is left: the pool's checkout (``_DeadlinePool``), each statement
-(``watchdog``) and, in ``inbox.store.write.claims``, the group-commit queue. The server's own
+(``watchdog``) and, in ``inbox.store.db.claims``, the group-commit queue. The server's own
 ``statement_timeout`` and ``lock_timeout`` cut a slow statement on a live server; they
 do nothing when the server has stopped answering (a frozen host, a stalled disk, a
 network partition: the kernel still acknowledges every packet, so TCP keepalives and

@@ -23,7 +23,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError  # noqa: TID251
 from sqlalchemy.exc import TimeoutError as PoolTimeout  # noqa: TID251
 
 from inbox.domain.errors import SchemaBehind, StoreUnavailable, ValueRefused
-from inbox.store.write.claims import RETRIED
+from inbox.store.db.claims import RETRIED
 
 # What the edges register a handler for: a statement's error (SQLAlchemy wraps the
 # driver's), no pooled connection in time, and the driver's own (the receiver's claim

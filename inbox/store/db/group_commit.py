@@ -1,7 +1,7 @@
 """Group commit: concurrent claims of one process share one claiming INSERT.
 
 When several threads of one receiver process claim at the same time, ``Claims`` sends
-their rows as one multi-row statement (``inbox.store.write.claims``): one round trip and one
+their rows as one multi-row statement (``inbox.store.db.claims``): one round trip and one
 commit for all of them, instead of one each. Nobody waits for company: the first thread
 runs its row alone at once; whoever arrives while that statement is out queues, and the
 next statement takes the whole queue. A request is answered only from its own row's
@@ -38,8 +38,8 @@ from inbox.domain.intake import Prepared
 from inbox.domain.outcomes import IngestOutcome
 from inbox.domain.records import Source
 from inbox.store.db.claim_connections import for_engine
+from inbox.store.db.claims import MAX_ROWS, Claimed, ClaimTimeout, Copy, row
 from inbox.store.db.engine import DEFAULT_TIMEOUT_S, current_deadline, deadline_at
-from inbox.store.write.claims import MAX_ROWS, Claimed, ClaimTimeout, Copy, row
 
 log = logging.getLogger(__name__)
 

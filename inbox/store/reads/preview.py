@@ -12,7 +12,21 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.store.reads import ledger_reads
-from inbox.store.write.staleness import NEWEST_COMPLETED
+
+# The newest completed event of the same kind of position (time, or version): the replay
+# preview asks it here, and inbox.store.write.staleness asks it under its lock.
+NEWEST_COMPLETED = {
+    column: text(
+        f"""
+        SELECT id, public_id, occurred_at, version FROM events
+         WHERE tenant_id = :t AND business_key_digest = :bk AND id <> :id
+           AND state = 'completed' AND {column} IS NOT NULL
+         ORDER BY {column} DESC, id DESC
+         LIMIT 1
+        """
+    )
+    for column in ("occurred_at", "version")
+}
 
 
 @dataclass(frozen=True, slots=True)

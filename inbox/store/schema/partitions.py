@@ -34,8 +34,8 @@ from sqlalchemy.exc import OperationalError  # noqa: TID251
 
 from inbox.domain import ledger
 from inbox.domain.retention import DayContents, day_kept_because
+from inbox.store.schema import holds
 from inbox.store.schema.ledger_tables import DROP_ORDER, PARTITIONED
-from inbox.store.write import holds
 
 log = logging.getLogger(__name__)
 

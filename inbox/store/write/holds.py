@@ -1,5 +1,5 @@
 """Legal holds in the database: place, release (two operators for a tenant-wide hold),
-list, and the SQL retention uses to leave held events alone (``HELD``).
+list; what a hold covers is ``inbox.store.schema.holds``'s SQL.
 
 Every change writes an ``audit_log`` row (``subject_kind = 'legal_hold'``) in the same
 transaction. The release is a conditional UPDATE, so two operators releasing at once are
@@ -21,22 +21,8 @@ from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.holds import HoldNotActive, HoldScope
 from inbox.domain.idempotency import business_key_digest
 from inbox.store.reads import ledger_reads
+from inbox.store.schema.holds import covering
 from inbox.store.write.sources import get_source, get_tenant
-
-
-def covering(event: str) -> str:
-    """``FROM`` text: the active holds that cover the events row aliased ``event``."""
-    return f"""legal_holds h
-     WHERE h.released_at IS NULL AND h.tenant_id = {event}.tenant_id
-       AND (h.scope = 'tenant'
-            OR (h.scope = 'source' AND h.source_id = {event}.source_id)
-            OR (h.scope = 'business_key' AND h.business_key_digest = {event}.business_key_digest)
-            OR (h.scope = 'event' AND h.event_id = {event}.id))"""
-
-
-def held(event: str) -> str:
-    """SQL true when an active hold covers the events row aliased ``event``."""
-    return f"EXISTS (SELECT 1 FROM {covering(event)})"
 
 
 def holding(conn: Connection, event_id: int) -> list[str]:

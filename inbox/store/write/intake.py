@@ -13,9 +13,9 @@ from inbox.domain.intake import Prepared
 from inbox.domain.outcomes import IngestOutcome
 from inbox.domain.records import Source
 from inbox.domain.states import FINISHED
+from inbox.store.db.claims import Claimed, Copy, autocommit, execute, row
 from inbox.store.db.engine import alone, deadline_at, watchdog
 from inbox.store.schema.tables import event_keys, idempotency_conflicts
-from inbox.store.write.claims import Claimed, Copy, autocommit, execute, row
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from sqlalchemy import Connection, func, insert, select
 
 from inbox.domain.intake import Prepared
 from inbox.domain.records import Source
+from inbox.store.db.claims import execute, row
 from inbox.store.schema.config_tables import audit_log
-from inbox.store.write.claims import execute, row
 
 ACTOR = "reconcile"
 

@@ -54,8 +54,7 @@ from inbox.domain.retention import (
     retry_horizon_hours,
 )
 from inbox.infra.config import Settings
-from inbox.store.schema import partitions
-from inbox.store.write import holds
+from inbox.store.schema import holds, partitions
 from inbox.store.write.sources import list_sources
 
 log = logging.getLogger(__name__)

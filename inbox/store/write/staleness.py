@@ -18,6 +18,7 @@ from sqlalchemy import Connection, text
 from inbox.domain.errors import LeaseLost
 from inbox.domain.ordering import RETRY_SECONDS, Judgement, Newer, Position, lock_key
 from inbox.domain.records import Claim, TenantId
+from inbox.store.reads.preview import NEWEST_COMPLETED
 
 _LIVE = "id = :id AND fence = :fence AND state = 'processing' AND lease_expires_at > now()"
 _RUNNING = text(
@@ -29,21 +30,6 @@ _RUNNING = text(
      LIMIT 1
     """
 )
-
-# The newest completed event of the same kind of position (time, or version); the replay
-# preview (inbox.store.reads.preview) asks the same question.
-NEWEST_COMPLETED = {
-    column: text(
-        f"""
-        SELECT id, public_id, occurred_at, version FROM events
-         WHERE tenant_id = :t AND business_key_digest = :bk AND id <> :id
-           AND state = 'completed' AND {column} IS NOT NULL
-         ORDER BY {column} DESC, id DESC
-         LIMIT 1
-        """
-    )
-    for column in ("occurred_at", "version")
-}
 
 
 def judge(conn: Connection, c: Claim, tenant_id: TenantId, bk: bytes, mine: Position) -> Judgement:
