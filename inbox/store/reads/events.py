@@ -1,12 +1,10 @@
-"""Reading events back: the stored response (synchronous mode) and the operator's views."""
+"""Reading an event's stored response back (synchronous mode)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, select
-
-from inbox.store.schema.tables import events
+from sqlalchemy import Connection, text
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,10 +14,9 @@ class StoredResponse:
     body: bytes
 
 
+STORED_RESPONSE = text("SELECT state, response_status, response_body FROM events WHERE id = :id")
+
+
 def stored_response(conn: Connection, event_id: int) -> StoredResponse:
-    row = conn.execute(
-        select(events.c.state, events.c.response_status, events.c.response_body).where(
-            events.c.id == event_id
-        )
-    ).one()
+    row = conn.execute(STORED_RESPONSE, {"id": event_id}).one()
     return StoredResponse(row.state, row.response_status, bytes(row.response_body))
