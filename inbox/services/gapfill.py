@@ -193,7 +193,7 @@ def run_due(engine: Engine, default_key_ttl_hours: int) -> list[FillResult]:
         due = []
         for s in sources:
             every = timedelta(minutes=(s.options.reconcile or {}).get("every_minutes", 60))
-            last = reconciled.last_run(conn, s)
+            last = rstore.last_run(conn, s.id)
             if last is None or now - last >= every:
                 due.append(s)
     results = []

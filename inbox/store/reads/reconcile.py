@@ -1,4 +1,5 @@
-"""The reads behind ``inbox reconcile``: which key digests a source holds, and its recent events."""
+"""The reads behind ``inbox reconcile``: which key digests a source holds, its recent
+events, and when it was last reconciled."""
 
 from __future__ import annotations
 
@@ -65,3 +66,16 @@ def events_since(
         )
         for r in rows
     ]
+
+
+# The latest reconcile run of a source (``inbox.store.write.reconciled.record_run``).
+LAST_RUN = text(
+    "SELECT max(at) FROM audit_log"
+    " WHERE subject_kind = 'source' AND subject_id = :s AND action = 'reconcile_run'"
+)
+
+
+def last_run(conn: Connection, source_id: int) -> datetime | None:
+    """When the source was last reconciled (None: never)."""
+    at: datetime | None = conn.execute(LAST_RUN, {"s": source_id}).scalar_one()
+    return at

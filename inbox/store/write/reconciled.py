@@ -8,9 +8,8 @@ the mark is written together, or neither.
 from __future__ import annotations
 
 import json
-from datetime import datetime
 
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Connection, insert
 
 from inbox.domain.intake import Prepared
 from inbox.domain.records import Source
@@ -52,14 +51,3 @@ def record_run(conn: Connection, source: Source, counts: dict[str, int]) -> None
             detail=json.loads(json.dumps(counts)),
         )
     )
-
-
-def last_run(conn: Connection, source: Source) -> datetime | None:
-    at: datetime | None = conn.execute(
-        select(func.max(audit_log.c.at)).where(
-            audit_log.c.subject_kind == "source",
-            audit_log.c.subject_id == source.id,
-            audit_log.c.action == "reconcile_run",
-        )
-    ).scalar_one()
-    return at
