@@ -284,6 +284,45 @@ def test_event_detail_has_steps_conflicts_duplicates_deliveries_and_audit(
     assert [a["status"] for a in delivery["attempts_log"]] == [500]
     assert "id" not in detail and "tenant_id" not in detail and "fence" not in detail
     assert "s3cret" not in str(detail)
+    # the shape is pinned: a field is added or removed on purpose, not by a refactoring
+    assert sorted(detail) == sorted(EVENT_DETAIL_KEYS)
+    assert sorted(delivery) == sorted((*DELIVERY_KEYS, "attempts_log", "audit"))
+    assert sorted(delivery["attempts_log"][0]) == [
+        "at",
+        "error_class",
+        "excerpt",
+        "latency_ms",
+        "status",
+    ]
+    assert sorted(detail["steps"][0]) == ["attempt", "completed_at", "name", "replay", "result"]
+    assert sorted(detail["conflicts"][0]) == ["count", "first_at", "last_at", "other_sha256"]
+    assert sorted(detail["audit"][0]) == ["action", "actor", "at", "detail"]
+    (listed,) = client.get("/api/v1/events?tenant=acme", headers=op).json["items"]
+    assert sorted(listed) == sorted(EVENT_LIST_KEYS)
+    (listed,) = client.get("/api/v1/deliveries?tenant=acme", headers=op).json["items"]
+    assert sorted(listed) == sorted((*DELIVERY_KEYS, "event"))
+    assert listed["event"] == public_id
+    shown = client.get("/api/v1/deliveries/msg_1", headers=op).json
+    assert sorted(shown) == sorted((*DELIVERY_KEYS, "attempts_log", "audit"))
+
+
+EVENT_LIST_KEYS = (
+    "public_id", "tenant", "source", "event_type", "state", "attempts", "replay", "received_at",
+    "finished_at", "outcome", "last_error_class", "duplicate_count",
+)  # fmt: skip
+EVENT_DETAIL_KEYS = (
+    "public_id", "tenant", "source", "event_type", "content_type", "body", "body_sha256",
+    "headers", "verification", "response_status", "sync", "state", "attempts", "max_attempts",
+    "replay", "available_at", "lease_owner", "lease_expires_at", "received_at", "finished_at",
+    "last_error_class", "last_error_message", "duplicate_count", "first_duplicate_at",
+    "last_duplicate_at", "outcome", "decision", "duplicate_of", "occurred_at", "version",
+    "newer_event", "trace_id", "trace_context", "held_reason", "filter_reason", "steps",
+    "conflicts", "audit", "deliveries",
+)  # fmt: skip
+DELIVERY_KEYS = (
+    "public_id", "tenant", "endpoint", "url", "event_type", "state", "replay", "attempts",
+    "last_status", "last_error", "created_at", "finished_at",
+)  # fmt: skip
 
 
 # --- deliveries ---------------------------------------------------------------------------
