@@ -48,6 +48,13 @@ class WorkStore(Protocol[Tx]):
 
     def record_steps(self, tx: Tx, c: Claim, results: dict[str, Any], lease: float) -> None: ...
 
+    def record_many(
+        self, tx: Tx, points: list[tuple[Claim, dict[str, Any]]], lease: float
+    ) -> set[EventId]:
+        """Each claim's recovery points and a longer lease, for the claims still live (their
+        ids, returned); a lost claim is left out, not raised."""
+        ...
+
     def claim_effect(
         self, tx: Tx, c: Claim, tenant_id: TenantId, name: str, bk: bytes
     ) -> EventId: ...

@@ -173,6 +173,22 @@ class InMemoryStore(Memory):
             for name, result in results.items():
                 row.steps.setdefault(name, copy.deepcopy(result))
 
+    def record_many(
+        self, tx: Memory, points: list[tuple[Claim, dict[str, Any]]], lease: float
+    ) -> set[EventId]:
+        self.calls.append("record_many")
+        live: set[EventId] = set()
+        for c, results in points:
+            try:
+                row = self._live(c)
+            except LeaseLost:
+                continue
+            row.lease_expires_at = self.now + lease
+            for name, result in results.items():
+                row.steps.setdefault(name, copy.deepcopy(result))
+            live.add(EventId(row.id))
+        return live
+
     def claim_effect(
         self, tx: Memory, c: Claim, tenant_id: TenantId, name: str, bk: bytes
     ) -> EventId:

@@ -233,6 +233,30 @@ def test_complete_many_completes_only_live_leases(subject: Subject) -> None:
     assert (subject.state(live), subject.state(lost)) == ("completed", "processing")
 
 
+def test_record_many_keeps_points_of_live_leases_only(subject: Subject) -> None:
+    live, lapsed, stolen = (subject.add_event() for _ in range(3))
+    claims = {c.id: c for c in claim(subject)}
+    subject.expire(stolen)
+    with subject.store.begin() as tx:
+        subject.store.sweep_expired(tx)
+    [taken] = claim(subject)  # another worker's claim of it, a new fence
+    assert taken.id == stolen and taken.fence != claims[stolen].fence
+    subject.expire(lapsed)
+    points = [(claims[i], {"a": {"n": i}}) for i in (live, lapsed, stolen)]
+    with subject.store.begin() as tx:
+        assert subject.store.record_many(tx, points, LEASE) == {live}
+    with subject.store.begin() as tx:
+        # a recovery point stays as first written
+        assert subject.store.record_many(tx, [(claims[live], {"a": {"n": 0}})], LEASE) == {live}
+        assert subject.store.load(tx, claims[live]).steps == {"a": {"n": live}}
+        assert subject.store.load(tx, taken).steps == {}
+        assert subject.store.record_many(tx, [], LEASE) == set()
+    # the lapsed lease was not extended: the sweep takes the event back
+    with subject.store.begin() as tx:
+        assert subject.store.sweep_expired(tx) == (1, 0)
+    assert subject.state(lapsed) == "received"
+
+
 def test_an_effect_is_claimed_once_per_business_key(subject: Subject) -> None:
     first, _ = subject.add_event(bk=b"k" * 32), subject.add_event(bk=b"k" * 32)
     a, b = claim(subject)

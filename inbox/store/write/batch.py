@@ -1,12 +1,16 @@
-"""Whole-batch statements for the drain: load a claimed batch, complete many events at once.
+"""Whole-batch statements for the drain: load a claimed batch, record the recovery points
+of many events at once, complete many events at once.
 
 Playbooks whose steps have no outside effect need no recovery point between steps:
-their results and completions for a whole batch go in one fenced statement.
+their results and completions for a whole batch go in one fenced statement. Playbooks with
+effects run in lockstep across the batch (``inbox.services.lockstep``): the recovery points
+of one step of every event go in one fenced statement, so one commit serves the batch.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -82,3 +86,41 @@ def complete_many(conn: Connection, completions: list[Completion]) -> set[EventI
     stmt = _COMPLETE_MANY.spanning([x.claim.id for x in completions])
     done = conn.execute(stmt, {"rows": json.dumps(rows)})
     return {EventId(r.id) for r in done}
+
+
+# The recovery points of many events in one statement, fenced like queue.record_steps: an
+# event whose lease was lost or taken over gets no rows and keeps its lease as it was; the
+# live ones have their leases extended. Returns the live ids (the caller stops the rest).
+_RECORD_MANY = DayBounded(
+    """
+    WITH input AS (
+        SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+            AS i(id bigint, fence bigint, steps jsonb)
+    ), live AS (
+        UPDATE events e SET lease_expires_at = now() + make_interval(secs => :lease)
+          FROM input i
+         WHERE e.id = i.id AND e.fence = i.fence AND e.state = 'processing'
+           AND e.id >= {lo} AND e.id < {hi} AND e.lease_expires_at > now()
+        RETURNING e.id, e.attempts, e.replay
+    ), recorded AS (
+        INSERT INTO steps (event_id, name, result, attempt, replay)
+        SELECT live.id, s.name, s.result, live.attempts, live.replay
+          FROM live JOIN input i ON i.id = live.id, jsonb_each(i.steps) AS s(name, result)
+        ON CONFLICT (event_id, name) DO NOTHING
+    )
+    SELECT id FROM live
+    """
+)
+
+
+def record_many(
+    conn: Connection, points: list[tuple[Claim, dict[str, Any]]], lease: float
+) -> set[EventId]:
+    """Record each claim's step results (its recovery points) while its lease is live, and
+    extend those leases; returns the ids still leased to us."""
+    if not points:
+        return set()
+    rows = [{"id": c.id, "fence": c.fence, "steps": steps} for c, steps in points]
+    stmt = _RECORD_MANY.spanning([c.id for c, _ in points])
+    live = conn.execute(stmt, {"rows": json.dumps(rows), "lease": lease})
+    return {EventId(r.id) for r in live}

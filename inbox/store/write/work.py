@@ -26,6 +26,7 @@ class SqlWorkStore:
     load = staticmethod(queue.load)
     load_many = staticmethod(batch.load_many)
     record_steps = staticmethod(queue.record_steps)
+    record_many = staticmethod(batch.record_many)
     claim_effect = staticmethod(queue.claim_effect)
     judge = staticmethod(staleness.judge)
     enqueue_deliveries = staticmethod(deliveries.enqueue)
