@@ -122,6 +122,12 @@ class Settings:
         "lease length; renewed at each step commit and by a heartbeat during a long step",
     )
     batch_size: int = setting("INBOX_BATCH_SIZE", 100, "events per claim")
+    step_concurrency: int = setting(
+        "INBOX_STEP_CONCURRENCY",
+        16,
+        "steps with an outside effect one worker process runs at once (threads), across a "
+        "claimed batch; 1 runs them one after another. Such steps must be thread-safe",
+    )
     retry_base_seconds: float = setting(
         "INBOX_RETRY_BASE_SECONDS",
         2.0,

@@ -186,6 +186,55 @@ def span(
     return _span(name, kind, attributes, parent, link, link_attributes)
 
 
+def start_span(
+    name: str,
+    kind: str = "INTERNAL",
+    attributes: Attributes | None = None,
+    parent: str | None = None,
+    link: str | None = None,
+    link_attributes: Attributes | None = None,
+) -> Any:
+    """A span started but not made current (``using`` makes it current for a block, from any
+    thread; ``end_span`` ends it): for work whose blocks interleave, as the events of a
+    batch run in lockstep do. None while tracing is off."""
+    if _tracer is None:
+        return None
+    from opentelemetry.trace import Link, SpanKind
+
+    links = []
+    if link:
+        ctx = _span_context_of(link)
+        if ctx is not None:
+            links.append(Link(ctx, link_attributes))
+    return _tracer.start_span(
+        name,
+        context=_context_of(parent) if parent else None,
+        kind=getattr(SpanKind, kind),
+        attributes=attributes,
+        links=links,
+        record_exception=False,
+        set_status_on_exception=False,
+    )
+
+
+@contextlib.contextmanager
+def using(current: Any) -> Iterator[Any]:
+    """``current`` (a ``start_span`` span, or None) is the current span inside the block;
+    leaving the block does not end it."""
+    if current is None:
+        yield None
+        return
+    from opentelemetry.trace import use_span
+
+    with use_span(current, end_on_exit=False, record_exception=False):
+        yield current
+
+
+def end_span(current: Any) -> None:
+    if current is not None:
+        current.end()
+
+
 def current_span() -> Any:
     """The current span (None while tracing is off)."""
     if _tracer is None:

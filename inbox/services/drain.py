@@ -15,11 +15,12 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from inbox.domain.playbooks import Registry, registry
-from inbox.domain.records import Completion, EndpointId, EventId, LoadedEvent
+from inbox.domain.playbooks import Playbook, Registry, registry
+from inbox.domain.records import Claim, Completion, EndpointId, EventId, LoadedEvent
 from inbox.domain.states import EventState
 from inbox.infra import metrics, tracing
 from inbox.infra.config import Settings
+from inbox.services import lockstep
 from inbox.services.ports import WorkStore
 from inbox.services.runner import RunConfig, is_pure, run_claimed, run_in_memory, run_span
 from inbox.services.wiring import work_store
@@ -54,7 +55,10 @@ def drain_once(
     """Claim one batch of due events and run each; returns what became of them.
 
     Events whose playbook has no outside effects run in memory and complete together in
-    one statement; every other event commits step by step through ``run_claimed``.
+    one statement; events whose playbook has effects run in lockstep (``lockstep``: one
+    commit per step for the whole batch); the rest (a claim per business key, ordered
+    sources, callbacks from a pure playbook, a playbook missing) commit step by step
+    through ``run_claimed``.
     """
     store = work_store(db)
     with store.begin() as tx:
@@ -64,36 +68,59 @@ def drain_once(
     result = DrainResult(claimed=len(claims))
     cfg = run_config(settings)
     done: list[Completion] = []
-    renewed = time.monotonic()
-    for i, c in enumerate(claims):
-        if time.monotonic() - renewed > settings.lease_seconds / 3:
-            # The rest of the batch is still waiting its turn: keep its leases.
-            _finish(store, done, loaded, result, time.monotonic() - t_loaded)
-            with store.begin() as tx:
-                store.extend(tx, claims[i:], settings.lease_seconds)
-            renewed = time.monotonic()
+    together: list[tuple[Claim, LoadedEvent, Playbook]] = []
+    alone: list[tuple[Claim, LoadedEvent]] = []
+    for c in claims:
         ev = loaded.get(c.id)
         if ev is None:
             result.states["lost"] += 1
             continue
+        try:
+            pb = reg.resolve(ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook"))
+        except Exception:
+            pb = None
+        if pb is not None and not is_pure(pb) and lockstep.eligible(ev, pb):
+            together.append((c, ev, pb))
+            continue
+        if pb is None or not is_pure(pb):
+            alone.append((c, ev))
+            continue
         with run_span(ev) as current:  # one span per attempt, in the event's trace
-            try:
-                pb = reg.resolve(
-                    ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook")
-                )
-            except Exception:
-                pb = None
-            completion = run_in_memory(ev, pb, c) if pb is not None and is_pure(pb) else None
-            if completion is not None:
-                done.append(completion)
-                state: str = completion.outcome
-            else:
+            completion = run_in_memory(ev, pb, c)
+            if completion is None:
                 state = run_claimed(
                     store, c, cfg, reg, notify=notify, ev=ev, on_retry=result.retry_in.append
                 )
                 result.states[state] += 1
+            else:
+                done.append(completion)
+                state = completion.outcome
             tracing.set_attributes(current, {"inbox.outcome": state})
     _finish(store, done, loaded, result, time.monotonic() - t_loaded)
+    if together:
+        lockstep.run_batch(
+            store,
+            together,
+            cfg,
+            result.states,
+            lockstep.pool(settings.step_concurrency),
+            notify=notify,
+            on_retry=result.retry_in.append,
+            clock=time.monotonic,
+        )
+    renewed = t_loaded
+    for i, (c, ev) in enumerate(alone):
+        if time.monotonic() - renewed > settings.lease_seconds / 3:
+            # The rest of the batch is still waiting its turn: keep its leases.
+            with store.begin() as tx:
+                store.extend(tx, [x for x, _ in alone[i:]], settings.lease_seconds)
+            renewed = time.monotonic()
+        with run_span(ev) as current:  # one span per attempt, in the event's trace
+            state = run_claimed(
+                store, c, cfg, reg, notify=notify, ev=ev, on_retry=result.retry_in.append
+            )
+            result.states[state] += 1
+            tracing.set_attributes(current, {"inbox.outcome": state})
     return result
 
 

@@ -53,16 +53,19 @@ def test_pure_playbooks_complete_together_in_one_transaction() -> None:
         assert row.steps == {"record": {"decision": "recorded", "event_type": "ping"}}
 
 
-def test_a_playbook_with_effects_takes_the_step_by_step_path() -> None:
+def test_a_playbook_with_effects_runs_in_lockstep_beside_the_pure_batch() -> None:
     store = InMemoryStore()
     pb = Playbook("pay")
     pb.step("pay")(lambda ctx: {"paid": True})
-    paid = store.add_event(event_type="invoice.paid")
+    paid = [store.add_event(event_type="invoice.paid") for _ in range(3)]
     pinged = store.add_event(event_type="ping")
+    before = store.transactions
     result = drain_once(store, SETTINGS, owner="w", reg=registry((pb, "invoice.paid")))
-    assert result.states == {"completed": 2}
-    assert store.event(paid).steps == {"pay": {"paid": True}}
-    assert store.calls.count("complete") == 1  # the effect playbook's own completion
+    assert result.states == {"completed": 4}
+    assert all(store.event(i).steps == {"pay": {"paid": True}} for i in paid)
+    # claim + load, the pure completion, then the effect step's points with the completions
+    assert store.transactions - before == 3
+    assert store.calls.count("complete_many") == 2 and "complete" not in store.calls
     assert store.event(pinged).state == EventState.COMPLETED
 
 
@@ -102,20 +105,27 @@ def test_an_event_whose_lease_was_lost_in_memory_is_counted_lost(
     assert store.event(event_id).steps == {}
 
 
-def test_the_rest_of_a_slow_batch_keeps_its_leases(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("lockstep", [True, False])
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_the_rest_of_a_slow_batch_keeps_its_leases(
+    monkeypatch: pytest.MonkeyPatch, lockstep: bool, concurrency: int
+) -> None:
     store = InMemoryStore()
     monkeypatch.setattr(drain, "time", StoreTime(store))
     pb = Playbook("slow")
 
-    @pb.step("work")
+    # once per business key (with no business key on the event) takes the step-by-step path
+    @pb.step("work", once_per_business_key=not lockstep)
     def work(ctx: StepContext) -> None:
         store.advance(SETTINGS.lease_seconds / 3 + 1)  # each event takes over a third
 
     ids = [store.add_event(event_type="slow") for _ in range(4)]
-    result = drain_once(store, SETTINGS, owner="w", reg=registry((pb, "slow")))
+    settings = Settings(lease_seconds=30, batch_size=10, step_concurrency=concurrency)
+    result = drain_once(store, settings, owner="w", reg=registry((pb, "slow")))
     # Four events at 11 s each: the last would start 33 s into a 30 s lease.
     assert result.states == {"completed": 4}
-    assert store.calls.count("extend") == 3
+    assert store.calls.count("extend") >= 3
+    assert ("complete" in store.calls) is not lockstep  # one event at a time
     assert all(store.event(i).state == EventState.COMPLETED for i in ids)
 
 
