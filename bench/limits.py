@@ -67,12 +67,16 @@ DURABILITY = (
 PGBENCH_SCRIPT = "BEGIN;\nINSERT INTO probe (v) VALUES (1);\nCOMMIT;\n"
 
 # The figures the inbox reaches today (events/s; the run's date), from bench/README.md; the
-# 2-step one from the side-by-side run against the PostgreSQL queues, not yet in that file.
+# 2-step one from the lockstep drain's own run (20,000 stored events, the Procfile's worker),
+# not yet in that file.
 TODAY: dict[str, tuple[float, str]] = {
     "ingest, unique key": (1627, "bench.ingest 2026-12-03 08:15, unique keys, median of 9"),
     "ingest, duplicate key": (1456, "bench.ingest 2026-12-03 08:15, storm, median of 9"),
     "drain, no effects": (7538, "bench.drain, 2026-11-30, 2 processes, no-op playbook"),
-    "drain, 2 steps with an effect": (241, "2-step side by side, 2026-12-03, 2 processes"),
+    "drain, 2 steps with an effect": (
+        1235,
+        "2-step lockstep drain, 2026-12-03 20:45-21:07, 2 processes, median of 5, load 12-18",
+    ),
     "delivery, one callback": (3179, "bench.deliver, 2026-11-30, 2 couriers, instant sink, run 2"),
 }
 
