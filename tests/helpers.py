@@ -47,6 +47,30 @@ def events_by_state(engine: Any) -> dict[str, int]:
         return {r[0]: int(r[1]) for r in rows}
 
 
+def insert_pending(engine: Any, src: Any, n: int, payload: Any) -> None:
+    """n accepted events of ``src`` with this payload, written as the receiver writes them,
+    without ringing: for tests of what drains them, where sending each through the receiver
+    would only take time (1000 requests: most of such a test's run)."""
+    from sqlalchemy import text
+
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO events (public_id, tenant_id, source_id, event_type, content_type,"
+                " body, body_sha256, response_status, response_body)"
+                " SELECT 'evt_p' || g, :t, :s, :type, 'application/json', CAST(:body AS bytea),"
+                " '\\x00', 202, '' FROM generate_series(1, :n) g"
+            ),
+            {
+                "t": src.tenant_id,
+                "s": src.id,
+                "n": n,
+                "type": payload["type"],
+                "body": body_of(payload).decode(),
+            },
+        )
+
+
 def keyed_insert(insert_events: str, returning: str = "id") -> str:
     """``insert_events`` (an INSERT INTO events without RETURNING) and, when the row has a
     key, its ``event_keys`` row expiring at ``:ke``, as the claim writes them; the new

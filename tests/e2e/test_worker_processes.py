@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from tests import helpers
 from tests.brokers import Broker
-from tests.helpers import body_of, events_by_state, hmac_headers, sink_rows
+from tests.helpers import body_of, events_by_state, hmac_headers, insert_pending, sink_rows
 from tests.procs import CeleryProc, Web
 from tests.sink_playbooks import CRASH_DIR
 
@@ -34,26 +34,6 @@ def env(database_url: str, broker: Broker) -> dict[str, str]:
 
 def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
     helpers.wait_for(cond, timeout, what, interval=0.1)
-
-
-def insert_pending(engine, src, n: int, payload: dict) -> None:
-    """n accepted events, written as the receiver writes them, without ringing."""
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO events (public_id, tenant_id, source_id, event_type, content_type,"
-                " body, body_sha256, response_status, response_body)"
-                " SELECT 'evt_p' || g, :t, :s, :type, 'application/json', CAST(:body AS bytea),"
-                " '\\x00', 202, '' FROM generate_series(1, :n) g"
-            ),
-            {
-                "t": src.tenant_id,
-                "s": src.id,
-                "n": n,
-                "type": payload["type"],
-                "body": body_of(payload).decode(),
-            },
-        )
 
 
 def test_sigkill_mid_playbook_resumes_with_the_same_step_key(env, procs, make_source, engine):

@@ -17,6 +17,7 @@ from tests.helpers import (
     body_of,
     events_by_state,
     hmac_headers,
+    insert_pending,
     leases_expired,
     sink_rows,
     wait_for,
@@ -94,8 +95,7 @@ def test_poison_is_quarantined_after_exactly_max_attempts_while_healthy_complete
 ):
     src = make_source(event_type_path="type", max_attempts=3)
     send(client, src, {"type": "flaky", "poison": True}, "poison")
-    for i in range(1000):
-        send(client, src, {"type": "flaky", "n": i}, f"ok-{i}")
+    insert_pending(engine, src, 1000, {"type": "flaky"})  # the healthy ones, behind it
     drain_all(engine, wsettings)
     assert events_by_state(engine) == {"completed": 1000, "quarantined": 1}
     bad = one(engine, "SELECT * FROM events WHERE state = 'quarantined'")
