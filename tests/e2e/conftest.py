@@ -9,14 +9,22 @@ from tests.brokers import Broker, PrivateRedis, RabbitVhost, rabbit_available
 from tests.procs import CeleryProc, Web
 
 
-@pytest.fixture
-def web_env(database_url: str) -> dict[str, str]:
+def _web_env(database_url: str) -> dict[str, str]:
     return {"DATABASE_URL": database_url, "INBOX_DB_POOL_SIZE": "10"}
 
 
 @pytest.fixture
-def web_server(web_env: dict[str, str]) -> Iterator[Web]:
-    server = Web(web_env)
+def web_env(database_url: str) -> dict[str, str]:
+    return _web_env(database_url)
+
+
+@pytest.fixture(scope="module")
+def web_server(database_url: str) -> Iterator[Web]:
+    """One web process for the tests of a module that only send to it: each test makes
+    sources of its own (their names are new, so the route cache has nothing of an earlier
+    test's), and the tables are emptied between tests; a test that restarts, kills or
+    configures the server starts its own (``Web(web_env, ...)``)."""
+    server = Web(_web_env(database_url))
     yield server
     server.stop()
 
