@@ -144,6 +144,17 @@ def empty_db(pg_server_url: str) -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture
+def migrated_db(pg_server_url: str, template_db: str) -> Iterator[str]:
+    """A database of its own at the head migration: a clone of the run's template (migrated
+    by ``migrate.upgrade``, as ``inbox migrate`` does), much faster than migrating one."""
+    name = f"inbox_mig_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    yield _with_db(pg_server_url, name)
+    _drop(pg_server_url, name)
+
+
 SHARED_REDIS_PORT = 6379  # a developer's own Redis lives here: the suite never uses it
 
 
