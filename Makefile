@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run env test setup lint docs bench clean
+.PHONY: run env test suite setup lint docs bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,11 +32,18 @@ lint: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-## make test: lint, type-check, import contracts, the docs, then the whole suite on every
-## core (pytest-xdist; each worker has its own database cloned from a migrated template)
+## make test: lint, type-check, import contracts and the docs beside the whole suite, which
+## runs on every core (pytest-xdist; each worker has its own database cloned from a migrated
+## template); each part's output is printed when it ends, and any failure fails the target.
 TEST_WORKERS ?= auto
-test: lint docs
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+test: setup
+	$(MAKE) --no-print-directory -j 3 --output-sync=target lint docs suite
+
+## the suite alone. Bytecode is cached even where PYTHONDONTWRITEBYTECODE is set: otherwise
+## each xdist worker compiles every test module again, and each process a test starts
+## (web, celery, the CLI) the whole project.
+suite: setup
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 bench: setup
 	$(BIN)/python -m bench.ingest --seconds 10 --repeats 5
