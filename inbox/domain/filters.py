@@ -15,16 +15,21 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from inbox.domain.errors import BadRequest
+
+if TYPE_CHECKING:
+    import cel
 
 # CEL: ``common-expression-language`` (PyPI), Python bindings of the Rust ``cel`` crate
 # (cel-rust). Chosen over ``cel-python`` (a pure-Python interpreter): released more often,
 # it ships manylinux/macOS/Windows wheels for CPython 3.11 and later (no compiler needed),
 # evaluates in native code (about 40 µs for a typical filter on the ingest path), and its
 # ``compile`` gives a reusable ``Program`` and a parser message with line and column.
-import cel
-
-from inbox.domain.errors import BadRequest
+# Imported on first use: the package's ``import cel`` also loads its command line (typer,
+# rich, prompt_toolkit), about 0.4 s of CPU at every process's start, for sources and
+# endpoints most of which have no filter.
 
 MAX_LENGTH = 4096  # characters: a filter is a condition, not a program
 SOURCE_VARIABLES = frozenset({"body", "headers"})
@@ -49,6 +54,8 @@ def _first_line(message: str) -> str:
 @functools.lru_cache(maxsize=1024)
 def program(expression: str) -> cel.Program:
     """The compiled expression; raises FilterError with the parser's message."""
+    import cel
+
     try:
         return cel.compile(expression)
     except (ValueError, RuntimeError) as exc:

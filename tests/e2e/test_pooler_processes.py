@@ -39,6 +39,9 @@ def env(database_url: str, pgbouncer, broker: Broker) -> dict[str, str]:
         "INBOX_SWEEP_SECONDS": "1",
         "INBOX_RETRY_BASE_SECONDS": "0.05",
         "INBOX_ALLOW_PRIVATE_TARGETS": "1",
+        # A starved CPU is not an unavailable database: the claims' deadline is generous
+        # here, so a loaded machine slows the storm down instead of answering it 503.
+        "INBOX_DB_TIMEOUT_MS": "15000",
     }
 
 
