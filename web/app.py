@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from flask import Flask, Request, redirect
-from flask.ctx import RequestContext
+from flask import Flask, redirect
 from sqlalchemy import Engine
-from werkzeug.routing import MapAdapter
 
 from inbox.infra import broker, metrics, tracing
 from inbox.infra.config import Settings
@@ -21,7 +19,6 @@ from web.api import api
 from web.errors import register_error_handlers
 from web.health import health
 from web.ingest import hooks
-from web.matching import BindingCache, MatchCache, MatchingContext, bind, plain
 from web.metrics import metrics_bp
 from web.overload import Backlog
 from web.responses import BufferedResponse
@@ -30,31 +27,17 @@ from web.services import Services
 from web.ui import ui
 from web.validate import register as register_edge_checks
 
-if TYPE_CHECKING:
-    from _typeshed.wsgi import WSGIEnvironment
-
 
 class InboxFlask(Flask):
     """Flask, with ``ensure_sync`` remembered per function: Flask asks ``inspect`` whether
-    each view and hook is a coroutine function on every call, twice per delivery; and its
-    URL bindings and matches remembered (``web.matching``). Its responses are
-    ``BufferedResponse``s."""
+    each view and hook is a coroutine function on every call, twice per delivery. Its
+    responses are ``BufferedResponse``s."""
 
     response_class = BufferedResponse
 
     def __init__(self, import_name: str) -> None:
         super().__init__(import_name)
         self._sync: dict[Callable[..., Any], Callable[..., Any]] = {}
-        self.url_matches = MatchCache()
-        self.url_bindings = BindingCache()
-
-    def request_context(self, environ: WSGIEnvironment) -> RequestContext:
-        return MatchingContext(self, environ)
-
-    def create_url_adapter(self, request: Request | None) -> MapAdapter | None:
-        if request is None or not plain(self):
-            return super().create_url_adapter(request)
-        return bind(self, request, self.url_bindings)
 
     def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
         try:
