@@ -21,7 +21,6 @@ from web.health import health
 from web.ingest import hooks
 from web.metrics import metrics_bp
 from web.overload import Backlog
-from web.responses import BufferedResponse
 from web.routes import RouteCache
 from web.services import Services
 from web.ui import ui
@@ -30,10 +29,7 @@ from web.validate import register as register_edge_checks
 
 class InboxFlask(Flask):
     """Flask, with ``ensure_sync`` remembered per function: Flask asks ``inspect`` whether
-    each view and hook is a coroutine function on every call, twice per delivery. Its
-    responses are ``BufferedResponse``s."""
-
-    response_class = BufferedResponse
+    each view and hook is a coroutine function on every call, twice per delivery."""
 
     def __init__(self, import_name: str) -> None:
         super().__init__(import_name)
