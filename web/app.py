@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from flask import Flask, redirect
 from sqlalchemy import Engine
@@ -27,27 +26,6 @@ from web.ui import ui
 from web.validate import register as register_edge_checks
 
 
-class InboxFlask(Flask):
-    """Flask, with ``ensure_sync`` remembered per function: Flask asks ``inspect`` whether
-    each view and hook is a coroutine function on every call, twice per delivery."""
-
-    def __init__(self, import_name: str) -> None:
-        super().__init__(import_name)
-        self._sync: dict[Callable[..., Any], Callable[..., Any]] = {}
-
-    def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
-        try:
-            return self._sync[func]
-        except (KeyError, TypeError):  # TypeError: an unhashable callable, not remembered
-            pass
-        sync = super().ensure_sync(func)
-        try:
-            self._sync[func] = sync
-        except TypeError:
-            pass
-        return sync
-
-
 def create_app(
     settings: Settings | None = None,
     engine: Engine | None = None,
@@ -59,7 +37,7 @@ def create_app(
     tracing.configure(settings, "web")  # off (nothing installed) unless OTEL_TRACES_EXPORTER
     # For /readyz, which names a source whose playbook no module registers.
     playbooks.load(settings.playbook_modules)
-    app = InboxFlask(__name__)
+    app = Flask(__name__)
     engine = engine or make_engine(settings)
     rings = broker.Rings()
     if doorbell is None:
