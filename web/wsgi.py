@@ -1,7 +1,5 @@
 """The WSGI entry point: ``python -m web`` serves ``web.wsgi:app`` (web/serve.py)."""
 
-import gc
-
 from inbox.infra.config import process_environment
 from web import create_app
 from web.keepalive import close_now_and_then, keepalive_requests
@@ -15,9 +13,3 @@ for _name in [n for n in _environ if n.startswith("HTTP_") or n.startswith("CONT
 
 app = create_app()
 close_now_and_then(app, keepalive_requests())
-
-# Everything loaded so far (the app, its libraries) lives as long as the worker: move it
-# out of the collector's sight. Without this, each full collection walks those ~80,000
-# objects while holding the interpreter lock; under load that stalled all of a worker's
-# threads, a few times per benchmark window.
-gc.freeze()

@@ -338,22 +338,6 @@ def test_the_web_server_sizes_workers_by_cores():
     assert (target, flags.workers, flags.threads) == ("x:y", 2, 4)
 
 
-FREEZE = """
-import gc, json
-before = gc.get_freeze_count()
-import web.wsgi
-print(json.dumps({"before": before, "after": gc.get_freeze_count()}))
-web.wsgi.app.extensions["inbox"].engine.dispose()
-"""
-
-
-def test_the_wsgi_module_freezes_the_loaded_app(mp_env):
-    # what is loaded when a worker starts is moved out of the collector's sight
-    Path(mp_env["PROMETHEUS_MULTIPROC_DIR"]).mkdir()
-    got = json.loads(_run(FREEZE, env=mp_env))
-    assert got["before"] == 0 and got["after"] > 1000
-
-
 # --- readiness --------------------------------------------------------------------------
 
 
