@@ -12,12 +12,13 @@ import functools
 import json
 import logging
 import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from inbox.domain import evidence, filters, jsonpath, ledger, ordering, random_ids
+from inbox.domain import evidence, filters, jsonpath, ledger, ordering
 from inbox.domain.errors import BadRequest, Unauthorized, UnsupportedMediaType
 from inbox.domain.idempotency import (
     body_key_digest,
@@ -341,7 +342,7 @@ def prepare(
 
     # The day of receipt in the id: a lookup by public id prunes to its partitions.
     day = dt.datetime.fromtimestamp(now, dt.UTC).date()
-    public_id = ledger.public_id("evt_", day, random_ids.token_hex(8))
+    public_id = ledger.public_id("evt_", day, secrets.token_hex(8))
     digest = _dedup_digest(source, dedup, identity)
     signed = evidence.signature_headers(scheme, req.headers, source.secrets, opts.header)
     headers = _stored_headers(dict(req.headers), opts.header)  # what a filter may read
@@ -407,7 +408,7 @@ def imported(
     match = scheme.match_digest(body, parsed) if scheme.restamped else raw_sha256
     digest = key_digest(source.tenant_id, source.id, provider_id)
     day = dt.datetime.fromtimestamp(now, dt.UTC).date()
-    public_id = ledger.public_id("evt_", day, random_ids.token_hex(8))
+    public_id = ledger.public_id("evt_", day, secrets.token_hex(8))
     status = scheme.accept_status
     response = _answer(public_id, status, "accepted")
     return Prepared(
