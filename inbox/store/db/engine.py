@@ -28,7 +28,7 @@ from urllib.parse import parse_qsl, quote, unquote
 import psycopg
 import sqlalchemy
 from sqlalchemy import Engine, event
-from sqlalchemy.pool import QueuePool
+from sqlalchemy.pool import PoolProxiedConnection, QueuePool
 
 from inbox.infra.config import Settings
 
@@ -72,24 +72,37 @@ def current_deadline(default_seconds: float) -> float:
 
 
 class _DeadlinePool(QueuePool):
-    """A QueuePool whose checkout waits at most until the caller's deadline.
+    """A QueuePool whose checkout waits at most until the caller's deadline, through
+    SQLAlchemy's public pool API: ``connect`` (where ``Engine.connect`` and
+    ``raw_connection`` check out), ``checkedout``, ``size`` and ``timeout``.
 
-    SQLAlchemy's pool takes one timeout for every checkout; QueuePool reads it from
-    ``_timeout`` each time it waits, so that attribute answers with what the current
-    deadline leaves (at least a millisecond: zero would mean "wait forever").
+    The pool takes one timeout for every checkout (``pool_timeout``, the engine's database
+    timeout), and no per-checkout one. A checkout only waits when every connection is out
+    (``make_engine`` allows no overflow), so only then, and only when the deadline ends
+    before the pool's own timeout would, does the checkout run in a thread of its own
+    (``_by_deadline``): the caller stops waiting at its deadline with the pool's
+    TimeoutError, and a connection the thread gets later goes straight back to the pool.
+    Chosen over a semaphore beside the pool, which would have to count checkouts,
+    checkins, detaches and invalidations exactly as the pool does, and over a thread per
+    checkout, which the common case (a free connection) does not need. Such a thread lives
+    at most the pool's timeout. A checkout that saw a free connection another thread took
+    first waits the pool's timeout at most, as every checkout did before deadlines.
     """
 
-    @property
-    def _timeout(self) -> float:
-        base = self._base_timeout
+    def connect(self) -> PoolProxiedConnection:
         until = _DEADLINE.get()
-        if until is None:
-            return base
-        return max(0.001, min(base, until - time.monotonic()))
+        if until is None or self.checkedout() < self.size():
+            return super().connect()
+        if until - time.monotonic() >= self.timeout():  # the pool's own wait ends first
+            return super().connect()
+        return _by_deadline(until, super().connect, _checkout_timeout)
 
-    @_timeout.setter
-    def _timeout(self, value: float) -> None:
-        self._base_timeout = value
+
+def _checkout_timeout() -> BaseException:
+    # The error the pool raises at its own timeout, so callers wrap both alike.
+    return sqlalchemy.exc.TimeoutError(  # noqa: TID251
+        "no pooled connection free within the deadline"
+    )
 
 
 # SQLAlchemy names a pool's logger after its class: keep this one as quiet as its own.
@@ -195,6 +208,10 @@ def _shut(driver: psycopg.Connection[Any]) -> None:
 watchdog = Watchdog()
 
 
+def _connect_timeout() -> BaseException:
+    return psycopg.errors.ConnectionTimeout("no connection within the deadline")
+
+
 def _connect_by(until: float, connect: Any) -> Any:
     """A new connection, or ConnectionTimeout at ``until``.
 
@@ -203,12 +220,19 @@ def _connect_by(until: float, connect: Any) -> Any:
     are rare: the pool keeps its connections) and the caller stops waiting at its
     deadline. A connection that arrives later is closed.
     """
+    return _by_deadline(until, connect, _connect_timeout)
+
+
+def _by_deadline(until: float, get: Callable[[], T], timeout: Callable[[], BaseException]) -> T:
+    """``get()`` run in a thread of its own, its result handed over if it comes by
+    ``until``; else ``timeout()`` is raised, and a result that arrives later is closed
+    (a driver connection is closed, a pooled one goes back to its pool)."""
     done = threading.Event()
     box: list[Any] = []
 
     def run() -> None:
         try:
-            box.append(connect())
+            box.append(get())
         except BaseException as exc:  # handed to the caller, or dropped if it left
             box.append(exc)
         with late:
@@ -223,10 +247,10 @@ def _connect_by(until: float, connect: Any) -> Any:
     with late:
         if not done.is_set():
             abandoned = True
-            raise psycopg.errors.ConnectionTimeout("no connection within the deadline")
+            raise timeout()
     if isinstance(box[0], BaseException):
         raise box[0]
-    return box[0]
+    return box[0]  # type: ignore[no-any-return]
 
 
 _SCHEMES = ("postgresql+psycopg://", "postgresql://", "postgres://")
