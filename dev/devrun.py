@@ -27,6 +27,7 @@ from inbox.domain.sources import SourceOptions
 from inbox.infra import keyring
 from inbox.infra.config import Settings
 from inbox.store.db.engine import make_engine
+from inbox.store.reads import sources as source_reads
 from inbox.store.schema import migrate
 from inbox.store.write import sources as store
 from inbox.store.write import tokens as tokens_store
@@ -157,7 +158,7 @@ def _demo_source() -> tuple[str, str]:
     engine = make_engine(Settings.from_env(), pool_size=1)
     try:
         with engine.begin() as conn:
-            if not any(t.name == "demo" for t in store.list_tenants(conn)):
+            if not any(t.name == "demo" for t in source_reads.list_tenants(conn)):
                 store.create_tenant(conn, "demo")
                 store.create_source(
                     conn,
@@ -169,7 +170,7 @@ def _demo_source() -> tuple[str, str]:
                         {"event_type_path": "type", "business_key_paths": ["account"]}
                     ),
                 )
-            src = store.get_source(conn, "demo", "own")
+            src = source_reads.get_source(conn, "demo", "own")
             return src.path, src.secrets[0]
     finally:
         engine.dispose()

@@ -34,6 +34,7 @@ from inbox.domain.sources import SourceOptions
 from inbox.infra import keyring
 from inbox.infra.config import Settings
 from inbox.store.db.engine import deadline, make_engine
+from inbox.store.reads import sources as source_reads
 from inbox.store.schema import migrate
 from inbox.store.schema.tables import metadata
 from inbox.store.write import sources as store
@@ -255,7 +256,7 @@ def make_source(engine: Engine) -> SourceFactory:
     ) -> Source:
         with engine.begin() as conn:
             tname = tenant or f"t{secrets.token_hex(3)}"
-            if tenant is None or not any(t.name == tname for t in store.list_tenants(conn)):
+            if tenant is None or not any(t.name == tname for t in source_reads.list_tenants(conn)):
                 store.create_tenant(conn, tname)
             return store.create_source(
                 conn,

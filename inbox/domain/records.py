@@ -21,14 +21,14 @@ DeliveryId = NewType("DeliveryId", int)
 BulkJobId = NewType("BulkJobId", int)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Tenant:
     id: TenantId
     name: str
     disabled: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Source:
     id: SourceId
     tenant_id: TenantId
@@ -76,7 +76,7 @@ class LoadedEvent:
     trace_context: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Endpoint:
     id: EndpointId
     public_id: str

@@ -95,7 +95,7 @@ def _flat(value: object) -> str:
     return str(value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SourceOptions:
     tolerance: int = 300
     max_body_bytes: int | None = None  # None: the process-wide default

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
+
+from inbox.domain.records import TenantId
 
 PREFIX = "inb_"
 _RANDOM_BYTES = 32
@@ -60,3 +64,21 @@ def bearer(header: str | None) -> str | None:
 def may(role: str, method: str) -> bool:
     """Whether a token with ``role`` may send a request with ``method``."""
     return method.upper() in READ_METHODS or role == Role.OPERATOR
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """An API token as stored: its name, role and tenant scope, never its value."""
+
+    id: int
+    name: str
+    role: str
+    tenant_id: TenantId | None
+    tenant: str | None
+    created_at: datetime
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+
+    @property
+    def all_tenants(self) -> bool:
+        return self.tenant_id is None

@@ -15,7 +15,10 @@ from sqlalchemy import Connection, Engine
 from inbox.domain.errors import NotFound
 from inbox.domain.records import Source, Tenant
 from inbox.domain.sources import SourceOptions
+from inbox.domain.tokens import Token
 from inbox.infra.keyring import Keyring
+from inbox.store.reads import sources as source_reads
+from inbox.store.reads import tokens as token_reads
 from inbox.store.write import secrets as secret_store
 from inbox.store.write import sessions as session_store
 from inbox.store.write import sources as source_store
@@ -23,7 +26,6 @@ from inbox.store.write import throttle as throttle_store
 from inbox.store.write import tokens as token_store
 from inbox.store.write.secrets import Reencrypted
 from inbox.store.write.sessions import StoredSession
-from inbox.store.write.tokens import Token
 
 __all__ = [
     "Reencrypted",
@@ -72,7 +74,7 @@ def create_token(
 
 def list_tokens(engine: Engine) -> list[Token]:
     with engine.connect() as conn:
-        return token_store.list_tokens(conn)
+        return token_reads.list_tokens(conn)
 
 
 def revoke_token(engine: Engine, name: str) -> bool:
@@ -90,7 +92,7 @@ def load_session(
     """A live session and its live token, else None (expired, signed out, revoked)."""
     with engine.connect() as conn:
         stored = session_store.load(conn, sid, idle_seconds, max_seconds)
-        token = token_store.get_token(conn, stored.token_id) if stored is not None else None
+        token = token_reads.get_token(conn, stored.token_id) if stored is not None else None
     if stored is None or token is None or token.revoked_at is not None:
         return None
     return stored, token
@@ -141,29 +143,29 @@ def create_tenant(engine: Engine, name: str) -> Tenant:
 
 def list_tenants(engine: Engine) -> list[Tenant]:
     with engine.connect() as conn:
-        return source_store.list_tenants(conn)
+        return source_reads.list_tenants(conn)
 
 
 def check_named(conn: Connection, tenant: str | None, source: str | None = None) -> None:
     """A tenant or source named as a filter must exist: a typo is an error, not ``(none)``."""
     if tenant is not None:
-        source_store.get_tenant(conn, tenant)
+        source_reads.get_tenant(conn, tenant)
     if source is not None:
         if tenant is not None:
-            source_store.get_source(conn, tenant, source)
-        elif not any(s.name == source for s in source_store.list_sources(conn)):
+            source_reads.get_source(conn, tenant, source)
+        elif not any(s.name == source for s in source_reads.list_sources(conn)):
             raise NotFound(f"No source {source!r} for any tenant.")
 
 
 def list_sources(engine: Engine, tenant: str | None = None) -> list[Source]:
     with engine.connect() as conn:
         check_named(conn, tenant)
-        return source_store.list_sources(conn, tenant)
+        return source_reads.list_sources(conn, tenant)
 
 
 def get_source(engine: Engine, tenant: str, name: str) -> Source:
     with engine.connect() as conn:
-        return source_store.get_source(conn, tenant, name)
+        return source_reads.get_source(conn, tenant, name)
 
 
 def create_source(
@@ -190,7 +192,7 @@ def update_source(
     """Merge ``changes`` into the source's options (``unset`` ones back to their
     defaults), validated as at create; a new playbook is checked with ``check_playbook``."""
     with engine.begin() as conn:
-        src = source_store.get_source(conn, tenant, name)
+        src = source_reads.get_source(conn, tenant, name)
         merged = {k: v for k, v in src.options.to_dict().items() if k not in unset}
         merged.update(changes)
         new = SourceOptions.from_dict(merged)
@@ -200,13 +202,13 @@ def update_source(
             source_store.set_options(conn, src, new)
         if enabled is not None and enabled != src.enabled:
             source_store.set_enabled(conn, src, enabled)
-        return source_store.get_source(conn, src.tenant, src.name)
+        return source_reads.get_source(conn, src.tenant, src.name)
 
 
 def add_source_secret(engine: Engine, tenant: str, name: str, make: Callable[[Source], str]) -> str:
     """Add the secret ``make(source)`` returns; both verify during the overlap. Returns it."""
     with engine.begin() as conn:
-        src = source_store.get_source(conn, tenant, name)
+        src = source_reads.get_source(conn, tenant, name)
         secret = make(src)
         source_store.add_secret(conn, src, secret)
     return secret
@@ -215,14 +217,14 @@ def add_source_secret(engine: Engine, tenant: str, name: str, make: Callable[[So
 def keep_source_secret(engine: Engine, tenant: str, name: str, keep: str) -> int:
     """End the overlap: revoke every secret but ``keep``; returns how many."""
     with engine.begin() as conn:
-        src = source_store.get_source(conn, tenant, name)
+        src = source_reads.get_source(conn, tenant, name)
         return source_store.revoke_secrets_except(conn, src, keep)
 
 
 def set_source_enabled(engine: Engine, tenant: str, name: str, enabled: bool) -> None:
     """Accept events, or not (the URL answers 404)."""
     with engine.begin() as conn:
-        source_store.set_enabled(conn, source_store.get_source(conn, tenant, name), enabled)
+        source_store.set_enabled(conn, source_reads.get_source(conn, tenant, name), enabled)
 
 
 # The stored secrets' key.

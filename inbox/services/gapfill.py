@@ -35,8 +35,8 @@ from inbox.domain.retention import key_window_hours
 from inbox.infra import metrics
 from inbox.outbound import providers
 from inbox.store.reads import reconcile as rstore
+from inbox.store.reads.sources import list_sources
 from inbox.store.write import reconciled
-from inbox.store.write.sources import list_sources
 
 log = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ from inbox.domain.records import Endpoint, TenantId
 from inbox.services.bulk import NotReplayable
 from inbox.services.runtime import Rung, Runtime
 from inbox.store.reads import admin
+from inbox.store.reads import endpoints as ereads
 from inbox.store.write import deliveries as dstore
 from inbox.store.write import endpoints as estore
 from inbox.store.write import holds as hstore
@@ -52,9 +53,9 @@ __all__ = [
     "set_endpoint_enabled",
 ]
 
-# Reads the CLI shows beside the read model's (they move with it).
-list_endpoints = estore.list_endpoints
-get_endpoint = estore.get_endpoint
+# Reads the CLI shows, from the read model.
+list_endpoints = ereads.list_endpoints
+get_endpoint = ereads.get_endpoint
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ def get_hold(rt: Runtime, public_id: str, scope: TenantId | None) -> Hold | None
 
 
 def _endpoint(conn: Connection, actor: Actor, public_id: str) -> Endpoint:
-    ep = estore.get_endpoint(conn, public_id)  # NotFound: "No endpoint <id>."
+    ep = ereads.get_endpoint(conn, public_id)  # NotFound: "No endpoint <id>."
     if actor.scope is not None and ep.tenant_id != actor.scope:
         raise NotFound(f"No endpoint {public_id}.")
     return ep

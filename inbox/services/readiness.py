@@ -7,8 +7,8 @@ from sqlalchemy import Connection, text
 
 from inbox.domain.playbooks import Registry, registry
 from inbox.store.db.availability import unreachable, writable
+from inbox.store.reads import sources as source_reads
 from inbox.store.schema.migrate import head_revision
-from inbox.store.write import sources as source_store
 
 __all__ = ["playbooks", "schema", "unreachable", "writable"]
 
@@ -37,7 +37,7 @@ def playbooks(conn: Connection, reg: Registry = registry) -> str:
     """ "ok", or the sources whose playbook no module of INBOX_PLAYBOOKS registers here."""
     missing = [
         f"{t}/{s} names {pb!r}"
-        for t, s, pb in source_store.named_playbooks(conn)
+        for t, s, pb in source_reads.named_playbooks(conn)
         if pb not in reg.by_name
     ]
     if not missing:

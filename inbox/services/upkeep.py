@@ -8,9 +8,10 @@ from sqlalchemy import Engine
 
 from inbox.domain.retention import PruneResult
 from inbox.infra.config import Settings
+from inbox.store.reads import sources as sources_reads
 from inbox.store.schema import partitions
 from inbox.store.schema.partitions import Day, Made, Retired
-from inbox.store.write import retention, sources
+from inbox.store.write import retention
 
 __all__ = ["Day", "Made", "PruneResult", "Retired", "ensure_partitions", "ledger_days", "prune"]
 
@@ -39,5 +40,5 @@ class LedgerDays:
 def ledger_days(engine: Engine, settings: Settings) -> LedgerDays:
     with engine.connect() as conn:
         days = partitions.overview(conn)
-        window, note = retention.ledger_window(settings, sources.list_sources(conn))
+        window, note = retention.ledger_window(settings, sources_reads.list_sources(conn))
     return LedgerDays(days, window, note, partitions.retire(engine, window, dry_run=True))

@@ -13,6 +13,7 @@ from sqlalchemy import text
 from inbox.cli import main
 from inbox.domain import callbacks
 from inbox.domain import tokens as tokenfmt
+from inbox.store.reads import tokens as treads
 from inbox.store.write import endpoints as estore
 from inbox.store.write import tokens as tstore
 from tests.helpers import body_of, hmac_headers
@@ -167,11 +168,11 @@ def test_replaying_a_non_quarantined_event_is_409(client, engine, world, bell):
 
 def test_last_used_is_recorded(client, engine, world):
     with engine.connect() as conn:
-        before = {t.name: t.last_used_at for t in tstore.list_tokens(conn)}
+        before = {t.name: t.last_used_at for t in treads.list_tokens(conn)}
     assert before["watcher"] is None
     client.get("/api/v1/events", headers=world["viewer"])
     with engine.connect() as conn:
-        after = {t.name: t.last_used_at for t in tstore.list_tokens(conn)}
+        after = {t.name: t.last_used_at for t in treads.list_tokens(conn)}
     assert after["watcher"] is not None and after["ops"] is None
 
 

@@ -20,6 +20,7 @@ from inbox.domain.records import Endpoint
 from inbox.infra.config import Settings
 from inbox.services.courier import deliver_once
 from inbox.services.drain import drain_once
+from inbox.store.reads import endpoints as ereads
 from inbox.store.write import deliveries as dstore
 from inbox.store.write import endpoints as estore
 from tests.helpers import body_of, hmac_headers, wait_for
@@ -170,11 +171,11 @@ def test_a_timeout_retries(client, engine, wsettings, sink, forward_source):
             == "timeout"
         )
     with engine.connect() as conn:
-        assert estore.get_endpoint(conn, ep.id).failing  # unreachable: one courier at a time
+        assert ereads.get_endpoint(conn, ep.id).failing  # unreachable: one courier at a time
     send_all(engine, ep.id)
     assert delivery(engine).state == "delivered" and delivery(engine).attempts == 2
     with engine.connect() as conn:
-        assert not estore.get_endpoint(conn, ep.id).failing  # it answered again
+        assert not ereads.get_endpoint(conn, ep.id).failing  # it answered again
 
 
 def test_410_disables_the_endpoint(client, engine, wsettings, sink, forward_source):
@@ -183,7 +184,7 @@ def test_410_disables_the_endpoint(client, engine, wsettings, sink, forward_sour
     send_all(engine, ep.id)
     assert delivery(engine).state == "failed"
     with engine.connect() as conn:
-        now = estore.get_endpoint(conn, ep.id)
+        now = ereads.get_endpoint(conn, ep.id)
     assert not now.enabled and "410" in (now.disabled_reason or "")
     # a disabled endpoint gets no new deliveries
     decide(client, engine, wsettings, forward_source, key="k2")

@@ -224,7 +224,7 @@ def test_an_event_that_is_not_quarantined_is_not_replayed_and_says_so(world, cli
 
 
 def test_an_unexpected_error_is_one_line_and_traceback_shows_it(world, monkeypatch):
-    from inbox.store.write import sources
+    from inbox.store.reads import sources
 
     def broken(*_a, **_k):
         raise RuntimeError("a bug\nover two lines")

@@ -17,6 +17,7 @@ from inbox.services import operations, replays
 from inbox.services.bulk import NotReplayable
 from inbox.services.operations import Actor
 from inbox.services.runtime import Bells, Runtime
+from inbox.store.reads import endpoints as ereads
 from inbox.store.write import endpoints as estore
 from tests.integration.test_api import make_token, quarantine
 
@@ -161,7 +162,7 @@ def test_endpoint_changes_from_the_cli_are_audited_as_from_the_api(engine, make_
         ep = estore.create_endpoint(conn, "ops", "https://x.example/h", callbacks.new_secret())
     cli(runner, "endpoints", "disable", ep.public_id, "--actor", "bob")
     with engine.connect() as conn:
-        reason = estore.get_endpoint(conn, ep.public_id).disabled_reason
+        reason = ereads.get_endpoint(conn, ep.public_id).disabled_reason
     assert reason == "disabled by bob"
     cli(runner, "endpoints", "enable", ep.public_id, "--actor", "bob")
     with engine.connect() as conn:

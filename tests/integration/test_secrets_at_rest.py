@@ -13,6 +13,8 @@ from sqlalchemy.exc import IntegrityError
 from inbox.cli import main
 from inbox.infra import keyring
 from inbox.store.db.engine import sqlalchemy_url
+from inbox.store.reads import endpoints as ereads
+from inbox.store.reads import sources as sreads
 from inbox.store.schema import migrate
 from inbox.store.write import endpoints as estore
 from inbox.store.write import sources as sstore
@@ -51,7 +53,7 @@ def test_a_dump_of_the_tables_holds_no_secret_in_clear(make_source, engine, data
     assert b"CLEARVALUE" not in dump  # ...their values are not
     # Read back, they are what was stored; the receiver verifies with them.
     with engine.connect() as conn:
-        assert set(sstore.get_source(conn, src.tenant, src.name).secrets) == {
+        assert set(sreads.get_source(conn, src.tenant, src.name).secrets) == {
             CLEAR,
             CLEAR + "-next",
         }
@@ -75,15 +77,15 @@ def test_rotation_new_key_first_then_reencrypt_then_drop_the_old(make_source, en
     new = keyring.new_key()
     monkeypatch.setenv("INBOX_KEK", f"{new},{old_keys}")
     with engine.connect() as conn:  # both keys listed: the old values still decrypt
-        assert sstore.get_source(conn, src.tenant, src.name).secrets == (CLEAR,)
+        assert sreads.get_source(conn, src.tenant, src.name).secrets == (CLEAR,)
     result = CliRunner().invoke(main, ["secrets", "reencrypt"])
     assert result.exit_code == 0, result.output
     assert "source_secrets: 1 of 1 re-encrypted" in result.output
     assert "endpoint_secrets: 1 of 1 re-encrypted" in result.output
     monkeypatch.setenv("INBOX_KEK", new)  # the old key dropped
     with engine.connect() as conn:
-        assert sstore.get_source(conn, src.tenant, src.name).secrets == (CLEAR,)
-        assert estore.get_endpoint(conn, ep.id).secrets == (ENDPOINT_CLEAR,)
+        assert sreads.get_source(conn, src.tenant, src.name).secrets == (CLEAR,)
+        assert ereads.get_endpoint(conn, ep.id).secrets == (ENDPOINT_CLEAR,)
     for stored in raw_secrets(engine):
         with pytest.raises(keyring.KeyInvalid):
             old.decrypt(stored)
@@ -156,7 +158,7 @@ def test_the_migration_encrypts_secrets_stored_in_clear(empty_db, monkeypatch):
         with engine.connect() as conn:
             [stored] = conn.execute(text("SELECT secret FROM source_secrets")).scalars()
             assert stored.startswith("fernet:") and CLEAR not in stored
-            assert sstore.get_source(conn, "t", "s").secrets == (CLEAR,)
+            assert sreads.get_source(conn, "t", "s").secrets == (CLEAR,)
         migrate.downgrade(empty_db, "0009_event_attempts")
         with engine.connect() as conn:
             assert conn.execute(text("SELECT secret FROM source_secrets")).scalar_one() == CLEAR

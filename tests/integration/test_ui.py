@@ -11,6 +11,7 @@ from sqlalchemy import text
 
 from inbox.domain import tokens as tokenfmt
 from inbox.services.bulk import run_bulk_once
+from inbox.store.reads import tokens as treads
 from inbox.store.write import tokens as tstore
 from tests.integration.test_api import audit_count, quarantine, state_of
 from tests.integration.ui_support import (
@@ -103,7 +104,7 @@ def test_the_cookie_holds_a_random_id_never_the_token(app, client, engine, world
     secret = world["op"]
     assert secret not in cookie.value and secret[4:20] not in cookie.value
     with engine.connect() as conn:
-        (token,) = [t for t in tstore.list_tokens(conn) if t.name == "alice-oncall"]
+        (token,) = [t for t in treads.list_tokens(conn) if t.name == "alice-oncall"]
         rows = conn.execute(text("SELECT sid_digest, token_id, data FROM console_sessions")).all()
     [(sid_digest, token_id, data)] = rows
     assert bytes(sid_digest) == hashlib.sha256(cookie.value.encode()).digest()

@@ -11,6 +11,7 @@ from sqlalchemy import text
 
 import tests.sink_playbooks  # noqa: F401  (registers the test playbooks)
 from inbox.services.bulk import run_bulk_once
+from inbox.store.reads import endpoints as ereads
 from inbox.store.write import endpoints as estore
 from tests.integration.test_api import quarantine, state_of
 from tests.integration.test_ui import CSRF, grab, new_token, post, sign_in
@@ -185,7 +186,7 @@ def test_disable_enable_and_rotate_are_audited_and_change_what_is_sent(client, e
     resp = post(client, f"{page}/disable", page)
     assert resp.status_code == 302
     with engine.connect() as conn:
-        assert not estore.get_endpoint(conn, ep.id).enabled
+        assert not ereads.get_endpoint(conn, ep.id).enabled
     assert "disabled by alice-oncall" in html(client, page)
     assert post(client, f"{page}/enable", page).status_code == 302
     rotated = post(client, f"{page}/rotate", page)
@@ -193,12 +194,12 @@ def test_disable_enable_and_rotate_are_audited_and_change_what_is_sent(client, e
     assert rotated.status_code == 200
     secret = grab(r'<pre class="code" id="secret-value">([^<]+)</pre>', body)
     with engine.connect() as conn:
-        now = estore.get_endpoint(conn, ep.id)
+        now = ereads.get_endpoint(conn, ep.id)
     assert now.enabled and set(now.secrets) == {"whsec_a", secret}
     assert secret not in html(client, page)  # shown once, on the answer to the rotation
     assert post(client, f"{page}/finish-rotation", page).status_code == 302
     with engine.connect() as conn:
-        assert estore.get_endpoint(conn, ep.id).secrets == (secret,)
+        assert ereads.get_endpoint(conn, ep.id).secrets == (secret,)
         actions = conn.execute(
             text("SELECT actor, action FROM audit_log WHERE subject_kind = 'endpoint' ORDER BY id")
         ).all()
@@ -217,7 +218,7 @@ def test_endpoint_levers_are_refused_to_viewers_and_other_tenants(client, engine
     assert post(client, f"{page}/disable", "/ui/endpoints").status_code == 404
     assert post(client, f"{page}/rotate", "/ui/endpoints").status_code == 404
     with engine.connect() as conn:
-        ep = estore.get_endpoint(conn, ep_b.id)
+        ep = ereads.get_endpoint(conn, ep_b.id)
         audits = conn.execute(text("SELECT count(*) FROM audit_log")).scalar_one()
     assert ep.enabled and ep.secrets == ("whsec_a",) and audits == 0
 

@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from sqlalchemy import Connection, Engine
 
 from inbox.domain.records import Endpoint, EndpointId
+from inbox.store.reads import endpoints as endpoints_reads
 from inbox.store.write import deliveries, endpoints
 
 
@@ -25,7 +26,7 @@ class SqlDeliveryStore:
 
     @staticmethod
     def endpoint(conn: Connection, endpoint_id: EndpointId) -> Endpoint:
-        return endpoints.get_endpoint(conn, endpoint_id)
+        return endpoints_reads.get_endpoint(conn, endpoint_id)
 
     @staticmethod
     def disable(conn: Connection, endpoint_id: EndpointId, reason: str) -> None:

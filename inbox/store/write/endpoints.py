@@ -1,53 +1,20 @@
 """A tenant's callback endpoints and their signing secrets (stored encrypted,
-``inbox.infra.keyring``; decrypted when an endpoint is read)."""
+``inbox.infra.keyring``): the changes; ``inbox.store.reads.endpoints`` reads them."""
 
 from __future__ import annotations
 
 import secrets as pysecrets
 from typing import Any
 
-from sqlalchemy import Connection, Select, func, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 
 from inbox.domain import filters
-from inbox.domain.errors import BadRequest, NotFound
+from inbox.domain.errors import BadRequest
 from inbox.domain.records import Endpoint
 from inbox.infra.keyring import keyring
-from inbox.store.schema.tables import audit_log, endpoint_secrets, endpoints, tenants
-from inbox.store.write.sources import get_tenant
-
-
-def _query() -> Select[Any]:
-    active = (
-        select(func.coalesce(func.array_agg(endpoint_secrets.c.secret), []))
-        .where(
-            endpoint_secrets.c.endpoint_id == endpoints.c.id,
-            endpoint_secrets.c.revoked_at.is_(None),
-        )
-        .scalar_subquery()
-    )
-    return select(endpoints, tenants.c.name.label("tenant"), active.label("secrets")).join(
-        tenants, tenants.c.id == endpoints.c.tenant_id
-    )
-
-
-def _to_endpoint(r: Any) -> Endpoint:
-    return Endpoint(
-        id=r.id,
-        public_id=r.public_id,
-        tenant_id=r.tenant_id,
-        tenant=r.tenant,
-        url=r.url,
-        event_types=tuple(r.event_types) if r.event_types is not None else None,
-        enabled=r.enabled,
-        disabled_reason=r.disabled_reason,
-        max_attempts=r.max_attempts,
-        retry_schedule=tuple(r.retry_schedule),
-        timeout_ms=r.timeout_ms,
-        max_in_flight=r.max_in_flight,
-        secrets=tuple(keyring().decrypt(s) for s in r.secrets or ()),
-        failing=r.failing,
-        filter=r.filter,
-    )
+from inbox.store.reads.endpoints import get_endpoint
+from inbox.store.reads.sources import get_tenant
+from inbox.store.schema.tables import audit_log, endpoint_secrets, endpoints
 
 
 def create_endpoint(
@@ -78,21 +45,6 @@ def create_endpoint(
         insert(endpoint_secrets).values(endpoint_id=endpoint_id, secret=keyring().encrypt(secret))
     )
     return get_endpoint(conn, endpoint_id)
-
-
-def get_endpoint(conn: Connection, ref: int | str) -> Endpoint:
-    cond = endpoints.c.id == ref if isinstance(ref, int) else endpoints.c.public_id == ref
-    row = conn.execute(_query().where(cond)).first()
-    if row is None:
-        raise NotFound(f"No endpoint {ref}.")
-    return _to_endpoint(row)
-
-
-def list_endpoints(conn: Connection, tenant: str | None = None) -> list[Endpoint]:
-    q = _query().order_by(endpoints.c.id)
-    if tenant:
-        q = q.where(tenants.c.name == tenant)
-    return [_to_endpoint(r) for r in conn.execute(q)]
 
 
 def add_secret(conn: Connection, ep: Endpoint, secret: str) -> None:

@@ -21,8 +21,8 @@ from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.holds import HoldNotActive, HoldScope
 from inbox.domain.idempotency import business_key_digest
 from inbox.store.reads import ledger_reads
+from inbox.store.reads.sources import get_source, get_tenant
 from inbox.store.schema.holds import covering
-from inbox.store.write.sources import get_source, get_tenant
 
 
 def holding(conn: Connection, event_id: int) -> list[str]:

@@ -54,8 +54,8 @@ from inbox.domain.retention import (
     retry_horizon_hours,
 )
 from inbox.infra.config import Settings
+from inbox.store.reads.sources import list_sources
 from inbox.store.schema import holds, partitions
-from inbox.store.write.sources import list_sources
 
 log = logging.getLogger(__name__)
 

@@ -1,36 +1,14 @@
-"""API tokens: create, list, revoke, and look one up by its digest."""
+"""API tokens: create, revoke, and look one up by its digest (``inbox.store.reads.tokens``
+lists them)."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from datetime import datetime
 
 from sqlalchemy import Connection, text
 
 from inbox.domain import tokens
 from inbox.domain.errors import BadRequest, NotFound
-from inbox.domain.records import TenantId
-
-
-@dataclass(frozen=True)
-class Token:
-    id: int
-    name: str
-    role: str
-    tenant_id: TenantId | None
-    tenant: str | None
-    created_at: datetime
-    revoked_at: datetime | None
-    last_used_at: datetime | None
-
-    @property
-    def all_tenants(self) -> bool:
-        return self.tenant_id is None
-
-
-_COLUMNS = """
-k.id, k.name, k.role, k.tenant_id, t.name AS tenant, k.created_at, k.revoked_at, k.last_used_at
-"""
+from inbox.domain.tokens import Token
+from inbox.store.reads.tokens import COLUMNS, get_token
 
 
 def create_token(
@@ -58,39 +36,9 @@ def create_token(
     ).first()
     if row is None:
         raise BadRequest(f"a token named {name} exists already")
-    return _get(conn, "k.id = :v", row.id), secret
-
-
-def _get(conn: Connection, where: str, value: object) -> Token:
-    row = conn.execute(
-        text(
-            f"SELECT {_COLUMNS} FROM api_tokens k LEFT JOIN tenants t ON t.id = k.tenant_id"
-            f" WHERE {where}"
-        ),
-        {"v": value},
-    ).one()
-    return Token(**row._mapping)
-
-
-def get_token(conn: Connection, token_id: int) -> Token | None:
-    row = conn.execute(
-        text(
-            f"SELECT {_COLUMNS} FROM api_tokens k LEFT JOIN tenants t ON t.id = k.tenant_id"
-            " WHERE k.id = :v"
-        ),
-        {"v": token_id},
-    ).first()
-    return Token(**row._mapping) if row is not None else None
-
-
-def list_tokens(conn: Connection) -> list[Token]:
-    rows = conn.execute(
-        text(
-            f"SELECT {_COLUMNS} FROM api_tokens k LEFT JOIN tenants t ON t.id = k.tenant_id"
-            " ORDER BY k.name"
-        )
-    )
-    return [Token(**r._mapping) for r in rows]
+    token = get_token(conn, row.id)
+    assert token is not None  # inserted just now, in this transaction
+    return token, secret
 
 
 def revoke(conn: Connection, name: str) -> bool:
@@ -112,7 +60,7 @@ def authenticate(conn: Connection, token: str) -> Token | None:
         return None
     row = conn.execute(
         text(
-            f"SELECT {_COLUMNS} FROM api_tokens k LEFT JOIN tenants t ON t.id = k.tenant_id"
+            f"SELECT {COLUMNS} FROM api_tokens k LEFT JOIN tenants t ON t.id = k.tenant_id"
             " WHERE k.token_digest = :d AND k.revoked_at IS NULL"
         ),
         {"d": tokens.digest(token)},
