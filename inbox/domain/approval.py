@@ -10,9 +10,13 @@ Pure: imports no framework or driver.
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from inbox.domain.errors import Forbidden, InboxError, InvalidTransition
+from inbox.domain.records import BulkJobId, TenantId
 
 DEFAULT_APPROVAL_MIN = 100
 
@@ -76,3 +80,32 @@ def check_reviewer(requester: str, reviewer: str, approve: bool) -> None:
         raise Forbidden(
             "A bulk replay must be approved by a different operator than the one who requested it."
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: BulkJobId
+    public_id: str
+    kind: str
+    tenant_id: TenantId | None
+    filter: dict[str, Any]
+    rate: int
+    actor: str
+    status: str
+    total: int
+    done: int
+    moved: int
+    skipped: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    # The two-person rule: the second operator who approved or rejected the job.
+    reviewer: str | None = None
+    reviewed_at: datetime | None = None
+    review_note: str | None = None
+
+    def public(self) -> dict[str, Any]:
+        """What the API shows: the public id, no row ids."""
+        out = {k: v for k, v in asdict(self).items() if k not in ("id", "tenant_id")}
+        out["id"] = out.pop("public_id")
+        return out

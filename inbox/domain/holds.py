@@ -18,7 +18,10 @@ Pure: imports no framework or driver.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from inbox.domain.errors import Forbidden, InboxError
 
@@ -76,3 +79,39 @@ class EventUnfinished(InboxError):
 
     http_status = 409
     code = "event_unfinished"
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    id: int
+    public_id: str
+    tenant: str
+    scope: str
+    subject: str  # what the scope names, for people: a source, an event, "business key"
+    reason: str
+    placed_by: str
+    created_at: datetime
+    release_requested_by: str | None
+    released_by: str | None
+    released_at: datetime | None
+
+    @property
+    def status(self) -> str:
+        if self.released_at is not None:
+            return "released"
+        return "release requested" if self.release_requested_by else "active"
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "id": self.public_id,
+            "tenant": self.tenant,
+            "scope": self.scope,
+            "subject": self.subject,
+            "reason": self.reason,
+            "status": self.status,
+            "placed_by": self.placed_by,
+            "placed_at": self.created_at.isoformat(),
+            "release_requested_by": self.release_requested_by,
+            "released_by": self.released_by,
+            "released_at": self.released_at.isoformat() if self.released_at else None,
+        }

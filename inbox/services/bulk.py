@@ -28,10 +28,11 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from inbox.domain.approval import DEFAULT_APPROVAL_MIN
+from inbox.domain.approval import DEFAULT_APPROVAL_MIN, Job
 from inbox.domain.errors import BadRequest, InboxError
 from inbox.domain.records import BulkJobId, EndpointId, TenantId
 from inbox.store.reads import admin
+from inbox.store.reads import bulk as reads
 from inbox.store.write import bulk as store
 from inbox.store.write import deliveries as dstore
 from inbox.store.write import operator
@@ -127,7 +128,7 @@ def create(
     actor: str,
     key: str | None,
     approval_min: int = DEFAULT_APPROVAL_MIN,
-) -> tuple[store.Job, bool]:
+) -> tuple[Job, bool]:
     """Snapshot the matching items into a new job (or return the job this key made).
 
     More than ``approval_min`` items: the job waits for a second operator's approval.
@@ -163,10 +164,10 @@ class BulkRun:
 
 
 def _replay(
-    conn: Connection, job: store.Job, items: list[store.Item]
+    conn: Connection, job: Job, items: list[reads.Item]
 ) -> tuple[set[str], set[EndpointId]]:
     """Replay one batch; returns the ids actually moved and the endpoints to ring."""
-    stale = store.replayed_since(conn, job.kind, [i.subject_id for i in items], job.created_at)
+    stale = reads.replayed_since(conn, job.kind, [i.subject_id for i in items], job.created_at)
     todo = [i.public_id for i in items if i.subject_id not in stale]
     if not todo:
         return set(), set()
@@ -197,7 +198,7 @@ def run_bulk_once(
     with engine.begin() as conn:
         job = store.claim(conn, job_id, owner, lease_seconds)
         if job is None:
-            now = store.status(conn, job_id)
+            now = reads.status(conn, job_id)
             held = now in ("queued", "running")  # another runner holds the lease
             return BulkRun(job_id, "busy" if held else now or "missing", 0, 0, 0)
     batch = max(1, math.ceil(job.rate / BATCHES_PER_SECOND))
@@ -215,9 +216,9 @@ def run_bulk_once(
         with engine.begin() as conn:
             current = store.renew(conn, job_id, owner, lease_seconds)
             if current is None:  # cancelled, or the lease was lost
-                status = store.status(conn, job_id) or "missing"
+                status = reads.status(conn, job_id) or "missing"
                 break
-            items = store.next_items(conn, job_id, batch)
+            items = reads.next_items(conn, job_id, batch)
             moved_ids, endpoints = _replay(conn, current, items)
             outcomes = {
                 i.subject_id: "moved" if i.public_id in moved_ids else "skipped" for i in items

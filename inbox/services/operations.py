@@ -19,16 +19,17 @@ from sqlalchemy import Connection
 
 from inbox.domain import callbacks
 from inbox.domain.errors import NotFound
+from inbox.domain.holds import Hold
 from inbox.domain.records import Endpoint, TenantId
 from inbox.services.bulk import NotReplayable
 from inbox.services.runtime import Rung, Runtime
 from inbox.store.reads import admin
 from inbox.store.reads import endpoints as ereads
+from inbox.store.reads import holds as hreads
 from inbox.store.write import deliveries as dstore
 from inbox.store.write import endpoints as estore
 from inbox.store.write import holds as hstore
 from inbox.store.write import operator, redaction
-from inbox.store.write.holds import Hold
 from inbox.store.write.redaction import Redaction
 
 __all__ = [
@@ -187,12 +188,12 @@ def list_holds(
     rt: Runtime, scope: TenantId | None, *, include_released: bool = False
 ) -> list[Hold]:
     with rt.engine.connect() as conn:
-        return hstore.listing(conn, scope, include_released=include_released)
+        return hreads.listing(conn, scope, include_released=include_released)
 
 
 def get_hold(rt: Runtime, public_id: str, scope: TenantId | None) -> Hold | None:
     with rt.engine.connect() as conn:
-        return hstore.get(conn, public_id, scope)
+        return hreads.get(conn, public_id, scope)
 
 
 def _endpoint(conn: Connection, actor: Actor, public_id: str) -> Endpoint:

@@ -12,15 +12,16 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from inbox.domain.approval import Job
 from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.idempotency import validate_key
 from inbox.domain.records import BulkJobId, TenantId
 from inbox.services import bulk, preview
 from inbox.services.operations import Actor
 from inbox.services.runtime import Rung, Runtime
+from inbox.store.reads import bulk as bulk_reads
 from inbox.store.write import bulk as store
 from inbox.store.write import bulk_review
-from inbox.store.write.bulk import Job
 
 __all__ = [
     "MAX_NOTE",
@@ -127,10 +128,10 @@ def get_job(rt: Runtime, public_id: str, scope: TenantId | None) -> Job | None:
 
 def job_on(conn: Connection, public_id: str, scope: TenantId | None) -> Job | None:
     """``get_job`` on a connection the caller holds (a page reading more beside it)."""
-    return store.get_job(conn, public_id, scope)
+    return bulk_reads.get_job(conn, public_id, scope)
 
 
 def awaiting(rt: Runtime, scope: TenantId | None) -> list[Job]:
     """Jobs waiting for a second operator, oldest first."""
     with rt.engine.connect() as conn:
-        return bulk_review.awaiting(conn, scope)
+        return bulk_reads.awaiting(conn, scope)

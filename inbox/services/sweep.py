@@ -16,7 +16,8 @@ from sqlalchemy import Engine
 from inbox.domain.playbooks import Registry, registry
 from inbox.domain.records import EndpointId
 from inbox.services.drain import release_held, sweep_once
-from inbox.store.write import bulk, deliveries, queue
+from inbox.store.reads import bulk as bulk_reads
+from inbox.store.write import deliveries, queue
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def run_once(engine: Engine, horizon: float, slot: float, reg: Registry = regist
         queue.raise_floor(conn)
     with engine.begin() as conn:
         endpoints = set(deliveries.sweep(conn))
-        jobs = bulk.due_jobs(conn)
+        jobs = bulk_reads.due_jobs(conn)
         # The alarms' lifeline: retries due before the next sweeps get theirs (again).
         drain_alarms = queue.due_within(conn, horizon, slot)
         deliver_alarms = deliveries.due_within(conn, horizon, slot)

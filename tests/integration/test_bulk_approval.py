@@ -12,7 +12,7 @@ from sqlalchemy import text
 from inbox.cli import main
 from inbox.infra.config import Settings
 from inbox.services.bulk import run_bulk_once
-from inbox.store.write import bulk as bstore
+from inbox.store.reads import bulk as breads
 from tests.integration.test_api import make_token, quarantine
 from tests.integration.test_bulk_replay import job_id, replays_per_event
 from tests.integration.test_ui import CSRF, grab, new_token, sign_in
@@ -58,7 +58,7 @@ def test_more_than_the_threshold_waits_for_a_second_operator(client, engine, mak
     # Nothing runs it before approval: not a runner, not the sweeper.
     assert run_bulk_once(engine, job_id(engine, job["id"])).processed == 0
     with engine.connect() as conn:
-        assert job_id(engine, job["id"]) not in bstore.due_jobs(conn)
+        assert job_id(engine, job["id"]) not in breads.due_jobs(conn)
     assert sum(replays_per_event(engine).values()) == 0
 
     url = f"/api/v1/replays/{job['id']}/approve"

@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from inbox.services.bulk import run_bulk_once
+from inbox.store.reads import bulk as breads
 from inbox.store.write import bulk as bstore
 from tests.helpers import leases_expired, wait_for
 from tests.integration.test_api import make_token, quarantine
@@ -215,7 +216,7 @@ def test_an_expired_lease_is_taken_over_and_a_budget_releases_it(client, engine,
     part = run_bulk_once(engine, job, budget_seconds=0.2)
     assert part.status == "running" and 0 < part.processed < 10
     with engine.connect() as conn:
-        assert bstore.due_jobs(conn) == [job]  # released: the sweeper can start it again
+        assert breads.due_jobs(conn) == [job]  # released: the sweeper can start it again
     with engine.begin() as conn:  # a runner that died holding the lease
         assert bstore.claim(conn, job, "dead-runner", 0.1) is not None
         assert bstore.claim(conn, job, "another", 30) is None  # a live lease is respected

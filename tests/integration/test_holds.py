@@ -13,6 +13,7 @@ from inbox.cli import main
 from inbox.domain import ledger
 from inbox.domain.idempotency import business_key_digest
 from inbox.infra.config import Settings
+from inbox.store.reads import holds as holds_reads
 from inbox.store.schema import partitions
 from inbox.store.schema.tables import PARTITIONED
 from inbox.store.write import holds
@@ -168,7 +169,7 @@ def test_the_cli_refuses_a_lone_release_of_a_tenant_hold(engine, make_source):
     assert lone.exit_code == 1 and "different operator" in lone.output
     cli("holds", "release", hold.public_id, "--withdraw", "--actor", "carol")
     with engine.connect() as conn:
-        assert holds.get(conn, hold.public_id).status == "active"  # type: ignore[union-attr]
+        assert holds_reads.get(conn, hold.public_id).status == "active"  # type: ignore[union-attr]
 
 
 def test_source_and_business_key_holds_keep_only_what_they_cover(engine, make_source, made_days):
@@ -226,7 +227,7 @@ def test_the_console_places_and_releases_with_two_operators(client, app, engine,
     )
     assert placed.status_code == 302
     with engine.connect() as conn:
-        [hold] = holds.listing(conn)
+        [hold] = holds_reads.listing(conn)
     page = client.get("/ui/holds").get_data(as_text=True)
     assert f'data-hold="{hold.public_id}"' in page and "Ask to release" in page
     url = f"/ui/holds/{hold.public_id}/release"
@@ -241,7 +242,7 @@ def test_the_console_places_and_releases_with_two_operators(client, app, engine,
     assert "Confirm release" in page
     assert second.post(url, data={"csrf": grab(CSRF, page)}).status_code == 302
     with engine.connect() as conn:
-        done = holds.get(conn, hold.public_id)
+        done = holds_reads.get(conn, hold.public_id)
     assert done is not None and done.status == "released" and done.released_by == "bob"
     assert audit(engine) == [
         ("alice", "hold_placed"),

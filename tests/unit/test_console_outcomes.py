@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from inbox.domain.approval import Job
 from inbox.store.reads.history import Outcomes
-from inbox.store.write.bulk import Job
 from web.ui.outcomes import verdict
 
 JOB = Job(

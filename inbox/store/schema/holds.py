@@ -1,6 +1,6 @@
 """Which active legal holds cover an event, as SQL text: what a hold means, beside its
 table, for every room (partition drops refuse a held day, retention skips held bodies,
-``inbox.store.write.holds`` names the holds that cover an event)."""
+``inbox.store.reads.holds`` names the holds that cover an event)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Bulk replays: the job row, the ids it matched, its lease and its progress.
+"""Bulk replays: the job row, the ids it matched, its lease and its progress (the changes;
+``inbox.store.reads.bulk`` reads them).
 
 A job snapshots the matching ids when it is created, so what it replays is
 fixed by the request, not by whatever is quarantined when it happens to run.
@@ -11,17 +12,16 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import asdict, dataclass, replace
-from datetime import datetime
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, text
 
-from inbox.domain.approval import BulkStatus, initial_status
+from inbox.domain.approval import BulkStatus, Job, initial_status
 from inbox.domain.errors import BadRequest, IdempotencyConflict, InboxError
-from inbox.domain.records import BulkJobId, TenantId
 from inbox.domain.states import DeliveryState, EventState
 from inbox.store.reads import admin
+from inbox.store.reads.bulk import JOB_COLUMNS, get_job, to_job
 
 
 class NotCancellable(InboxError):
@@ -29,51 +29,6 @@ class NotCancellable(InboxError):
 
     http_status = 409
     code = "not_cancellable"
-
-
-@dataclass(frozen=True)
-class Job:
-    id: BulkJobId
-    public_id: str
-    kind: str
-    tenant_id: TenantId | None
-    filter: dict[str, Any]
-    rate: int
-    actor: str
-    status: str
-    total: int
-    done: int
-    moved: int
-    skipped: int
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    # The two-person rule: the second operator who approved or rejected the job.
-    reviewer: str | None = None
-    reviewed_at: datetime | None = None
-    review_note: str | None = None
-
-    def public(self) -> dict[str, Any]:
-        """What the API shows: the public id, no row ids."""
-        out = {k: v for k, v in asdict(self).items() if k not in ("id", "tenant_id")}
-        out["id"] = out.pop("public_id")
-        return out
-
-
-@dataclass(frozen=True)
-class Item:
-    subject_id: int
-    public_id: str
-
-
-_JOB = """
-id, public_id, kind, tenant_id, filter, rate, actor, status, total, done, moved, skipped,
-created_at, started_at, finished_at, reviewer, reviewed_at, review_note
-"""
-
-
-def _job(row: Any) -> Job:
-    return Job(**{k: row._mapping[k] for k in Job.__dataclass_fields__})
 
 
 # The snapshot: the dead letters matching the filter, inside the token's scope.
@@ -129,12 +84,15 @@ def create_job(
     ).first()
     if row is None:
         prior = conn.execute(
-            text(f"SELECT {_JOB}, request_sha256 FROM bulk_replays WHERE idempotency_digest = :d"),
+            text(
+                f"SELECT {JOB_COLUMNS}, request_sha256 FROM bulk_replays"
+                " WHERE idempotency_digest = :d"
+            ),
             {"d": idempotency_digest},
         ).one()
         if bytes(prior.request_sha256) != request_sha256:
             raise IdempotencyConflict()
-        return _job(prior), False
+        return to_job(prior), False
     snap = conn.execute(
         text(_SNAPSHOT[kind]),
         {
@@ -151,7 +109,7 @@ def create_job(
         text(
             "UPDATE bulk_replays SET total = :n, status = :status,"
             " finished_at = CASE WHEN :n = 0 THEN now() END"
-            f" WHERE id = :id RETURNING {_JOB}"
+            f" WHERE id = :id RETURNING {JOB_COLUMNS}"
         ),
         {"n": snap.rowcount, "id": row.id, "status": str(status)},
     ).one()
@@ -160,7 +118,7 @@ def create_job(
     if status == BulkStatus.AWAITING_APPROVAL:
         detail["approval_min"] = approval_min
     _audit(conn, actor, "bulk_replay", job.id, detail)
-    return _job(job), True
+    return to_job(job), True
 
 
 def _json(value: object) -> str:
@@ -177,16 +135,6 @@ def _audit(conn: Connection, actor: str, action: str, job_id: int, detail: dict[
     )
 
 
-def get_job(conn: Connection, public_id: str, scope: int | None) -> Job | None:
-    """A job the scope may see: a tenant's token sees only jobs made in that scope."""
-    row = conn.execute(
-        text(f"SELECT {_JOB} FROM bulk_replays WHERE public_id = :p"), {"p": public_id}
-    ).first()
-    if row is None or (scope is not None and row.tenant_id != scope):
-        return None
-    return _job(row)
-
-
 def cancel(conn: Connection, public_id: str, scope: int | None, actor: str) -> Job | None:
     """Stop a job; the runner notices before its next batch. Cancelling twice is a no-op."""
     job = get_job(conn, public_id, scope)
@@ -199,7 +147,7 @@ def cancel(conn: Connection, public_id: str, scope: int | None, actor: str) -> J
                SET status = 'cancelled', finished_at = now(),
                    lease_owner = NULL, lease_expires_at = NULL
              WHERE id = :id AND status IN ('awaiting_approval', 'queued', 'running')
-            RETURNING {_JOB}
+            RETURNING {JOB_COLUMNS}
             """
         ),
         {"id": job.id},
@@ -210,7 +158,7 @@ def cancel(conn: Connection, public_id: str, scope: int | None, actor: str) -> J
             return current
         raise NotCancellable()
     _audit(conn, actor, "cancel", job.id, {"public_id": job.public_id, "done": row.done})
-    return _job(row)
+    return to_job(row)
 
 
 # SKIP LOCKED: while a runner is committing a batch it holds the row, and a
@@ -228,14 +176,14 @@ _CLAIM = text(
            lease_expires_at = now() + make_interval(secs => :lease),
            started_at = coalesce(b.started_at, now())
       FROM j WHERE b.id = j.id
-    RETURNING {", ".join("b." + c.strip() for c in _JOB.split(","))}
+    RETURNING {", ".join("b." + c.strip() for c in JOB_COLUMNS.split(","))}
     """
 )
 
 
 def claim(conn: Connection, job_id: int, owner: str, lease: float) -> Job | None:
     row = conn.execute(_CLAIM, {"id": job_id, "owner": owner, "lease": lease}).first()
-    return _job(row) if row is not None else None
+    return to_job(row) if row is not None else None
 
 
 def renew(conn: Connection, job_id: int, owner: str, lease: float) -> Job | None:
@@ -245,43 +193,12 @@ def renew(conn: Connection, job_id: int, owner: str, lease: float) -> Job | None
             f"""
             UPDATE bulk_replays SET lease_expires_at = now() + make_interval(secs => :lease)
              WHERE id = :id AND lease_owner = :owner AND status = 'running'
-            RETURNING {_JOB}
+            RETURNING {JOB_COLUMNS}
             """
         ),
         {"id": job_id, "owner": owner, "lease": lease},
     ).first()
-    return _job(row) if row is not None else None
-
-
-def status(conn: Connection, job_id: int) -> str | None:
-    value = conn.execute(
-        text("SELECT status FROM bulk_replays WHERE id = :id"), {"id": job_id}
-    ).scalar()
-    return str(value) if value is not None else None
-
-
-def next_items(conn: Connection, job_id: int, limit: int) -> list[Item]:
-    rows = conn.execute(
-        text(
-            "SELECT subject_id, public_id FROM bulk_replay_items"
-            " WHERE job_id = :id AND outcome IS NULL ORDER BY subject_id LIMIT :n"
-        ),
-        {"id": job_id, "n": limit},
-    )
-    return [Item(int(r.subject_id), r.public_id) for r in rows]
-
-
-def replayed_since(conn: Connection, kind: str, ids: list[int], since: datetime) -> set[int]:
-    """Items someone replayed after this job was made: asked for twice, replayed once."""
-    subject = {"events": "event", "deliveries": "delivery"}[kind]
-    rows = conn.execute(
-        text(
-            "SELECT DISTINCT subject_id FROM audit_log WHERE subject_kind = :k"
-            " AND action = 'replay' AND subject_id = ANY(:ids) AND at >= :since"
-        ),
-        {"k": subject, "ids": ids, "since": since},
-    )
-    return {int(r.subject_id) for r in rows}
+    return to_job(row) if row is not None else None
 
 
 def record(conn: Connection, job_id: int, outcomes: dict[int, str]) -> Job:
@@ -306,13 +223,14 @@ def record(conn: Connection, job_id: int, outcomes: dict[int, str]) -> Job:
         {"id": job_id, "n": len(outcomes), "m": moved},
     ).one()
     if outcomes and counted.done < counted.total:
-        sql = f"SELECT {_JOB} FROM bulk_replays WHERE id = :id"
-        return _job(conn.execute(text(sql), {"id": job_id}).one())
-    done = _job(
+        sql = f"SELECT {JOB_COLUMNS} FROM bulk_replays WHERE id = :id"
+        return to_job(conn.execute(text(sql), {"id": job_id}).one())
+    done = to_job(
         conn.execute(
             text(
                 "UPDATE bulk_replays SET status = 'completed', finished_at = now(),"
-                f" lease_owner = NULL, lease_expires_at = NULL WHERE id = :id RETURNING {_JOB}"
+                " lease_owner = NULL, lease_expires_at = NULL"
+                f" WHERE id = :id RETURNING {JOB_COLUMNS}"
             ),
             {"id": job_id},
         ).one()
@@ -334,14 +252,3 @@ def release(conn: Connection, job_id: int, owner: str) -> None:
         ),
         {"id": job_id, "owner": owner},
     )
-
-
-def due_jobs(conn: Connection) -> list[int]:
-    """Jobs waiting for a runner: queued, or running with no live lease (for the sweeper)."""
-    rows = conn.execute(
-        text(
-            "SELECT id FROM bulk_replays WHERE status IN ('queued', 'running')"
-            " AND (lease_owner IS NULL OR lease_expires_at <= now()) ORDER BY id"
-        )
-    )
-    return [int(r.id) for r in rows]

@@ -12,8 +12,9 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from inbox.domain.approval import NotAwaitingApproval, check_reviewer
-from inbox.store.write.bulk import _JOB, Job, _audit, _job, get_job
+from inbox.domain.approval import Job, NotAwaitingApproval, check_reviewer
+from inbox.store.reads.bulk import JOB_COLUMNS, get_job, to_job
+from inbox.store.write.bulk import _audit
 
 
 def review(
@@ -42,30 +43,17 @@ def review(
                    finished_at = CASE WHEN :approve THEN NULL ELSE now() END,
                    reviewer = :reviewer, reviewed_at = now(), review_note = :note
              WHERE id = :id AND status = 'awaiting_approval'
-            RETURNING {_JOB}
+            RETURNING {JOB_COLUMNS}
             """
         ),
         {"id": job.id, "approve": approve, "reviewer": reviewer, "note": note},
     ).first()
     if row is None:
         raise NotAwaitingApproval()
-    done = _job(row)
+    done = to_job(row)
     who = "approved_by" if approve else "rejected_by"
     detail: dict[str, Any] = {"public_id": done.public_id, "requested_by": done.actor}
     detail[who] = reviewer
     detail.update(total=done.total, filter=done.filter, note=note)
     _audit(conn, reviewer, "approve" if approve else "reject", done.id, detail)
     return done
-
-
-def awaiting(conn: Connection, scope: int | None, limit: int = 50) -> list[Job]:
-    """Jobs waiting for a second operator, oldest first (for the console and CLI)."""
-    rows = conn.execute(
-        text(
-            f"SELECT {_JOB} FROM bulk_replays WHERE status = 'awaiting_approval'"
-            " AND (CAST(:scope AS bigint) IS NULL OR tenant_id = :scope)"
-            " ORDER BY id LIMIT :n"
-        ),
-        {"scope": scope, "n": limit},
-    )
-    return [_job(r) for r in rows]

@@ -1,5 +1,5 @@
-"""Legal holds in the database: place, release (two operators for a tenant-wide hold),
-list; what a hold covers is ``inbox.store.schema.holds``'s SQL.
+"""Legal holds in the database: place, release (two operators for a tenant-wide hold);
+``inbox.store.reads.holds`` lists them; what a hold covers is ``inbox.store.schema.holds``'s SQL.
 
 Every change writes an ``audit_log`` row (``subject_kind = 'legal_hold'``) in the same
 transaction. The release is a conditional UPDATE, so two operators releasing at once are
@@ -10,95 +10,17 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, text
 
 from inbox.domain import holds as rules
 from inbox.domain.errors import BadRequest, NotFound
-from inbox.domain.holds import HoldNotActive, HoldScope
+from inbox.domain.holds import Hold, HoldNotActive, HoldScope
 from inbox.domain.idempotency import business_key_digest
 from inbox.store.reads import ledger_reads
+from inbox.store.reads.holds import by_id, get
 from inbox.store.reads.sources import get_source, get_tenant
-from inbox.store.schema.holds import covering
-
-
-def holding(conn: Connection, event_id: int) -> list[str]:
-    """The public ids of the active holds that cover one event (empty: it is not held)."""
-    rows = conn.execute(
-        text(f"SELECT h.public_id FROM events e, {covering('e')} AND e.id = :id ORDER BY h.id"),
-        {"id": event_id},
-    )
-    return [str(r.public_id) for r in rows]
-
-
-@dataclass(frozen=True)
-class Hold:
-    id: int
-    public_id: str
-    tenant: str
-    scope: str
-    subject: str  # what the scope names, for people: a source, an event, "business key"
-    reason: str
-    placed_by: str
-    created_at: datetime
-    release_requested_by: str | None
-    released_by: str | None
-    released_at: datetime | None
-
-    @property
-    def status(self) -> str:
-        if self.released_at is not None:
-            return "released"
-        return "release requested" if self.release_requested_by else "active"
-
-    def public(self) -> dict[str, Any]:
-        return {
-            "id": self.public_id,
-            "tenant": self.tenant,
-            "scope": self.scope,
-            "subject": self.subject,
-            "reason": self.reason,
-            "status": self.status,
-            "placed_by": self.placed_by,
-            "placed_at": self.created_at.isoformat(),
-            "release_requested_by": self.release_requested_by,
-            "released_by": self.released_by,
-            "released_at": self.released_at.isoformat() if self.released_at else None,
-        }
-
-
-_HOLD = """
-    SELECT h.id, h.public_id, t.name AS tenant, h.scope, h.reason, h.placed_by, h.created_at,
-           h.release_requested_by, h.released_by, h.released_at, h.event_public_id,
-           s.name AS source
-      FROM legal_holds h JOIN tenants t ON t.id = h.tenant_id
-      LEFT JOIN sources s ON s.id = h.source_id
-"""
-
-
-def _hold(row: Any) -> Hold:
-    subject = {
-        "tenant": row.tenant,
-        "source": f"{row.tenant}/{row.source}",
-        "business_key": f"{row.tenant}: a business key",
-        "event": row.event_public_id or "",
-    }[row.scope]
-    return Hold(
-        row.id,
-        row.public_id,
-        row.tenant,
-        row.scope,
-        subject,
-        row.reason,
-        row.placed_by,
-        row.created_at,
-        row.release_requested_by,
-        row.released_by,
-        row.released_at,
-    )
 
 
 def _audit(conn: Connection, actor: str, action: str, hold: Hold, **extra: Any) -> None:
@@ -174,24 +96,10 @@ def place(
             "a": actor,
         },
     ).scalar_one()
-    hold = _get(conn, "h.id = :id", {"id": hold_id})
+    hold = by_id(conn, hold_id)
     assert hold is not None
     _audit(conn, actor, "hold_placed", hold)
     return hold
-
-
-def _get(conn: Connection, where: str, params: dict[str, Any]) -> Hold | None:
-    row = conn.execute(text(f"{_HOLD} WHERE {where}"), params).first()
-    return None if row is None else _hold(row)
-
-
-def get(conn: Connection, public_id: str, scope: int | None = None) -> Hold | None:
-    """A hold the tenant scope may see (None: every tenant)."""
-    return _get(
-        conn,
-        "h.public_id = :p AND (CAST(:scope AS bigint) IS NULL OR h.tenant_id = :scope)",
-        {"p": public_id, "scope": scope},
-    )
 
 
 def release(conn: Connection, public_id: str, actor: str, scope: int | None = None) -> Hold:
@@ -222,7 +130,7 @@ def release(conn: Connection, public_id: str, actor: str, scope: int | None = No
     ).first()
     if changed is None:
         raise HoldNotActive("This legal hold changed meanwhile: look at it again.")
-    done = _get(conn, "h.id = :id", {"id": hold.id})
+    done = by_id(conn, hold.id)
     assert done is not None
     if ends:
         _audit(conn, actor, "hold_released", done, requested_by=hold.release_requested_by)
@@ -246,20 +154,7 @@ def cancel_release(conn: Connection, public_id: str, actor: str, scope: int | No
     ).first()
     if changed is None:
         raise HoldNotActive("No release of this legal hold is waiting.")
-    done = _get(conn, "h.id = :id", {"id": hold.id})
+    done = by_id(conn, hold.id)
     assert done is not None
     _audit(conn, actor, "hold_release_withdrawn", done, requested_by=hold.release_requested_by)
     return done
-
-
-def listing(
-    conn: Connection, scope: int | None = None, include_released: bool = False
-) -> list[Hold]:
-    rows = conn.execute(
-        text(
-            f"{_HOLD} WHERE (CAST(:scope AS bigint) IS NULL OR h.tenant_id = :scope)"
-            " AND (:all OR h.released_at IS NULL) ORDER BY h.id"
-        ),
-        {"scope": scope, "all": include_released},
-    )
-    return [_hold(r) for r in rows]

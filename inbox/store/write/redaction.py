@@ -3,7 +3,7 @@
 The body goes the way retention removes it (``body`` = NULL, see
 ``inbox.store.write.retention``); the hash, headers, decision, steps, attempts,
 deliveries and audit entries stay. A redaction is refused while an active legal hold
-covers the event (``inbox.store.write.holds.holding``) and while the event is not
+covers the event (``inbox.store.reads.holds.holding``) and while the event is not
 finished (received or processing: the worker still needs its body). An event whose
 body is gone already answers as done, and writes nothing. A redaction writes an
 ``audit_log`` row (who, why, the hash kept) in the same transaction.
@@ -25,8 +25,8 @@ from inbox.domain import holds as rules
 from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.holds import EventHeld, EventUnfinished
 from inbox.domain.states import EventState
+from inbox.store.reads import holds as holds_reads
 from inbox.store.reads import ledger_reads
-from inbox.store.write import holds
 
 UNFINISHED = (EventState.RECEIVED.value, EventState.PROCESSING.value)
 
@@ -79,7 +79,7 @@ def redact(
     # committed before this reads the holds or waits for this redaction: the day drop does
     # the same (inbox.store.schema.partitions).
     conn.execute(text("LOCK TABLE legal_holds IN SHARE MODE"))
-    held_by = holds.holding(conn, ev.id)
+    held_by = holds_reads.holding(conn, ev.id)
     if held_by:
         raise EventHeld(
             f"Event {public_id} is under legal hold {', '.join(held_by)}: its body cannot be"
