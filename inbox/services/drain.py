@@ -24,6 +24,7 @@ from inbox.services import lockstep
 from inbox.services.ports import WorkStore
 from inbox.services.runner import RunConfig, is_pure, run_claimed, run_in_memory, run_span
 from inbox.services.wiring import work_store
+from inbox.store.reads import queue as queue_reads
 from inbox.store.write import queue
 
 
@@ -157,7 +158,7 @@ def release_held(engine: Engine, reg: Registry = registry) -> int:
     """Held events whose source's playbook this process has (or whose source no longer
     names one) become due again; returns how many."""
     with engine.begin() as conn:
-        sources = queue.held_playbooks(conn)
+        sources = queue_reads.held_playbooks(conn)
         ready = [sid for sid, name in sources.items() if name is None or name in reg.by_name]
         released = queue.release_held(conn, ready)
     metrics.record_released(released)

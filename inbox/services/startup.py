@@ -23,7 +23,7 @@ from inbox.infra import keyring as kr
 from inbox.infra.config import Settings
 from inbox.services import playbooks
 from inbox.store.db.engine import make_engine
-from inbox.store.write import secrets as stored
+from inbox.store.reads import secrets as secret_reads
 
 log = logging.getLogger(__name__)
 REQUIRE_DATABASE = "INBOX_REQUIRE_DATABASE_AT_START"
@@ -62,7 +62,7 @@ def check(settings: Settings, engine: Engine | None = None) -> None:
     try:
         try:
             with eng.connect() as conn:
-                count = stored.encrypted_count(conn)
+                count = secret_reads.encrypted_count(conn)
         except Exception as exc:
             first = " ".join(str(exc).split())[:200] or type(exc).__name__
             if settings.require_database_at_start:
@@ -94,7 +94,7 @@ def check(settings: Settings, engine: Engine | None = None) -> None:
 
 def secrets_problem(conn: Connection) -> str | None:
     """Why the stored signing secrets cannot be used now, or None: for ``/readyz``."""
-    sample = stored.sample(conn)
+    sample = secret_reads.sample(conn)
     if not sample:
         return None
     if not kr.configured():

@@ -17,6 +17,8 @@ from inbox.domain.playbooks import Registry, registry
 from inbox.domain.records import EndpointId
 from inbox.services.drain import release_held, sweep_once
 from inbox.store.reads import bulk as bulk_reads
+from inbox.store.reads import deliveries as deliveries_reads
+from inbox.store.reads import queue as queue_reads
 from inbox.store.write import deliveries, queue
 
 
@@ -58,8 +60,8 @@ def run_once(engine: Engine, horizon: float, slot: float, reg: Registry = regist
         endpoints = set(deliveries.sweep(conn))
         jobs = bulk_reads.due_jobs(conn)
         # The alarms' lifeline: retries due before the next sweeps get theirs (again).
-        drain_alarms = queue.due_within(conn, horizon, slot)
-        deliver_alarms = deliveries.due_within(conn, horizon, slot)
+        drain_alarms = queue_reads.due_within(conn, horizon, slot)
+        deliver_alarms = deliveries_reads.due_within(conn, horizon, slot)
     return Swept(
         result.requeued,
         result.quarantined,

@@ -11,7 +11,7 @@ import tests.sink_playbooks  # noqa: F401  (registers the test playbooks)
 from inbox.infra import broker
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
-from inbox.store.write import queue
+from inbox.store.reads import queue as queue_reads
 from tests.helpers import body_of, hmac_headers
 
 pytestmark = pytest.mark.usefixtures("sink_table")
@@ -62,6 +62,6 @@ def test_a_drain_reports_each_retry_and_the_sweep_finds_it(client, make_source, 
     (delay,) = result.retry_in
     assert 5.0 <= delay <= 10.0  # the first retry: half fixed, half jitter
     with engine.connect() as conn:
-        (due,) = queue.due_within(conn, 60.0, broker.ALARM_SLOT)
-        assert queue.due_within(conn, 1.0, broker.ALARM_SLOT) == []
+        (due,) = queue_reads.due_within(conn, 60.0, broker.ALARM_SLOT)
+        assert queue_reads.due_within(conn, 1.0, broker.ALARM_SLOT) == []
     assert delay - 0.5 <= due <= delay + broker.ALARM_SLOT

@@ -361,16 +361,8 @@ HELD = "held"
 
 
 # Held events are unfinished, so they lie in the open days (from the floor to tomorrow):
-# both statements name those days alone, as the claim does.
-_HELD_SOURCES = DayBounded(
-    """
-    SELECT s.id, s.options->>'playbook' AS playbook
-      FROM sources s
-     WHERE EXISTS (SELECT 1 FROM events e
-                    WHERE e.source_id = s.id AND e.held_reason IS NOT NULL
-                      AND e.id >= {lo} AND e.id < {hi})
-    """
-)
+# the statement names those days alone, as the claim does (and as
+# ``inbox.store.reads.queue.held_playbooks`` does).
 _RELEASE = DayBounded(
     """
     UPDATE events SET available_at = now(), held_reason = NULL,
@@ -379,12 +371,6 @@ _RELEASE = DayBounded(
        AND source_id = ANY(CAST(:ids AS bigint[])) AND id >= {lo} AND id < {hi}
     """
 )
-
-
-def held_playbooks(conn: Connection) -> dict[SourceId, str | None]:
-    """The sources with held events, and the playbook each names now."""
-    rows = conn.execute(_HELD_SOURCES.over(*open_days(conn)))
-    return {SourceId(r.id): r.playbook for r in rows}
 
 
 def release_held(conn: Connection, source_ids: list[SourceId]) -> int:
@@ -427,32 +413,6 @@ def sweep_expired(conn: Connection) -> tuple[int, int]:
     ).fetchall()
     quarantined = sum(1 for r in rows if r.state == EventState.QUARANTINED)
     return len(rows) - quarantined, quarantined
-
-
-def due_count(conn: Connection) -> int:
-    return int(
-        conn.execute(
-            text("SELECT count(*) FROM events WHERE state = 'received' AND available_at <= now()")
-        ).scalar_one()
-    )
-
-
-def due_within(conn: Connection, horizon: float, slot: float, limit: int = 100) -> list[float]:
-    """Seconds until each retry due in the next ``horizon`` seconds, rounded up to ``slot``
-    (one alarm per slot; relative to the database clock, so no clock needs to agree)."""
-    rows = conn.execute(
-        text(
-            """
-            SELECT DISTINCT ceil(extract(epoch FROM available_at - now()) / :slot) * :slot AS due_in
-              FROM events
-             WHERE state = 'received' AND available_at > now()
-               AND available_at <= now() + make_interval(secs => :horizon)
-             ORDER BY due_in LIMIT :limit
-            """
-        ),
-        {"horizon": horizon, "slot": slot, "limit": limit},
-    )
-    return [float(r.due_in) for r in rows]
 
 
 _EXTEND = DayBounded(
