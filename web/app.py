@@ -7,13 +7,11 @@ from collections.abc import Callable
 from flask import Flask, redirect
 from sqlalchemy import Engine
 
-from inbox.infra import broker, metrics, tracing
+from inbox.infra import broker, tracing
 from inbox.infra.config import Settings
 from inbox.infra.logs import configure_logging
 from inbox.infra.ratelimit import RateLimiter
-from inbox.services import playbooks
-from inbox.store.db.engine import make_engine
-from inbox.store.db.group_commit import Claims
+from inbox.services import intake, playbooks, runtime
 from web.api import api
 from web.errors import register_error_handlers
 from web.health import health
@@ -38,7 +36,7 @@ def create_app(
     # For /readyz, which names a source whose playbook no module registers.
     playbooks.load(settings.playbook_modules)
     app = Flask(__name__)
-    engine = engine or make_engine(settings)
+    engine = engine or runtime.engine(settings)
     rings = broker.Rings()
     if doorbell is None:
         doorbell = broker.default_doorbell(settings, background=True)
@@ -48,12 +46,7 @@ def create_app(
         engine=engine,
         doorbell=doorbell,
         routes=RouteCache(engine, route_cache_seconds),
-        claims=Claims(
-            engine,
-            timeout_s=settings.db_timeout_ms / 1000,
-            max_statements=settings.claim_statements,
-            counted=metrics.record_claims,
-        ),
+        claims=intake.claim_queue(engine, settings),
         limiter=RateLimiter(settings.redis_url),
         backlog=Backlog(engine, settings.max_backlog),
         start_bulk_replay=rings.start_bulk_replay,

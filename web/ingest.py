@@ -22,7 +22,6 @@ from inbox.services import intake
 from inbox.services.intake import IngestResult
 from web import overload, validate
 from web.errors import error_response
-from web.responses import BufferedResponse
 from web.services import services
 
 log = logging.getLogger(__name__)
@@ -83,7 +82,7 @@ def _answer(result: IngestResult) -> Response:
         return error_response(IdempotencyConflict())
     if result.outcome is IngestOutcome.IN_FLIGHT:
         return error_response(InFlight())
-    resp = BufferedResponse(result.body, status=result.status, content_type="application/json")
+    resp = Response(result.body, status=result.status, content_type="application/json")
     if result.status == 204:  # no body, so no media type either
         del resp.headers["Content-Type"]
     if result.outcome is IngestOutcome.DUPLICATE:
@@ -137,6 +136,6 @@ def _handshake(answer: core.Handshake) -> Response:
         resp = jsonify(answer.body)
         resp.status_code = answer.status
         return resp
-    resp = BufferedResponse(answer.body or "", status=answer.status, mimetype="text/plain")
+    resp = Response(answer.body or "", status=answer.status, mimetype="text/plain")
     resp.headers["X-Content-Type-Options"] = "nosniff"
     return resp

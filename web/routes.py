@@ -18,7 +18,7 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 
 from inbox.domain.records import Source
-from inbox.store.write.sources import find_source
+from inbox.store.reads.sources import find_source
 
 
 class RouteCache:

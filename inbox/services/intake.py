@@ -45,10 +45,11 @@ from inbox.store.db import listener as listeners
 from inbox.store.db.claims import Claimed
 from inbox.store.db.engine import deadline_at
 from inbox.store.db.errors import Contended, wrap_exceptions
+from inbox.store.db.group_commit import Claims
 from inbox.store.reads.events import stored_response
 from inbox.store.write.intake import IngestResult, claim, taken
 
-__all__ = ["ATTEMPTS", "ClaimQueue", "IngestResult", "Intake", "deadline"]
+__all__ = ["ATTEMPTS", "ClaimQueue", "IngestResult", "Intake", "claim_queue", "deadline"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,16 @@ class ClaimQueue(Protocol):
     """The process's claims (``inbox.store.db.group_commit.Claims``)."""
 
     def claim(self, source: Source, ev: Prepared) -> Claimed | None: ...
+
+
+def claim_queue(engine: Engine, settings: Settings) -> ClaimQueue:
+    """A web process's claims: its threads' claiming statements group-committed."""
+    return Claims(
+        engine,
+        timeout_s=settings.db_timeout_ms / 1000,
+        max_statements=settings.claim_statements,
+        counted=metrics.record_claims,
+    )
 
 
 def deadline(until: float) -> contextlib.AbstractContextManager[float]:
