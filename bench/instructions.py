@@ -142,6 +142,9 @@ def child(view: str, n: int) -> None:
         ),
     )
     if view == "floor":
+        from web.receiver import unmount
+
+        unmount(app)  # the floor is Flask's: its view answers
         answer = b'{"id":"evt_x","status":"accepted"}'
         app.view_functions["hooks.receive"] = lambda tenant, source: Response(
             answer, status=202, content_type="application/json"

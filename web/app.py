@@ -18,6 +18,7 @@ from web.health import health
 from web.ingest import hooks
 from web.metrics import metrics_bp
 from web.overload import Backlog
+from web.receiver import Receiver
 from web.routes import RouteCache
 from web.services import Services
 from web.ui import ui
@@ -66,4 +67,6 @@ def create_app(
     # A person who opens the server's address finds the console.
     app.add_url_rule("/", "root", lambda: redirect("/ui", code=302))
     tracing.instrument_flask(app)  # server spans, continuing the sender's traceparent
+    if not tracing.enabled():  # the accepted path served beside Flask (web/receiver.py)
+        app.wsgi_app = Receiver(app)  # type: ignore[method-assign]
     return app

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
-from werkzeug.exceptions import ClientDisconnected
 
 from inbox.domain import intake as core
 from inbox.domain.errors import (
@@ -47,25 +47,24 @@ def _read_body(limit: int) -> bytes:
     if length is not None:
         if length > limit:
             raise PayloadTooLarge(limit_bytes=limit)
-        try:
-            body = environ["wsgi.input"].read(length) if length else b""
-        except (OSError, ValueError):  # as werkzeug's stream: the sender went away
-            raise ClientDisconnected() from None
-    else:
-        body = request.stream.read(limit + 1)
-        if len(body) > limit:
-            raise PayloadTooLarge(limit_bytes=limit)
+        return validate.read_exactly(environ, length)
+    body = request.stream.read(limit + 1)
+    if len(body) > limit:
+        raise PayloadTooLarge(limit_bytes=limit)
     validate.check_whole_body(body, length)
     return body
 
 
 def _headers() -> dict[str, str]:
+    return environ_headers(request.environ)
+
+
+def environ_headers(environ: dict[str, Any]) -> dict[str, str]:
     """The request's headers by lower-cased name, read from the WSGI environ as PEP 3333
     lays it out (``HTTP_*``, plus ``CONTENT_TYPE`` and ``CONTENT_LENGTH``): the same
     names and values as werkzeug's ``request.headers``, without building its
     title-cased view of every key only to lower-case it again (a test pins the two
     equal)."""
-    environ = request.environ
     out = {
         key[5:].replace("_", "-").lower(): value
         for key, value in environ.items()
@@ -77,7 +76,7 @@ def _headers() -> dict[str, str]:
     return out
 
 
-def _answer(result: IngestResult) -> Response:
+def answer(result: IngestResult) -> Response:
     if result.outcome is IngestOutcome.CONFLICT:
         return error_response(IdempotencyConflict())
     if result.outcome is IngestOutcome.IN_FLIGHT:
@@ -104,7 +103,7 @@ def receive(tenant: str, source: str) -> Response:
         req = core.signed_request("GET", request.url, _headers(), b"")
         handshake = core.handshake_get(route, req, time.time())
         if handshake is not None:
-            return _handshake(handshake)
+            return handshake_response(handshake)
     if request.method != "POST":
         raise MethodNotAllowed()
     overload.check_backlog(ext.backlog)
@@ -115,7 +114,7 @@ def receive(tenant: str, source: str) -> Response:
     req = core.signed_request("POST", url, _headers(), body)
     prepared = core.prepare(route, req, time.time(), ext.settings.key_ttl_hours)
     if isinstance(prepared, core.Handshake):
-        return _handshake(prepared)
+        return handshake_response(prepared)
     overload.check_rate(ext.limiter, route)
     result = ext.intake.receive(route, prepared, until)
     if log.isEnabledFor(logging.DEBUG):
@@ -127,10 +126,10 @@ def receive(tenant: str, source: str) -> Response:
             result.public_id,
             extra={"tenant": tenant, "source": source, "outcome": result.outcome},
         )
-    return _answer(result)
+    return answer(result)
 
 
-def _handshake(answer: core.Handshake) -> Response:
+def handshake_response(answer: core.Handshake) -> Response:
     """A provider's handshake: JSON, plain text (never sniffed as HTML) or an empty body."""
     if isinstance(answer.body, dict):
         resp = jsonify(answer.body)

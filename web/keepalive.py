@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from flask import Flask, Response
 
 from inbox.infra.config import Settings
+from web.receiver import Receiver
 
 
 def keepalive_requests(env: Mapping[str, str] | None = None) -> int:
@@ -27,6 +28,8 @@ def close_now_and_then(app: Flask, every: int) -> None:
     if every <= 0:
         return
     chance = 1.0 / every
+    if isinstance(app.wsgi_app, Receiver):  # the answers it gives without Flask
+        app.wsgi_app.close_chance = chance
 
     @app.after_request
     def _maybe_close(response: Response) -> Response:

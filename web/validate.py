@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Flask, request
+from werkzeug.exceptions import ClientDisconnected
 
 from inbox.domain.errors import BadRequest
 from inbox.domain.textcheck import check_json_depth, check_json_strings, check_text
@@ -22,9 +23,14 @@ MAX_ARGUMENT = 1000
 
 def _check_path(endpoint: str | None, values: dict[str, Any] | None) -> None:
     if values:
-        for name, value in values.items():
-            if isinstance(value, str):
-                check_text(value, f"The path's {name}", MAX_SEGMENT)
+        check_path_values(values)
+
+
+def check_path_values(values: dict[str, Any]) -> None:
+    """The path's values (tenant, source, ids): text of at most ``MAX_SEGMENT``."""
+    for name, value in values.items():
+        if isinstance(value, str):
+            check_text(value, f"The path's {name}", MAX_SEGMENT)
 
 
 def check_request() -> None:
@@ -43,6 +49,18 @@ def check_request() -> None:
     elif request.mimetype in ("application/x-www-form-urlencoded", "multipart/form-data"):
         for name, value in request.form.items(multi=True):
             check_text(value, f"The form field {name[:50]!r}", MAX_ARGUMENT)
+
+
+def read_exactly(environ: dict[str, Any], length: int) -> bytes:
+    """``length`` bytes of the body from the server's input (PEP 3333: no more than the
+    Content-Length may be read); a sender gone before the end is werkzeug's
+    ``ClientDisconnected``, a body shorter than it said a 400."""
+    try:
+        body: bytes = environ["wsgi.input"].read(length) if length else b""
+    except (OSError, ValueError):  # as werkzeug's stream: the sender went away
+        raise ClientDisconnected() from None
+    check_whole_body(body, length)
+    return body
 
 
 def check_whole_body(body: bytes, content_length: int | None) -> None:
