@@ -70,12 +70,12 @@ PGBENCH_SCRIPT = "BEGIN;\nINSERT INTO probe (v) VALUES (1);\nCOMMIT;\n"
 # 2-step one from the lockstep drain's own run (20,000 stored events, the Procfile's worker),
 # not yet in that file.
 TODAY: dict[str, tuple[float, str]] = {
-    "ingest, unique key": (1627, "bench.ingest 2026-12-03 08:15, unique keys, median of 9"),
-    "ingest, duplicate key": (1456, "bench.ingest 2026-12-03 08:15, storm, median of 9"),
+    "ingest, unique key": (2466, "bench.ingest 2026-12-03 22:14, unique keys, median of 5"),
+    "ingest, duplicate key": (2182, "bench.ingest 2026-12-03 22:14, storm, median of 5"),
     "drain, no effects": (7538, "bench.drain, 2026-11-30, 2 processes, no-op playbook"),
     "drain, 2 steps with an effect": (
-        1235,
-        "2-step lockstep drain, 2026-12-03 20:45-21:07, 2 processes, median of 5, load 12-18",
+        2542,
+        "bench.drain_peers, 2026-12-03 22:21, 20,000 events, 2 processes, median of 3 rounds",
     ),
     "delivery, one callback": (3179, "bench.deliver, 2026-11-30, 2 couriers, instant sink, run 2"),
 }
