@@ -22,7 +22,7 @@ from inbox.services import intake
 from inbox.services.intake import IngestResult
 from web import overload, validate
 from web.errors import error_response
-from web.services import services
+from web.services import Services, services
 
 log = logging.getLogger(__name__)
 hooks = Blueprint("hooks", __name__)
@@ -115,6 +115,14 @@ def receive(tenant: str, source: str) -> Response:
     prepared = core.prepare(route, req, time.time(), ext.settings.key_ttl_hours)
     if isinstance(prepared, core.Handshake):
         return handshake_response(prepared)
+    return answer(received(ext, route, prepared, until, tenant, source))
+
+
+def received(
+    ext: Services, route: Source, prepared: core.Prepared, until: float, tenant: str, source: str
+) -> IngestResult:
+    """The source's rate, then the receive use case, and its debug line: what the view and
+    ``web/receiver.py`` do alike once a delivery is prepared."""
     overload.check_rate(ext.limiter, route)
     result = ext.intake.receive(route, prepared, until)
     if log.isEnabledFor(logging.DEBUG):
@@ -126,7 +134,7 @@ def receive(tenant: str, source: str) -> Response:
             result.public_id,
             extra={"tenant": tenant, "source": source, "outcome": result.outcome},
         )
-    return answer(result)
+    return result
 
 
 def handshake_response(answer: core.Handshake) -> Response:

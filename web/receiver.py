@@ -17,7 +17,6 @@ app is served alone (its instrumentation makes the server span).
 
 from __future__ import annotations
 
-import logging
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -30,14 +29,13 @@ from inbox.domain.errors import NotFound, PayloadTooLarge
 from inbox.domain.outcomes import IngestOutcome
 from inbox.services import intake
 from web import overload, validate
-from web.ingest import answer, environ_headers, handshake_response
+from web.ingest import answer, environ_headers, handshake_response, received
 
 if TYPE_CHECKING:
     from flask import Flask
 
     from web.services import Services
 
-log = logging.getLogger(__name__)
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 _PREFIX = "/hooks/"
@@ -95,17 +93,7 @@ class Receiver:
         if isinstance(prepared, core.Handshake):
             with self.flask.app_context():
                 return handshake_response(prepared)
-        overload.check_rate(ext.limiter, route)
-        result = ext.intake.receive(route, prepared, until)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "ingest %s/%s outcome=%s event=%s",
-                tenant,
-                source,
-                result.outcome,
-                result.public_id,
-                extra={"tenant": tenant, "source": source, "outcome": result.outcome},
-            )
+        result = received(ext, route, prepared, until, tenant, source)
         if result.outcome in _ERRORS:  # a conflict, an event in flight: the error's JSON
             with self.flask.app_context():
                 return answer(result)
