@@ -394,7 +394,16 @@ def check_settled_and_fenced(url: str, accepted: dict[str, str], held: list[Clai
             with final.connect() as conn:
                 return conn.execute(OPEN_EVENTS).scalar() == conn.execute(UNDELIVERED).scalar() == 0
 
-        patroni.wait(settled, 180, "every event completed and every callback delivered")
+        try:
+            patroni.wait(settled, 180, "every event completed and every callback delivered")
+        except AssertionError:
+            with final.connect() as conn:  # what was left open, for whoever reads the failure
+                for table in ("events", "deliveries"):
+                    left = conn.execute(
+                        text(f"SELECT state, attempts, count(*) FROM {table} GROUP BY 1, 2")
+                    ).all()
+                    print(f"{table} by state and attempts: {left}")
+            raise
         with final.connect() as conn:
             stored = conn.execute(text("SELECT public_id FROM events")).scalars().all()
         assert set(stored) == set(accepted.values())
