@@ -38,11 +38,11 @@ from inbox.services.heartbeat import Heartbeat
 from inbox.services.ports import WorkStore
 from inbox.services.runner import (
     RunConfig,
-    _failed,
-    _fields,
-    _step_attributes,
-    _view,
+    event_view,
+    fail_attempt,
+    log_fields,
     start_run_span,
+    step_attributes,
     sync_response,
 )
 
@@ -189,13 +189,13 @@ def _step(run: _Run, step: Step, renewal: _Renewal, claims: list[Claim]) -> None
     renewal.check(claims)
     with tracing.using(run.span), tracing.span("inbox.step") as current:
         if current is not None:
-            current.set_attributes(_step_attributes(run.ev, step.name))
+            current.set_attributes(step_attributes(run.ev, step.name))
         if step.name in run.results:
             # a recovery point: never run a completed step again
             tracing.set_attributes(current, {"inbox.skipped": "recovery_point"})
             return
         run.step = step.name
-        ctx = StepContext(_view(run.ev), step.name, run.results, sends=step.sends)
+        ctx = StepContext(event_view(run.ev), step.name, run.results, sends=step.sends)
         value = step.fn(ctx)
         run.results[step.name] = run.new[step.name] = value
         if ctx.outbox:
@@ -277,7 +277,7 @@ def _lost(run: _Run, states: Counter[str]) -> None:
     log.warning(
         "event %s: lease lost; another worker owns it now",
         run.ev.public_id,
-        extra=_fields(run.ev, outcome="lost"),
+        extra=log_fields(run.ev, outcome="lost"),
     )
     tracing.set_attributes(run.span, {"inbox.outcome": "lost"})
     tracing.end_span(run.span)
@@ -299,7 +299,7 @@ def _fail(
     tracing.failed(run.span, exc)
     with tracing.using(run.span):
         try:
-            state, delay = _failed(
+            state, delay = fail_attempt(
                 store, run.claim, run.ev, exc, run.pb.is_permanent(exc), cfg, run.step
             )
         except LeaseLost:

@@ -77,7 +77,7 @@ def run_claimed(
         log.warning(
             "event %s: lease lost; another worker owns it now",
             ev.public_id if ev is not None else c.id,
-            extra=_fields(ev, outcome="lost") if ev is not None else {"outcome": "lost"},
+            extra=log_fields(ev, outcome="lost") if ev is not None else {"outcome": "lost"},
         )
         return "lost"
 
@@ -112,7 +112,7 @@ def _run_loaded(
     except Exception as exc:
         tracing.failed(tracing.current_span(), exc)
         permanent = playbook is None or playbook.is_permanent(exc)
-        state, delay = _failed(store, c, ev, exc, permanent, cfg, pending.step)
+        state, delay = fail_attempt(store, c, ev, exc, permanent, cfg, pending.step)
         if state == "received" and on_retry is not None:
             on_retry(delay)
         metrics.record_completed(
@@ -166,7 +166,7 @@ def _run_span_args(ev: LoadedEvent) -> dict[str, Any]:
     }
 
 
-def _fields(ev: LoadedEvent, **more: object) -> dict[str, object]:
+def log_fields(ev: LoadedEvent, **more: object) -> dict[str, object]:
     """A log line's fields for this event (docs/tracing.md lists them)."""
     return {
         "event_id": ev.public_id,
@@ -189,7 +189,7 @@ def _hold(store: WorkStore[Any], c: Claim, ev: LoadedEvent, exc: PlaybookMissing
         ev.tenant,
         ev.source,
         exc.name,
-        extra=_fields(ev, outcome="held", playbook=exc.name),
+        extra=log_fields(ev, outcome="held", playbook=exc.name),
     )
     return state
 
@@ -212,7 +212,7 @@ def _judge(store: WorkStore[Any], c: Claim, ev: LoadedEvent) -> Judgement | None
         return store.judge(tx, c, ev.tenant_id, ev.business_key_digest, mine)
 
 
-def _view(ev: LoadedEvent) -> EventView:
+def event_view(ev: LoadedEvent) -> EventView:
     """What a playbook sees of a loaded event."""
     return EventView(
         ev.id,
@@ -252,7 +252,7 @@ def run_in_memory(ev: LoadedEvent, pb: Playbook, c: Claim) -> Completion | None:
         return None
     try:
         check_body(ev.source_options.get("body_schema") or {}, ev.body, ev.content_type)
-        view = _view(ev)
+        view = event_view(ev)
         results: dict[str, Any] = dict(ev.steps)
         new: dict[str, Any] = {}
         for step in pb.steps:
@@ -260,7 +260,7 @@ def run_in_memory(ev: LoadedEvent, pb: Playbook, c: Claim) -> Completion | None:
                 continue
             with tracing.span("inbox.step") as current:
                 if current is not None:
-                    current.set_attributes(_step_attributes(ev, step.name))
+                    current.set_attributes(step_attributes(ev, step.name))
                 ctx = StepContext(view, step.name, results, sends=step.sends)
                 results[step.name] = new[step.name] = step.fn(ctx)
             if ctx.outbox:
@@ -319,13 +319,13 @@ def _run_steps(
     pending: _Commits,
     newer: Newer | None = None,
 ) -> tuple[RunOutcome, dict[str, Any], EventId | None]:
-    view = _view(ev)
+    view = event_view(ev)
     results: dict[str, Any] = dict(ev.steps)
     outcome, dup_of = RunOutcome.COMPLETED, None
     for step in pb.steps:
         with tracing.span("inbox.step") as current:
             if current is not None:
-                current.set_attributes(_step_attributes(ev, step.name))
+                current.set_attributes(step_attributes(ev, step.name))
             if step.name in results:
                 # a recovery point: never run a completed step again
                 tracing.set_attributes(current, {"inbox.skipped": "recovery_point"})
@@ -360,7 +360,7 @@ def _run_steps(
     return (RunOutcome.STALE if newer is not None else outcome), decision, dup_of
 
 
-def _step_attributes(ev: LoadedEvent, step: str) -> dict[str, str | int]:
+def step_attributes(ev: LoadedEvent, step: str) -> dict[str, str | int]:
     return {
         "inbox.tenant": ev.tenant,
         "inbox.source": ev.source,
@@ -370,7 +370,7 @@ def _step_attributes(ev: LoadedEvent, step: str) -> dict[str, str | int]:
     }
 
 
-def _failed(
+def fail_attempt(
     db: Engine | WorkStore[Any],
     c: Claim,
     ev: LoadedEvent,
@@ -395,6 +395,6 @@ def _failed(
         type(exc).__name__,
         excerpt(exc),
         f"retry in {delay:.0f} s" if state == EventState.RECEIVED else state,
-        extra=_fields(ev, step=step, outcome=state, error_class=type(exc).__name__),
+        extra=log_fields(ev, step=step, outcome=state, error_class=type(exc).__name__),
     )
     return state, delay
