@@ -127,23 +127,36 @@ class PrivatePostgres:
             shutil.chown(self.root, "postgres")
         self.data = self.root / "data"
         self.port = free_port()
-        self._as_postgres("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust")
+        self.as_postgres("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust")
         opts = {"listen_addresses": "127.0.0.1", **(settings or {})}
         flags = f"-p {self.port} -k {self.root} " + " ".join(f"-c {k}={v}" for k, v in opts.items())
-        log = str(self.root / "log")
-        self._as_postgres("pg_ctl", "-D", str(self.data), "-l", log, "-w", "-o", flags, "start")
-        self.pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        self.flags = flags
+        self.log = str(self.root / "log")
+        self.start()
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
+    def start(self) -> None:
+        """Start the cluster, its output in its log file: a server left writing to pg_ctl's
+        captured output would hold the pipe open and hang the call."""
+        data = str(self.data)
+        self.as_postgres("pg_ctl", "-D", data, "-l", self.log, "-w", "-o", self.flags, "start")
+        self.pid = int((self.data / "postmaster.pid").read_text().split()[0])
+
+    def restart(self) -> None:
+        """A fast shutdown (open transactions roll back) and a start with the same settings.
+        Not ``pg_ctl restart``: it forgets ``-l`` and leaves the server on the caller's pipe."""
+        self.as_postgres("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "120", "stop")
+        self.start()
+
     @staticmethod
-    def _as_postgres(*args: str) -> None:
+    def as_postgres(*args: str) -> None:
         import os
         import subprocess
 
         cmd = list(args)
         if os.geteuid() == 0:  # PostgreSQL refuses to run as root
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+        subprocess.run(cmd, check=True, capture_output=True, timeout=180)
 
     def processes(self) -> list[int]:
         """The postmaster and its children (every backend and auxiliary process)."""

@@ -20,9 +20,7 @@ from bench.pipeline.sweep import fmt
 
 
 def _restart_postgres(stack: Stack) -> None:
-    c = stack.cluster
-    c._as_postgres("pg_ctl", "-D", str(c.data), "-m", "fast", "-w", "restart")
-    c.pid = int((c.data / "postmaster.pid").read_text().split()[0])
+    stack.cluster.restart()
 
 
 def _kill_worker(stack: Stack) -> None:

@@ -177,17 +177,15 @@ def test_readyz_is_503_while_the_server_is_a_standby_and_ok_once_promoted():
         migrate.upgrade(url)
         assert _readyz(url)[0] == 200
 
-        data, log = str(cluster.data), str(cluster.root / "log")
-        flags = f"-p {cluster.port} -k {cluster.root} -c listen_addresses=127.0.0.1 -c fsync=off"
-        cluster._as_postgres("pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
-        cluster._as_postgres("touch", str(cluster.data / "standby.signal"))
-        cluster._as_postgres("pg_ctl", "-D", data, "-l", log, "-w", "-o", flags, "start")
-        cluster.pid = int((cluster.data / "postmaster.pid").read_text().split()[0])
+        data = str(cluster.data)
+        cluster.as_postgres("pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
+        cluster.as_postgres("touch", str(cluster.data / "standby.signal"))
+        cluster.start()
         status, body = _readyz(url)
         assert status == 503 and body["cause"] == "database", body
         assert body["checks"]["database"] == "read-only: the server is a standby (in recovery)"
 
-        cluster._as_postgres("pg_ctl", "-D", data, "-w", "promote")
+        cluster.as_postgres("pg_ctl", "-D", data, "-w", "promote")
         status, body = _readyz(url)
         assert status == 200 and body["checks"]["database"] == "ok", body
     finally:
