@@ -248,7 +248,16 @@ def wait_celery(control_app: Any, proc: Proc, timeout: float = 60) -> None:
     """Until the worker answers a broadcast ping (its consumer and pool are up)."""
 
     def ready() -> bool:
-        replies = control_app.control.ping(destination=[proc.node], timeout=0.5)
+        # A connection of its own per ping: a pooled one may be stale after a broker restart
+        # (the soak restarts Redis), and a broker still starting is "not ready yet".
+        with control_app.connection_for_write() as conn:
+            try:
+                replies = control_app.control.ping(
+                    destination=[proc.node], timeout=0.5, connection=conn
+                )
+            except conn.connection_errors:
+                time.sleep(0.1)
+                return False
         return any(proc.node in r for r in replies)
 
     _wait_ready(proc, "celery worker", timeout, ready)
