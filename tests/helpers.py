@@ -88,18 +88,27 @@ def keyed_insert(insert_events: str, returning: str = "id") -> str:
     """
 
 
+LONGEST_INTERVAL = 0.1  # seconds between the checks of a long wait
+
+
 def eventually(
     condition: Callable[[], bool], seconds: float = 30.0, interval: float = 0.005
 ) -> bool:
     """True as soon as ``condition()`` holds, False once ``seconds`` have passed without.
 
     The one place tests wait: every other wait is on a condition, through this or
-    ``wait_for`` (tests/unit/test_no_sleeps.py keeps it so)."""
+    ``wait_for`` (tests/unit/test_no_sleeps.py keeps it so). The first checks come
+    ``interval`` apart, later ones up to ``LONGEST_INTERVAL``: a condition that holds
+    at once is seen at once, and a long wait (a process starting, a lease lapsing) does
+    not spend the CPU the processes it waits on need, as a check every 5 ms for a
+    minute would (each check is often a query)."""
     deadline = time.monotonic() + seconds
+    pause = interval
     while not condition():
         if time.monotonic() >= deadline:
             return False
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = max(interval, min(pause * 1.5, LONGEST_INTERVAL))
     return True
 
 

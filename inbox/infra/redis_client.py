@@ -81,10 +81,10 @@ def client(
     if not is_sentinel(url):
         return redis.Redis.from_url(url, **timeouts)
     target = parse(url)
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(  # type: ignore[no-untyped-call,unused-ignore]
         list(target.sentinels), sentinel_kwargs=dict(timeouts), **timeouts
     )
-    master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+    master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call,unused-ignore]
         target.master_name,
         db=target.db,
         password=target.password,
