@@ -13,6 +13,7 @@ events by at most one sweep.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -123,7 +124,14 @@ def make_doorbell(redis_url: str, send: Callable[[], None]) -> Callable[[], None
 
     def ring() -> None:
         if client.set(FLAG, b"1", nx=True, px=FLAG_TTL_MS):
-            send()
+            try:
+                send()
+            except Exception:
+                # Nothing was sent: a flag left set would hold back every ring for its TTL
+                # (a broker restart stranded events for 10 s that way), so it goes too.
+                with contextlib.suppress(redis.RedisError):
+                    client.delete(FLAG)
+                raise
 
     return ring
 
@@ -137,11 +145,23 @@ class Ringer:
     ``ring`` (``make_doorbell``'s: the flag, then the drain task) once per batch of wants,
     each ring starting after the wants it answers, so every committed event is followed by a
     ring; then it pauses ``gap`` seconds, so a process rings at most 1/gap times a second
-    however fast events arrive. A forked child starts a thread of its own on first use."""
+    however fast events arrive. A ring that fails (Redis or the broker down) is rung again,
+    ``retry`` seconds later and doubling up to ``retry_max``, until one goes out: what it
+    answered is drained as soon as the broker is back, not at the next sweep. The first
+    failure of a run is logged, and the ring that ends it. A forked child starts a thread of
+    its own on first use."""
 
-    def __init__(self, ring: Callable[[], None], gap: float = 0.005) -> None:
+    def __init__(
+        self,
+        ring: Callable[[], None],
+        gap: float = 0.005,
+        retry: float = 0.1,
+        retry_max: float = 2.0,
+    ) -> None:
         self._ring = ring
         self._gap = gap
+        self._retry = retry
+        self._retry_max = retry_max
         self._cond = threading.Condition()
         self._wanted = False
         self._pid = 0
@@ -165,6 +185,7 @@ class Ringer:
 
     def _run(self) -> None:
         cond = self._cond
+        failed = 0  # rings failed in a row
         while True:
             with cond:
                 while not self._wanted:
@@ -172,13 +193,22 @@ class Ringer:
                 self._wanted = False
             try:
                 self._ring()
-                self.rings += 1
-            except Exception as exc:  # the sweeper re-rings; the next event rings again
-                log.warning(
-                    "doorbell failed: %s",
-                    exc.__class__.__name__,
-                    extra={"error_class": type(exc).__name__},
-                )
+            except Exception as exc:
+                failed += 1
+                if failed == 1:
+                    log.warning(
+                        "doorbell failed: %s; ringing again until it goes out",
+                        exc.__class__.__name__,
+                        extra={"error_class": type(exc).__name__},
+                    )
+                with cond:
+                    self._wanted = True  # what it answered still waits for a drain
+                time.sleep(min(self._retry_max, self._retry * 2 ** (failed - 1)))
+                continue
+            self.rings += 1
+            if failed:
+                log.info("doorbell rings again after %d failed rings", failed)
+                failed = 0
             time.sleep(self._gap)
 
 

@@ -26,6 +26,8 @@ class StalledRedis:
         self.received = b""
         self.client_gave_up = threading.Event()
         self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._closed = False
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -34,7 +36,11 @@ class StalledRedis:
                 conn, _ = self._listener.accept()
             except OSError:
                 return
-            self._conns.append(conn)
+            with self._lock:
+                if self._closed:  # the doorbell tries again after a failed ring
+                    conn.close()
+                    return
+                self._conns.append(conn)
             threading.Thread(target=self._read, args=(conn,), daemon=True).start()
 
     def _read(self, conn: socket.socket) -> None:
@@ -49,9 +55,11 @@ class StalledRedis:
             self.received += chunk
 
     def close(self) -> None:
-        self._listener.close()
-        for conn in self._conns:
-            conn.close()
+        with self._lock:
+            self._closed = True
+            self._listener.close()
+            for conn in self._conns:
+                conn.close()
 
 
 @pytest.fixture

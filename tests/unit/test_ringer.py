@@ -4,6 +4,7 @@ by a ring that started after it."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -82,23 +83,38 @@ def test_every_want_is_followed_by_a_ring_that_started_after_it() -> None:
     assert len(seen_at_start) < 1200  # and they coalesced
 
 
-def test_a_failing_ring_is_logged_and_the_next_want_rings_again(
+def test_a_failing_ring_is_rung_again_until_it_goes_out_and_logged_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     calls: list[int] = []
 
-    def ring() -> None:
+    def ring() -> None:  # the broker is back at the fourth try
         calls.append(1)
-        if len(calls) == 1:
+        if len(calls) <= 3:
             raise ConnectionError("redis is down")
 
-    ringer = Ringer(ring, gap=0)
-    with caplog.at_level(logging.WARNING, logger="inbox.infra.broker"):
-        ringer()
-        wait_for(lambda: len(calls) == 1)
-        wait_for(lambda: "doorbell failed: ConnectionError" in caplog.text)
+    ringer = Ringer(ring, gap=0, retry=0.001, retry_max=0.01)
+    with caplog.at_level(logging.INFO, logger="inbox.infra.broker"):
+        ringer()  # one want, and no other: the thread alone rings again
+        wait_for(lambda: ringer.rings == 1)
+        wait_for(lambda: "rings again after 3 failed rings" in caplog.text)
+    assert len(calls) == 4
+    assert caplog.text.count("doorbell failed: ConnectionError") == 1
+
+
+def test_a_ring_that_keeps_failing_waits_longer_between_tries() -> None:
+    at: list[float] = []
+
+    def ring() -> None:
+        at.append(time.monotonic())
+        if len(at) < 6:
+            raise ConnectionError("redis is down")
+
+    ringer = Ringer(ring, gap=0, retry=0.02, retry_max=0.08)
     ringer()
-    wait_for(lambda: ringer.rings == 1 and len(calls) == 2)
+    wait_for(lambda: ringer.rings == 1)
+    gaps = [b - a for a, b in itertools.pairwise(at)]
+    assert gaps[0] >= 0.02 and gaps[2] >= 0.08 and gaps[4] >= 0.08  # doubled, then capped
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
