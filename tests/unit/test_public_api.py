@@ -57,3 +57,12 @@ def test_importing_inbox_loads_no_framework_driver_or_broker() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert out == "", f"import inbox pulled in {out}"
+
+
+def test_the_processes_and_the_cli_start_without_alembic() -> None:
+    # Alembic is a fifth of a process's start; only migrating and /readyz need it.
+    code = "import sys, web.app, workers.app, inbox.cli\nprint('alembic' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert out == "False"

@@ -2,20 +2,26 @@
 
 The migrations are package data (``inbox/store/schema/migrations``), found with
 ``importlib.resources``, so an installed wheel carries them and no ``alembic.ini`` is needed.
+
+Alembic is imported where it is used: its import (its DDL dialects and autogenerate come
+with it) is a fifth of a worker's or a CLI command's start, and only ``inbox migrate`` and
+the first ``/readyz`` need it.
 """
 
 from __future__ import annotations
 
 from importlib import resources
-
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
+from typing import TYPE_CHECKING
 
 from inbox.store.db.engine import sqlalchemy_url
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 
 def alembic_config(database_url: str) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option(
         "script_location", str(resources.files("inbox.store.schema") / "migrations")
@@ -28,12 +34,18 @@ def alembic_config(database_url: str) -> Config:
 
 def head_revision() -> str | None:
     """The newest revision the code knows."""
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config("postgresql://")).get_current_head()
 
 
 def upgrade(database_url: str, revision: str = "head") -> None:
+    from alembic import command
+
     command.upgrade(alembic_config(database_url), revision)
 
 
 def downgrade(database_url: str, revision: str = "base") -> None:
+    from alembic import command
+
     command.downgrade(alembic_config(database_url), revision)
