@@ -24,6 +24,7 @@ from celery.signals import (
     worker_init,
     worker_process_init,
     worker_process_shutdown,
+    worker_ready,
 )
 
 from inbox.infra import broker, tracing
@@ -135,6 +136,20 @@ def _check_start(**_: object) -> None:
     state.start()  # the engine and alarms connect on first use
     if settings.metrics_dir:  # prometheus_client opens its per-process files there
         os.makedirs(settings.metrics_dir, exist_ok=True)
+
+
+@worker_ready.connect  # type: ignore[untyped-decorator]
+def _ring_at_start(**_: object) -> None:
+    # A worker killed with a drain message reserved takes that message out of the queue
+    # (until the broker's visibility or consumer timeout), and the doorbell flag its ring
+    # set holds back every ring until it expires (broker.FLAG_TTL_MS): the soak saw events
+    # wait 10 s after a worker kill. So a worker that starts clears the flag and rings:
+    # what is due now is drained now.
+    try:
+        state.current().flag.clear(settings.redis_url)
+        app.send_task(broker.DRAIN)
+    except Exception as exc:  # the sweep rings anyway
+        log.warning("could not ring the doorbell at start: %s", exc.__class__.__name__)
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

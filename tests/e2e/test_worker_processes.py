@@ -8,8 +8,10 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
+import redis
 from sqlalchemy import text
 
+from inbox.infra.broker import FLAG
 from tests import helpers
 from tests.brokers import Broker
 from tests.helpers import body_of, events_by_state, hmac_headers, insert_pending, sink_rows
@@ -87,6 +89,21 @@ def test_two_workers_race_and_each_event_is_processed_once(env, procs, make_sour
     per_event = Counter(r.event for r in rows)
     assert len(per_event) == 1000 and set(per_event.values()) == {1}
     assert len({r.pid for r in rows}) >= 2  # more than one process really took part
+
+
+def test_a_starting_worker_drains_what_a_stuck_doorbell_flag_held_back(
+    env, procs, make_source, engine, broker
+):
+    # As after a worker was killed holding a drain message: the flag of the ring that sent
+    # it is still set, the message is gone, and no sweep comes (no beat; an hour apart).
+    env = {**env, "INBOX_SWEEP_SECONDS": "3600"}
+    src = make_source(event_type_path="type")
+    insert_pending(engine, src, 20, {"type": "flaky"})
+    flag = redis.Redis.from_url(broker.redis_url)
+    flag.set(FLAG, b"1", px=3_600_000)
+    procs.append(CeleryProc(env, concurrency=2))
+    wait_for(lambda: events_by_state(engine) == {"completed": 20}, 60, "20 completions")
+    assert len(sink_rows(engine)) == 20
 
 
 def test_doorbell_makes_an_event_complete_without_waiting_for_a_sweep(
