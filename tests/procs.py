@@ -49,13 +49,16 @@ class Proc:
 
 
 class Web(Proc):
-    """``python -m web`` (the Procfile's web process) on a free port."""
+    """``python -m web`` (the Procfile's web process) on a free port.
+
+    One worker process unless a test asks for more: each granian worker imports the app
+    (about a second of CPU), and only the tests of two processes racing need two."""
 
     def __init__(
         self,
         env: dict[str, str | None],
         app: str = "web.wsgi:app",
-        workers: int = 2,
+        workers: int = 1,
         extra: tuple[str, ...] = (),
     ) -> None:
         (ROOT / ".data").mkdir(exist_ok=True)

@@ -23,8 +23,9 @@ def web_server(database_url: str) -> Iterator[Web]:
     """One web process for the tests of a module that only send to it: each test makes
     sources of its own (their names are new, so the route cache has nothing of an earlier
     test's), and the tables are emptied between tests; a test that restarts, kills or
-    configures the server starts its own (``Web(web_env, ...)``)."""
-    server = Web(_web_env(database_url))
+    configures the server starts its own (``Web(web_env, ...)``). Two worker processes, so
+    copies sent at once race across processes as they do in production."""
+    server = Web(_web_env(database_url), workers=2)
     yield server
     server.stop()
 
