@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import hypothesis
 import psycopg
 import pytest
 from sqlalchemy import Engine, text
@@ -41,6 +42,11 @@ from inbox.store.write import sources as store
 from tests.brokers import PrivateRedis
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Property tests draw Hypothesis's default 100 examples each on every run; a fuzz run before
+# a release asks for ten times as many with HYPOTHESIS_PROFILE=deep.
+hypothesis.settings.register_profile("deep", max_examples=1000)
+hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # Signing secrets are stored encrypted (inbox/infra/keyring.py): one key for the whole run,
 # inherited by every process a test starts.

@@ -396,7 +396,7 @@ _now = st.one_of(st.just(float(NOW)), st.floats(allow_nan=True, allow_infinity=T
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMES))
-@settings(max_examples=300, deadline=None, database=None)
+@settings(deadline=None, database=None)
 @given(request_=_request, config=_cfg, now=_now, parsed=_parsed)
 def test_fuzz_only_signature_error_escapes(
     name: str, request_: SignedRequest, config: SchemeConfig, now: float, parsed: object
