@@ -8,7 +8,7 @@ wheel's), never a database number of someone's 127.0.0.1:6379.
 ``INBOX_TEST_DATABASE_URL`` / ``INBOX_TEST_REDIS_URL`` point elsewhere (a Redis there
 must not be on port 6379).
 
-The suite runs in parallel (``pytest -n 2``, pytest-xdist). A template database is
+The suite runs in parallel (``pytest -n 4`` on 2 cores, pytest-xdist). A template database is
 migrated once per run and each worker process clones it (``CREATE DATABASE ...
 TEMPLATE``), so workers never see each other's rows; within a worker, tables are
 emptied after each test. Each worker has its own Redis server, its own files under
