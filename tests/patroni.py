@@ -267,6 +267,10 @@ class Pair:
     """etcd plus two Patroni nodes; ``url`` names both nodes in libpq's netloc form."""
 
     def __init__(self) -> None:
+        self._lay_out()
+
+    def _lay_out(self) -> None:
+        """A new folder, and new free ports for etcd and both nodes."""
         self.root = Path(tempfile.mkdtemp(prefix="inbox-patroni-"))
         os.chmod(self.root, 0o755)
         if os.geteuid() == 0:
@@ -281,13 +285,62 @@ class Pair:
         hosts = ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
         return f"postgresql://{user}@{hosts}/{database}?target_session_attrs=read-write"
 
-    def start(self, timeout: float = 120) -> None:
+    def start(self, timeout: float = 120, attempts: int = 3) -> None:
+        """etcd, node0 bootstrapping as primary, then node1 as its synchronous standby.
+
+        Every port is picked free (``free_port``) and bound a moment later by etcd, Patroni's
+        REST API or PostgreSQL: in between, one of the machine's own outgoing connections
+        may take it as its local port, and the daemon that cannot bind exits (Patroni with
+        "Failed to bootstrap cluster" or ``Address already in use``). A start in which a
+        daemon exited before it was up is begun again in a new folder on new ports; a daemon
+        that runs and is not up in time fails the test with every log."""
+        for attempt in range(1, attempts + 1):
+            exited = self._start_once(timeout)
+            if exited is None:
+                return
+            why = (
+                f"{exited} exited before it was up; its log ends:\n{exited_log_tail(self, exited)}"
+            )
+            print(f"Patroni pair, attempt {attempt} of {attempts}: {why}")
+            if attempt < attempts:  # the last attempt's daemons are the caller's to stop
+                self.stop()
+                self._lay_out()
+        raise AssertionError(f"the Patroni pair did not start in {attempts} attempts: {why}")
+
+    def _start_once(self, timeout: float) -> str | None:
+        """None once both nodes are up, else the name of the daemon that exited first."""
+        daemons: dict[str, _Daemon] = {}
+
+        def up_unless_exited(cond: Any, seconds: float, what: str) -> str | None:
+            found: list[str] = []
+
+            def done() -> bool:
+                found[:] = [n for n, d in daemons.items() if d.popen.poll() is not None]
+                return bool(found) or bool(cond())
+
+            assert eventually(done, seconds, 0.1), f"{what} not met in time\n{self.logs()}"
+            return found[0] if found else None
+
         self.etcd.start()
-        wait(self.etcd.healthy, 30, "etcd to answer")
+        assert self.etcd.daemon is not None
+        daemons["etcd"] = self.etcd.daemon
+        if exited := up_unless_exited(self.etcd.healthy, 30, "etcd to answer"):
+            return exited
         self.nodes[0].start()
-        wait(lambda: self.leader() is self.nodes[0], timeout, "node0 to bootstrap as primary")
+        assert self.nodes[0].patroni is not None
+        daemons["node0"] = self.nodes[0].patroni
+        if exited := up_unless_exited(
+            lambda: self.leader() is self.nodes[0], timeout, "node0 to bootstrap as primary"
+        ):
+            return exited
         self.nodes[1].start()
-        self.wait_healthy(timeout)
+        assert self.nodes[1].patroni is not None
+        daemons["node1"] = self.nodes[1].patroni
+        return up_unless_exited(
+            lambda: self._healthy_leader() is not None,
+            timeout,
+            "a leader and a streaming synchronous standby",
+        )
 
     def members(self) -> list[dict[str, Any]]:
         """``GET /cluster`` from any node that answers."""
@@ -308,25 +361,30 @@ class Pair:
                 return node
         return None
 
+    def _healthy_leader(self) -> Node | None:
+        """The leader, when both nodes are up: a leader taking writes and a synchronous
+        standby streaming from it (Patroni's view and the leader's ``pg_stat_replication``
+        agree)."""
+        roles = {m.get("role") for m in self.members() if m.get("state") in RUNNING}
+        leader = self.leader()
+        if not {"leader", "sync_standby"} <= roles or leader is None:
+            return None
+        try:
+            with psycopg.connect(leader.dsn, connect_timeout=1, autocommit=True) as c:
+                row = c.execute(
+                    "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'"
+                ).fetchone()
+        except psycopg.Error:
+            return None
+        return leader if row is not None and row[0] >= 1 else None
+
     def wait_healthy(self, timeout: float = 120) -> Node:
-        """Both nodes up: a leader taking writes and a synchronous standby streaming from
-        it (Patroni's view and the leader's ``pg_stat_replication`` agree); the leader."""
+        """Both nodes up (``_healthy_leader``); the leader."""
         found: list[Node] = []
 
         def healthy() -> bool:
-            roles = {m.get("role") for m in self.members() if m.get("state") in RUNNING}
-            leader = self.leader()
-            if not {"leader", "sync_standby"} <= roles or leader is None:
-                return False
-            try:
-                with psycopg.connect(leader.dsn, connect_timeout=1, autocommit=True) as c:
-                    row = c.execute(
-                        "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'"
-                    ).fetchone()
-            except psycopg.Error:
-                return False
-            found[:] = [leader]
-            return row is not None and row[0] >= 1
+            found[:] = [n for n in [self._healthy_leader()] if n is not None]
+            return bool(found)
 
         wait(healthy, timeout, "a leader and a streaming synchronous standby")
         return found[0]
@@ -363,6 +421,15 @@ class Pair:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def exited_log_tail(pair: Pair, name: str, chars: int = 1500) -> str:
+    """The end of the log of ``etcd``, ``node0`` or ``node1``."""
+    path = pair.root / "etcd.log" if name == "etcd" else pair.root / name / "patroni.log"
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(no log)"
 
 
 def _running(pid: int | None) -> bool:
