@@ -37,8 +37,8 @@ docs: setup
 ## template); each part's output is printed when it ends, and any failure fails the target.
 ## Two test processes per core, at most 8: a process test spends about half its time waiting
 ## on the servers it started, and a second test on the core fills that time (on 2 cores the
-## suite took 269 s with 4, 327 s with 2; docs/explanation/tests.md). Each worker holds its
-## own Redis and a few dozen PostgreSQL connections, hence the cap.
+## suite took 269 s with 4, 327 s with 2). Each worker holds its own Redis and a few dozen
+## PostgreSQL connections, hence the cap.
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min(8, 2 * (os.cpu_count() or 1)))')
 test: setup
 	$(MAKE) --no-print-directory -j 3 --output-sync=target lint docs suite
