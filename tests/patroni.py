@@ -67,6 +67,11 @@ class _Daemon:
         self.popen = subprocess.Popen(
             _as_postgres(args),
             env=_clean_env(),
+            # Its own folder, not the caller's: Patroni starts PostgreSQL through a spawned
+            # Python process that changes to the parent's directory first, and a checkout
+            # the postgres user may not enter (a clone under a 0700 folder) left the
+            # bootstrap waiting forever on "Permission denied".
+            cwd=log.parent,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -393,6 +398,7 @@ class Pair:
         out = subprocess.run(
             _as_postgres(["patronictl", "-c", str(self.nodes[0].config), *args]),
             env=_clean_env(),
+            cwd=self.root,
             capture_output=True,
             text=True,
             timeout=120,

@@ -29,3 +29,19 @@ def test_a_pair_whose_port_was_taken_starts_again_on_new_ports(capsys):
     finally:
         squatter.close()
         cluster.stop()
+
+
+def test_a_pair_starts_from_a_directory_the_postgres_user_may_not_enter(tmp_path, monkeypatch):
+    why = patroni.missing()
+    if why:
+        pytest.skip(f"no Patroni pair on this machine: {why}")
+    # A CI clone under a 0700 folder: Patroni's spawned starter once changed into it and died.
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    monkeypatch.chdir(closed)
+    cluster = patroni.Pair()
+    try:
+        cluster.start(attempts=1)
+        assert cluster.leader() is cluster.nodes[0]
+    finally:
+        cluster.stop()
