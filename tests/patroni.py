@@ -111,8 +111,9 @@ class Node:
     def dsn(self) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
-    def start(self) -> None:
+    def start(self) -> _Daemon:
         self.patroni = _Daemon(["patroni", str(self.config)], self.dir / "patroni.log")
+        return self.patroni
 
     def postmaster(self) -> int | None:
         """The pid of this node's running postmaster. A pid file left by a killed one names
@@ -239,7 +240,7 @@ class Etcd:
         self.peer = free_port()
         self.daemon: _Daemon | None = None
 
-    def start(self) -> None:
+    def start(self) -> _Daemon:
         client, peer = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{self.peer}"
         self.daemon = _Daemon(
             [
@@ -255,6 +256,7 @@ class Etcd:
             ],
             self.dir.parent / "etcd.log",
         )
+        return self.daemon
 
     def healthy(self) -> bool:
         try:
@@ -303,44 +305,38 @@ class Pair:
             exited = self._start_once(timeout)
             if exited is None:
                 return
-            why = (
-                f"{exited} exited before it was up; its log ends:\n{exited_log_tail(self, exited)}"
-            )
+            name, daemon = exited
+            tail = daemon.log_path.read_text(errors="replace")[-1500:]
+            why = f"{name} exited before it was up; its log ends:\n{tail}"
             print(f"Patroni pair, attempt {attempt} of {attempts}: {why}")
             if attempt < attempts:  # the last attempt's daemons are the caller's to stop
                 self.stop()
                 self._lay_out()
         raise AssertionError(f"the Patroni pair did not start in {attempts} attempts: {why}")
 
-    def _start_once(self, timeout: float) -> str | None:
-        """None once both nodes are up, else the name of the daemon that exited first."""
+    def _start_once(self, timeout: float) -> tuple[str, _Daemon] | None:
+        """None once both nodes are up, else the daemon that exited first, by name."""
         daemons: dict[str, _Daemon] = {}
 
-        def up_unless_exited(cond: Any, seconds: float, what: str) -> str | None:
-            found: list[str] = []
+        def up_unless_exited(cond: Any, seconds: float, what: str) -> tuple[str, _Daemon] | None:
+            found: list[tuple[str, _Daemon]] = []
 
             def done() -> bool:
-                found[:] = [n for n, d in daemons.items() if d.popen.poll() is not None]
+                found[:] = [(n, d) for n, d in daemons.items() if d.popen.poll() is not None]
                 return bool(found) or bool(cond())
 
             assert eventually(done, seconds, 0.1), f"{what} not met in time\n{self.logs()}"
             return found[0] if found else None
 
-        self.etcd.start()
-        assert self.etcd.daemon is not None
-        daemons["etcd"] = self.etcd.daemon
+        daemons["etcd"] = self.etcd.start()
         if exited := up_unless_exited(self.etcd.healthy, 30, "etcd to answer"):
             return exited
-        self.nodes[0].start()
-        assert self.nodes[0].patroni is not None
-        daemons["node0"] = self.nodes[0].patroni
+        daemons["node0"] = self.nodes[0].start()
         if exited := up_unless_exited(
             lambda: self.leader() is self.nodes[0], timeout, "node0 to bootstrap as primary"
         ):
             return exited
-        self.nodes[1].start()
-        assert self.nodes[1].patroni is not None
-        daemons["node1"] = self.nodes[1].patroni
+        daemons["node1"] = self.nodes[1].start()
         return up_unless_exited(
             lambda: self._healthy_leader() is not None,
             timeout,
@@ -388,7 +384,8 @@ class Pair:
         found: list[Node] = []
 
         def healthy() -> bool:
-            found[:] = [n for n in [self._healthy_leader()] if n is not None]
+            leader = self._healthy_leader()
+            found[:] = [leader] if leader is not None else []
             return bool(found)
 
         wait(healthy, timeout, "a leader and a streaming synchronous standby")
@@ -427,15 +424,6 @@ class Pair:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def exited_log_tail(pair: Pair, name: str, chars: int = 1500) -> str:
-    """The end of the log of ``etcd``, ``node0`` or ``node1``."""
-    path = pair.root / "etcd.log" if name == "etcd" else pair.root / name / "patroni.log"
-    try:
-        return path.read_text(errors="replace")[-chars:]
-    except OSError:
-        return "(no log)"
 
 
 def _running(pid: int | None) -> bool:
