@@ -73,7 +73,17 @@ def check_whole_body(body: bytes, content_length: int | None) -> None:
         )
 
 
+_CHECKED = frozenset({"api", "ui"})
+
+
+def _check_blueprint_request() -> None:
+    if _CHECKED.intersection(request.blueprints):
+        check_request()
+
+
 def register(app: Flask) -> None:
+    """The path check for every route; the request check for the admin API and the console,
+    first: Flask runs the app's ``before_request`` functions before any blueprint's, so the
+    check comes before theirs of who is calling (a bad value is a 400 even without a token)."""
     app.url_value_preprocessor(_check_path)
-    for blueprint in ("api", "ui"):  # first, before their own checks of who is calling
-        app.before_request_funcs.setdefault(blueprint, []).insert(0, check_request)
+    app.before_request(_check_blueprint_request)

@@ -132,6 +132,21 @@ def test_bad_values_in_the_admin_api_are_400_never_503(client, engine, path):
     assert resp.is_json and "Retry-After" not in resp.headers
 
 
+@pytest.mark.parametrize("path", ["/api/v1/events?type=%00", "/ui/events?type=%00"])
+def test_the_edge_check_runs_before_the_check_of_who_is_calling(client, path):
+    """web/validate.py registers its check through Flask's public ``before_request``: it
+    must still run before the blueprints' own (the API's bearer token, the console's
+    session), so a bad value is the 400 even for a caller with no credentials."""
+    resp = client.get(path)
+    assert resp.status_code == 400, (resp.status_code, resp.data[:300])
+    assert b"query argument" in resp.data
+
+
+def test_the_edge_check_leaves_other_blueprints_alone(client):
+    """Health and metrics read no query arguments: the check is the API's and console's."""
+    assert client.get("/healthz?x=%00").status_code == 200
+
+
 @pytest.mark.parametrize("last_id", [2**63, 2**64 + 5, -(2**63) - 1, 10**40])
 def test_a_cursor_beyond_bigint_is_400(client, engine, last_id):
     from web.common import encode_cursor
