@@ -1,9 +1,10 @@
 """One error handler: every InboxError becomes its status and a JSON body.
 
-A driver error that reaches the edge is wrapped (``inbox.services.store_errors``) into the
-inbox's own: a value the database refuses (sqlstate class 22, a lone surrogate) is the
-request's fault, a 400, never the 503 of an outage. The edge checks (``web/validate.py``)
-should catch those values first; this is the backstop.
+A driver error that reaches the edge (a view that ran a read itself) becomes the inbox's
+own as the store says (``inbox.services.failures``; this module names no driver type): a
+value the database refuses (sqlstate class 22, a lone surrogate) is the request's fault, a
+400, never the 503 of an outage. The edge checks (``web/validate.py``) should catch those
+values first; this is the backstop. Any other error is not the store's: Flask's own 500.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
 from inbox.domain.errors import InboxError, StoreUnavailable, ValueRefused
-from inbox.services import store_errors as db_errors
+from inbox.services import failures
 
 log = logging.getLogger(__name__)
 
@@ -50,15 +51,12 @@ def register_error_handlers(app: Flask) -> None:
     def _inbox_error(err: InboxError) -> Response:
         return error_response(_logged(err))
 
-    def _driver_error(err: Exception) -> Response:
-        return error_response(_logged(db_errors.wrap(err)))
-
-    for driver_error in db_errors.DRIVER_ERRORS:
-        app.register_error_handler(driver_error, _driver_error)
-
-    @app.errorhandler(UnicodeEncodeError)  # a lone surrogate on its way to the driver
-    def _unencodable(err: UnicodeEncodeError) -> Response:
-        return error_response(_logged(db_errors.wrap(err)))
+    @app.errorhandler(Exception)  # the most general: InboxError and HTTPException go above
+    def _store_error(err: Exception) -> Response:
+        own = failures.own(err)  # a driver error, or a lone surrogate on its way to it
+        if own is None:
+            raise err  # not the store's: Flask answers 500 and logs it
+        return error_response(_logged(own))
 
     @app.errorhandler(HTTPException)
     def _http_error(err: HTTPException) -> Response:

@@ -15,14 +15,12 @@ from importlib import metadata
 from typing import Any
 
 import click
-import psycopg
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError  # noqa: TID251
 
 from inbox.cli.params import TEXT
 from inbox.domain.errors import InboxError
 from inbox.infra.config import Settings
-from inbox.services import admin, runtime
+from inbox.services import admin, failures, runtime
 from inbox.services.runtime import Runtime
 
 EXAMPLE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -84,19 +82,6 @@ def _database() -> str:
         return "DATABASE_URL"
 
 
-def explain(exc: DBAPIError) -> str:
-    """One line for a database error: what is wrong and what to do."""
-    cause = exc.orig
-    if isinstance(cause, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn):
-        return "the schema is not migrated (or is behind this version): run inbox migrate"
-    if isinstance(cause, psycopg.OperationalError):
-        first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
-        return f"cannot reach the database at {_database()}: {first}"
-    if isinstance(cause, psycopg.errors.DataError):
-        return f"the database refused a value: {str(cause).strip().splitlines()[0]}"
-    return f"database error ({type(cause).__name__ if cause else type(exc).__name__})"
-
-
 def _one_line(exc: click.ClickException) -> str:
     """A usage error's message with where to read more, instead of the usage block."""
     message = " ".join(exc.format_message().split())
@@ -147,14 +132,11 @@ class _Group(click.Group):
             raise (Misused if exc.exit_code == 2 else Failed)(_one_line(exc)) from None
         except InboxError as exc:
             raise Failed(_with_fields(exc)) from None
-        except DBAPIError as exc:
-            raise Failed(explain(exc)) from None
-        except psycopg.OperationalError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "no answer"
-            raise Failed(f"cannot reach the database at {_database()}: {first}") from None
         except (click.exceptions.Exit, click.Abort, KeyboardInterrupt, EOFError):
             raise
         except Exception as exc:
+            if (own := failures.own(exc)) is not None:  # the database's, told in one line
+                raise Failed(failures.explain(own, _database())) from None
             if ctx.find_root().params.get("traceback"):
                 raise
             said = " ".join(str(exc).split())[:200]

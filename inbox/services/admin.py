@@ -17,6 +17,7 @@ from inbox.domain.records import Source, Tenant
 from inbox.domain.sources import SourceOptions
 from inbox.domain.tokens import Token
 from inbox.infra.keyring import Keyring
+from inbox.store.db.errors import wrap_exceptions
 from inbox.store.reads import sources as source_reads
 from inbox.store.reads import tokens as token_reads
 from inbox.store.write import secrets as secret_store
@@ -108,7 +109,9 @@ def create_session(
 
 
 def save_session(engine: Engine, row_id: int, data: dict[str, Any] | None, touch: bool) -> None:
-    with engine.begin() as conn:
+    """Raises the store's own errors (``StoreUnavailable``, ``ValueRefused``): the console
+    saves after its page is rendered, and a session not saved is no outage."""
+    with wrap_exceptions(), engine.begin() as conn:
         session_store.save(conn, row_id, data, touch=touch)
 
 

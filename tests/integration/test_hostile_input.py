@@ -179,6 +179,48 @@ def test_the_backstop_maps_a_data_error_to_400_not_503(app, client):
         assert_json_4xx(resp)
 
 
+def test_an_error_that_is_not_the_stores_stays_a_500(app, client):
+    """The handler for driver errors is registered for Exception (so that web names no
+    driver type): what the store does not own must still reach Flask as a 500, for the
+    API and the console alike, and never pass for a 400 or a 503."""
+    app.config["PROPAGATE_EXCEPTIONS"] = False  # as in production: Flask answers 500
+
+    @app.get("/probe-bug")
+    def _probe_bug():
+        raise KeyError("a bug")
+
+    resp = client.get("/probe-bug")
+    assert resp.status_code == 500 and "Retry-After" not in resp.headers
+
+
+def test_the_console_hands_an_error_not_the_stores_to_flask(app):
+    """The console's handler is registered for Exception too: a driver error is its page,
+    anything else goes on to Flask's 500."""
+    import psycopg
+
+    from web.ui import errors as ui_errors
+
+    with app.test_request_context("/ui/events"):
+        with pytest.raises(KeyError):
+            ui_errors._database_down(KeyError("a bug"))
+        down = ui_errors._database_down(psycopg.OperationalError("connection refused"))
+        assert down.status_code == 503 and down.headers["Retry-After"]
+        refused = ui_errors._database_down(psycopg.errors.NumericValueOutOfRange("range"))
+        assert refused.status_code == 400
+
+
+def test_a_database_that_does_not_answer_is_503_with_retry_after(app, client):
+    import psycopg
+
+    @app.get("/probe-down")
+    def _probe_down():
+        raise psycopg.OperationalError("connection refused")
+
+    resp = client.get("/probe-down")
+    assert resp.status_code == 503 and resp.headers["Retry-After"]
+    assert resp.get_json()["error"]["cause"] == "database"
+
+
 @pytest.mark.parametrize(
     "path",
     [

@@ -9,7 +9,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
 from inbox.domain.errors import InboxError, Unavailable, ValueRefused
-from inbox.services import store_errors as db_errors
+from inbox.services import failures
 from web.ui.blueprint import ui
 from web.ui.session import JSON_ENDPOINTS
 
@@ -41,15 +41,16 @@ def _http_error(err: HTTPException) -> Response:
     return _answer(err.code or 500, name.lower().replace(" ", "_"), name, err.description or "")
 
 
+@ui.errorhandler(Exception)  # the most general: the two handlers above come first
 def _database_down(err: Exception) -> Response:
-    own = db_errors.wrap(err)
+    """A driver error (or a lone surrogate on its way to it) as the store wraps it; any
+    other error is not the store's, and Flask's 500."""
+    own = failures.own(err)
+    if own is None:
+        raise err
     below = type(err).__name__
     if isinstance(own, ValueRefused):  # the request's value, not an outage
         log.info("request refused by the database: %s", below)
         return _inbox_error(own)
     log.warning("database unavailable: %s", below)
     return _inbox_error(Unavailable())
-
-
-for _driver_error in (*db_errors.DRIVER_ERRORS, UnicodeEncodeError):
-    ui.register_error_handler(_driver_error, _database_down)

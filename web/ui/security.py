@@ -26,9 +26,9 @@ from flask.sessions import SessionInterface, SessionMixin
 from werkzeug.datastructures import CallbackDict
 from werkzeug.wrappers import Response
 
+from inbox.domain.errors import StoreUnavailable, ValueRefused
 from inbox.services import admin
 from inbox.services.admin import StoredSession
-from inbox.services.store_errors import STORE_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +122,8 @@ class ConsoleSessions(SessionInterface):
                 data = dict(session) if session.modified else None
                 engine = app.extensions["inbox"].engine
                 admin.save_session(engine, session.row_id, data, touch=session.stale)
-            except STORE_ERRORS as exc:  # the page is rendered; a lost flash is no outage
-                log.warning("console session not saved: %s", exc.__class__.__name__)
+            except (StoreUnavailable, ValueRefused) as exc:  # the page is rendered: a lost
+                log.warning("console session not saved: %s", exc.__class__.__name__)  # flash
 
 
 def configure(app: App, prefix: str = "/ui") -> None:

@@ -9,7 +9,13 @@ when a table or column is missing (not migrated), else ``cause="database"`` (dow
 failing over). Which driver errors are an *outage* to a worker is
 ``inbox.store.db.availability``'s question, not this module's. A deadlock victim or a
 serialization failure is ``Contended``: still a 503, but one the caller may send again at
-once (the receiver's one retry loop, ``inbox.services.intake``).
+once (the receiver's one retry loop, ``inbox.services.intake``); a database that did not
+answer is ``Unreachable``, the same 503.
+
+A use case wraps where it calls the store (``wrap_exceptions``). A shell that still runs a
+read itself (a view, a CLI command) asks ``own_error`` of what it caught, through
+``inbox.services.failures``: no module outside the store names a driver's exception type
+(an import-linter contract for psycopg, ruff's banned-api for ``sqlalchemy.exc``).
 """
 
 from __future__ import annotations
@@ -42,6 +48,14 @@ class Contended(StoreUnavailable):
     serialization failure); retry later."""
 
 
+class Unreachable(StoreUnavailable):
+    """The inbox cannot store events right now; retry later."""
+
+    # The database did not answer: down, refusing connections, failing over, or no pooled
+    # connection within the deadline. The same answer as its parent (the docstring is the
+    # message); an operator's terminal says "cannot reach the database" for it.
+
+
 def _driver(err: BaseException) -> BaseException:
     return err.orig if isinstance(err, DBAPIError) and err.orig is not None else err
 
@@ -70,10 +84,38 @@ def wrap(err: BaseException) -> ValueRefused | StoreUnavailable:
         own = SchemaBehind()
     elif retryable(err):
         own = Contended()
+    elif isinstance(_driver(err), psycopg.OperationalError | PoolTimeout):
+        own = Unreachable()
     else:
         own = StoreUnavailable()
     own.__cause__ = err
     return own
+
+
+def own_error(err: BaseException) -> ValueRefused | StoreUnavailable | None:
+    """The inbox's own error for ``err`` when it is the driver's (as ``wrap``), else None:
+    what a shell asks of an error it caught, so that it names no driver type."""
+    return wrap(err) if isinstance(err, _WRAPPED) else None
+
+
+def _below(err: BaseException) -> BaseException:
+    """The driver's error under ``err`` (a wrapped error's cause), or ``err`` itself."""
+    cause = err.__cause__ if isinstance(err, ValueRefused | StoreUnavailable) else err
+    return _driver(cause) if cause is not None else err
+
+
+def reason(err: BaseException) -> str:
+    """The first line of the driver's own message below ``err``, or its class's name when
+    it says nothing: for an operator's terminal or a log line, never a response body (it
+    may quote a value)."""
+    text = str(_below(err)).strip()
+    return text.splitlines()[0] if text else type(_below(err)).__name__
+
+
+def driver_class(err: BaseException) -> str:
+    """The name of the driver's error class below ``err`` (``UniqueViolation``), for a log
+    line or a terminal."""
+    return type(_below(err)).__name__
 
 
 @contextmanager
