@@ -86,7 +86,7 @@ def check(settings: Settings, engine: Engine | None = None) -> None:
         return
     if count and ring is None:
         raise CannotStart(
-            f"{kr.ENV} is not set, yet {count} signing secrets are stored encrypted:"
+            f"{kr.ENV} is not set, yet {_secrets(count)} stored encrypted:"
             f" set {kr.ENV} to the key they were stored with, the same in every process"
             " (for a new installation, `inbox secrets keygen` prints one)"
         )
@@ -110,8 +110,14 @@ def secrets_problem(conn: Connection) -> str | None:
         except kr.KeyInvalid:
             failing += 1
     if failing:
-        return (
-            f"{failing} of the {len(sample)} newest signing secrets do not decrypt with"
-            f" {kr.ENV}: set the key they were stored with"
+        which = (
+            "the newest signing secret does"
+            if len(sample) == 1
+            else (f"{failing} of the {len(sample)} newest signing secrets do")
         )
+        return f"{which} not decrypt with {kr.ENV}: set the key they were stored with"
     return None
+
+
+def _secrets(count: int) -> str:
+    return "1 signing secret is" if count == 1 else f"{count} signing secrets are"

@@ -296,7 +296,7 @@ def test_without_the_key_of_stored_secrets_a_process_stops_in_one_line(
     code, out = start_and_wait(PROCESSES[name], app_dir, env)
     assert code == 78  # EX_CONFIG
     line = the_line(out)
-    assert "INBOX_KEK is not set" in line and "1 signing secrets" in line, line
+    assert "INBOX_KEK is not set" in line and "1 signing secret is stored" in line, line
     assert "inbox secrets keygen" in line  # the fix
     assert "[redacted]" not in line
 

@@ -223,7 +223,7 @@ def test_a_dry_run_is_refused_for_a_bad_flag_and_for_deliveries(client, engine, 
 def test_the_cli_dry_run_shows_the_plan_and_changes_nothing(engine, scene):
     before = snapshot(engine)
     ids = [scene.a, scene.b, scene.c, scene.d]
-    args = ["replay", *ids, "--dry-run", "--format", "json", "--actor", "carol"]
+    args = ["replay", *ids, "--dry-run", "--json", "--actor", "carol"]
     out = CliRunner().invoke(main, args, catch_exceptions=False)
     assert out.exit_code == 0, out.output
     plan = json.loads(out.output)
