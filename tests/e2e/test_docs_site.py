@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ import pytest
 from dev import cli_doc
 from dev.embedded import free_port
 from inbox.cli import main
+from tests.helpers import eventually
 from tests.procs import ROOT, Proc
 
 pytestmark = pytest.mark.e2e
@@ -156,17 +156,17 @@ def served() -> Iterator[str]:
     port = free_port()
     proc = Proc(["make", "-s", "docs-serve", f"DOCS_PORT={port}"], {}, f"docs-serve-{port}")
     base = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 120
+
+    def up() -> bool:
+        try:
+            with urllib.request.urlopen(base, timeout=5) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
     try:
-        while True:
-            assert proc.popen.poll() is None, proc.output()
-            try:
-                with urllib.request.urlopen(base, timeout=5) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                assert time.monotonic() < deadline, proc.output()
-                time.sleep(0.2)
+        eventually(lambda: up() or proc.popen.poll() is not None, 120, interval=0.2)
+        assert up(), proc.output()
         yield base
     finally:
         proc.stop()
