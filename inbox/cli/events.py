@@ -110,7 +110,7 @@ def events_redact(public_id: str, reason: str, actor: str, as_json: bool) -> Non
 
 def summary(d: EventDetail) -> None:
     """An event as an operator reads it: what it is, where it stands, what happened."""
-    state = d.state + (f" ({d.outcome})" if d.outcome else "")
+    state = d.state + (f" ({d.outcome})" if d.outcome and d.outcome != d.state else "")
     pairs: list[tuple[str, object]] = [
         ("event", d.public_id),
         ("source", f"{d.tenant}/{d.source}"),
