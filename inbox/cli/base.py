@@ -37,6 +37,7 @@ def settings() -> Settings:
     if not found.database_url:
         raise Failed(
             f"DATABASE_URL is not set: export it, for example export DATABASE_URL={EXAMPLE_URL}"
+            "; beside a running make run, eval $(make -s env) in the checkout sets its exports"
         )
     return found
 

@@ -190,6 +190,7 @@ def test_make_run_stops_everything_on_a_signal_to_makes_own_pid(data_dir, sig):
 
             eventually(lambda: ready() or make.poll() is not None, 240, interval=0.2)
             assert ready(), log_path.read_text(errors="replace")[-4000:]
+            assert "Warning" not in log_path.read_text(errors="replace")  # platformdirs' was
             pg_pid = int((data_dir / "pg" / "postmaster.pid").read_text().split()[0])
             redis_at = (data_dir / "redis.port").read_text().strip()
             everything = descendants(make.pid) | {pg_pid}
