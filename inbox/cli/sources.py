@@ -37,7 +37,7 @@ def tenants() -> None:
 @tenants.command("create")
 @click.argument("name")
 def tenants_create(name: str) -> None:
-    """Create a tenant: the first part of its sources' URLs (/hooks/<tenant>/...)."""
+    """Create a tenant: the first part of its sources' URLs (/hooks/<tenant>/<source>)."""
     t = admin.create_tenant(engine(), name)
     click.echo(f"tenant {t.name} created (id {t.id})")
 
