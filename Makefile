@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run env test suite setup lint docs bench clean
+.PHONY: run env test suite setup lint docs docs-serve bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ lint: setup
 ## the docs site (mkdocs-material, from docs/; the references are generated at build time)
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+## the site served with its search, rebuilt on every change (port 8001: make run has 8000)
+DOCS_PORT ?= 8001
+docs-serve: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:$(DOCS_PORT)
 
 ## make test: lint, type-check, import contracts and the docs beside the whole suite, which
 ## runs on every core (pytest-xdist; each worker has its own database cloned from a migrated

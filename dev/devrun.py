@@ -17,6 +17,8 @@ import shlex
 import signal
 import socket
 import sys
+import threading
+import time
 from pathlib import Path
 from types import FrameType
 from urllib.parse import urlsplit
@@ -244,10 +246,62 @@ def _web_up(child: Child) -> bool:
         conn.close()
 
 
+# Set once a signal asked this process to stop: a second one (Ctrl-C again, or make's,
+# seen by watch_parent) must not interrupt the stopping itself.
+STOPPING = threading.Event()
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    """Until the supervisor runs: SIGINT, SIGTERM or SIGHUP unwind once, through the
+    ``finally`` that stops the embedded servers (SIGTERM's default would kill this process
+    and leave them running)."""
+    if not STOPPING.is_set():
+        STOPPING.set()
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def catches(pid: int, sig: int) -> bool | None:
+    """Whether process ``pid`` has a handler for ``sig`` now (Linux: /proc/PID/status
+    ``SigCgt``); None where that cannot be read."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return None
+
+
+def watch_parent(poll: float = 0.25) -> None:
+    """Stop as Ctrl-C does when ``make`` (the parent) was interrupted, or is gone.
+
+    GNU make passes a SIGTERM it receives on to this process, but not a SIGINT: it expects
+    the terminal to have sent that to the whole process group, and waits for its children.
+    So a script's ``kill -INT <make's pid>`` would stop nothing. make's handler for a fatal
+    signal first resets it to the default, so the parent no longer catching SIGINT is the
+    sign that it got one."""
+    parent = os.getppid()
+    caught = catches(parent, signal.SIGINT)
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll)
+            if STOPPING.is_set():
+                return
+            gone = os.getppid() != parent
+            if gone or (caught and catches(parent, signal.SIGINT) is False):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
 def _on_signal(sup: Supervisor) -> None:
     def handler(signum: int, _frame: FrameType | None) -> None:
         if not sup.stopping.is_set():
             print(f"\n{signal.Signals(signum).name}: stopping every process")
+        STOPPING.set()
         sup.stopping.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -258,6 +312,9 @@ def main() -> None:
     if sys.argv[1:] == ["env"]:
         print_env()
         return
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+    watch_parent()
     if stale := stale_exports(DATA):
         sys.exit(stale)
     if not port_is_free(PORT):
@@ -306,4 +363,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # stopped before it was up; everything it started is stopped
+        sys.exit(130)

@@ -3,7 +3,7 @@
 ``<!-- settings -->`` in a page becomes the table of every setting, read from the
 declarations of ``inbox.infra.config.Settings``; ``<!-- schemes -->`` the table of every
 signature scheme, as ``inbox sources schemes`` prints it. Nothing of either is checked in;
-the CLI reference is made by the mkdocs-click extension (mkdocs.yml).
+the CLI reference is made by ``dev/cli_doc.py``, a hook of its own.
 """
 
 from __future__ import annotations

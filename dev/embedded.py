@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,12 @@ def reachable(host: str, port: int, timeout: float = 0.5) -> bool:
 
 def start_postgres(data_dir: Path) -> str:
     """A real PostgreSQL from the ``pgserver`` wheel, data kept in ``data_dir``."""
-    import pgserver
+    with warnings.catch_warnings():
+        # pgserver asks platformdirs for a runtime folder (its lock file) as it is
+        # imported; without XDG_RUNTIME_DIR (a root shell, a container) platformdirs warns
+        # on every make run and falls back to /tmp/runtime-UID, which serves as well.
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        import pgserver
 
     data_dir.mkdir(parents=True, exist_ok=True)
     # cleanup_mode=None: pgserver's own at-exit stop counts handles in a file that a

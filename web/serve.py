@@ -158,10 +158,10 @@ def check_start() -> None:
     from inbox.services import startup
 
     settings = Settings.from_env()
+    configure_logging(settings.log_level)  # the check's own lines are JSON lines too
     try:
         startup.check(settings)
     except startup.CannotStart as exc:
-        configure_logging(settings.log_level)
         logging.getLogger("web").critical("cannot start: %s", exc)
         sys.exit(exc.exit_code)
 

@@ -127,7 +127,9 @@ def _declare_quorum_queues(**_: object) -> None:
 def _check_start(**_: object) -> None:
     # Before a worker, courier or beat starts work: the key for the stored secrets, and
     # the database if INBOX_REQUIRE_DATABASE_AT_START asks for it (inbox.services.startup);
-    # then the playbook modules, which a forked pool process inherits.
+    # then the playbook modules, which a forked pool process inherits. A worker's logging
+    # is set up after this signal, a beat's before: JSON lines from here on, in both.
+    configure_logging(settings.log_level)
     try:
         startup.check(settings)
     except startup.CannotStart as exc:

@@ -35,6 +35,7 @@ def settings() -> Settings:
     if not found.database_url:
         raise Failed(
             f"DATABASE_URL is not set: export it, for example export DATABASE_URL={EXAMPLE_URL}"
+            "; beside a running make run, eval $(make -s env) in the checkout sets its exports"
         )
     return found
 
@@ -123,6 +124,17 @@ class _Group(click.Group):
         super().__init__(*args, **kwargs)
         _texts(self.params)
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command with its first sentence whole, wrapped (click cuts it with '...')."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, summary(cmd)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
@@ -144,6 +156,15 @@ class _Group(click.Group):
                 f"unexpected error ({type(exc).__name__}: {said}): this is a bug;"
                 " inbox --traceback ... shows where"
             ) from None
+
+
+def summary(cmd: click.Command) -> str:
+    """A command's first sentence (its first paragraph when that has no full stop)."""
+    if cmd.short_help:
+        return cmd.short_help
+    first = " ".join((cmd.help or "").strip().split("\n\n")[0].split())
+    sentence, stop, _ = first.partition(". ")
+    return sentence + "." if stop else first
 
 
 def _texts(params: list[click.Parameter]) -> None:

@@ -18,7 +18,12 @@ from inbox.services import operations
 from inbox.services.operations import Actor
 from inbox.store.reads import admin
 
-_ACTOR = click.option("--actor", default=getpass.getuser, show_default="current user")
+_ACTOR = click.option(
+    "--actor",
+    default=getpass.getuser,
+    show_default="current user",
+    help="Who did it, as the audit log records it.",
+)
 
 
 @main.group()
@@ -65,10 +70,16 @@ def _show(ep: Endpoint, as_json: bool = False) -> None:
 
 
 @endpoints.command("create")
-@click.option("--tenant", required=True)
-@click.option("--url", required=True)
+@click.option("--tenant", required=True, help="The tenant whose callbacks it receives.")
+@click.option("--url", required=True, help="Where callbacks are POSTed (https in production).")
 @click.option("--event-types", help="Comma-separated; all types when omitted.")
-@click.option("--max-attempts", type=click.IntRange(1, 50), default=4, show_default=True)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1, 50),
+    default=4,
+    show_default=True,
+    help="Attempts per delivery before it is a dead letter.",
+)
 @click.option(
     "--retry-schedule",
     type=Seconds(),
@@ -76,8 +87,20 @@ def _show(ep: Endpoint, as_json: bool = False) -> None:
     show_default=True,
     help="Seconds before each retry; the last repeats.",
 )
-@click.option("--timeout-ms", type=click.IntRange(100, 60_000), default=5000, show_default=True)
-@click.option("--max-in-flight", type=click.IntRange(1, 64), default=4, show_default=True)
+@click.option(
+    "--timeout-ms",
+    type=click.IntRange(100, 60_000),
+    default=5000,
+    show_default=True,
+    help="How long one attempt may take, in milliseconds.",
+)
+@click.option(
+    "--max-in-flight",
+    type=click.IntRange(1, 64),
+    default=4,
+    show_default=True,
+    help="Deliveries sent to it at the same time, at most.",
+)
 @click.option(
     "--filter",
     "filter_",
@@ -115,9 +138,10 @@ def endpoints_create(
 
 
 @endpoints.command("list")
-@click.option("--tenant")
+@click.option("--tenant", help="Only this tenant's endpoints.")
 @json_option
 def endpoints_list(tenant: str | None, as_json: bool) -> None:
+    """Every endpoint: its id, tenant, URL and whether it is enabled."""
     with transaction() as conn:
         check_named(conn, tenant)
         rows = operations.list_endpoints(conn, tenant)
@@ -134,6 +158,7 @@ def endpoints_list(tenant: str | None, as_json: bool) -> None:
 @click.argument("endpoint_id")
 @json_option
 def endpoints_show(endpoint_id: str, as_json: bool) -> None:
+    """One endpoint: URL, event types, filter, state, retries, limits, active secrets (a count)."""
     with transaction() as conn:
         _show(operations.get_endpoint(conn, endpoint_id), as_json)
 
@@ -191,11 +216,16 @@ def deliveries() -> None:
 
 
 @deliveries.command("list")
-@click.option("--state", type=click.Choice([s.value for s in DeliveryState]))
-@click.option("--tenant")
-@click.option("--limit", type=LIMIT, default=50, show_default=True)
+@click.option(
+    "--state",
+    type=click.Choice([s.value for s in DeliveryState]),
+    help="Only deliveries in this state.",
+)
+@click.option("--tenant", help="Only this tenant's deliveries.")
+@click.option("--limit", type=LIMIT, default=50, show_default=True, help="At most this many.")
 @json_option
 def deliveries_list(state: str | None, tenant: str | None, limit: int, as_json: bool) -> None:
+    """The newest outbound deliveries first (times in UTC)."""
     with transaction() as conn:
         check_named(conn, tenant)
         rows = admin.list_deliveries(
@@ -226,6 +256,7 @@ def deliveries_list(state: str | None, tenant: str | None, limit: int, as_json: 
 @click.argument("delivery_id")
 @json_option
 def deliveries_show(delivery_id: str, as_json: bool) -> None:
+    """One delivery: its endpoint, event, state and every attempt with its answer."""
     with transaction() as conn:
         detail = admin.delivery_detail(conn, delivery_id, None)
     if detail is None:
@@ -259,7 +290,7 @@ def deliveries_show(delivery_id: str, as_json: bool) -> None:
 
 @deliveries.command("replay")
 @click.argument("ids", nargs=-1, required=True)
-@click.option("--actor", default=getpass.getuser, show_default="current user")
+@_ACTOR
 def deliveries_replay(ids: tuple[str, ...], actor: str) -> None:
     """Send dead letters again, with the same webhook-id."""
     done = operations.replay_deliveries(ringing(), Actor(actor), ids)

@@ -30,10 +30,12 @@ def events() -> None:
 
 
 @events.command("list")
-@click.option("--state", type=click.Choice([s.value for s in EventState]))
-@click.option("--tenant")
-@click.option("--source")
-@click.option("--limit", type=LIMIT, default=50, show_default=True)
+@click.option(
+    "--state", type=click.Choice([s.value for s in EventState]), help="Only events in this state."
+)
+@click.option("--tenant", help="Only this tenant's events.")
+@click.option("--source", help="Only this source's events (its name).")
+@click.option("--limit", type=LIMIT, default=50, show_default=True, help="At most this many.")
 @json_option
 def events_list(
     state: str | None, tenant: str | None, source: str | None, limit: int, as_json: bool
@@ -81,7 +83,12 @@ def events_show(public_id: str, as_json: bool) -> None:
 @events.command("redact")
 @click.argument("public_id", metavar="EVT")
 @click.option("--reason", required=True, help="Why (a request or case number): audited.")
-@click.option("--actor", default=getpass.getuser, show_default="current user")
+@click.option(
+    "--actor",
+    default=getpass.getuser,
+    show_default="current user",
+    help="Who did it, as the audit log records it.",
+)
 @json_option
 def events_redact(public_id: str, reason: str, actor: str, as_json: bool) -> None:
     """Delete an event's raw body; its SHA-256 and every other record stay.
@@ -103,7 +110,7 @@ def events_redact(public_id: str, reason: str, actor: str, as_json: bool) -> Non
 
 def summary(d: EventDetail) -> None:
     """An event as an operator reads it: what it is, where it stands, what happened."""
-    state = d.state + (f" ({d.outcome})" if d.outcome else "")
+    state = d.state + (f" ({d.outcome})" if d.outcome and d.outcome != d.state else "")
     pairs: list[tuple[str, object]] = [
         ("event", d.public_id),
         ("source", f"{d.tenant}/{d.source}"),
@@ -185,8 +192,8 @@ def _section(title: str, headers: list[str], rows: list[tuple[object, ...]]) -> 
 @main.command()
 @click.argument("ids", nargs=-1)
 @click.option("--quarantined", is_flag=True, help="Replay quarantined events by filter.")
-@click.option("--tenant")
-@click.option("--source")
+@click.option("--tenant", help="Only this tenant's dead letters.")
+@click.option("--source", help="Only this source's dead letters (its name).")
 @click.option("--since", type=click.DateTime(), help="Received at or after this time.")
 @click.option(
     "--rate", type=Rate(bulk.MAX_RATE), default=50.0, show_default=True, help="Events per second."
@@ -197,12 +204,20 @@ def _section(title: str, headers: list[str], rows: list[tuple[object, ...]]) -> 
     help="Show, per event, the steps that would be skipped, run or stopped by a guard and"
     " the callbacks that would be sent; change nothing (the preview is audited).",
 )
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@json_option
+@click.option(  # the name before --json; kept for scripts
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", hidden=True
+)
 @click.option("--approve", "approve_id", metavar="JOB", help="Approve a waiting bulk replay.")
 @click.option("--reject", "reject_id", metavar="JOB", help="Reject a waiting bulk replay.")
 @click.option("--note", help="With --approve/--reject: a note for the audit log.")
 @click.option("--awaiting", is_flag=True, help="List bulk replays waiting for approval.")
-@click.option("--actor", default=getpass.getuser, show_default="current user")
+@click.option(
+    "--actor",
+    default=getpass.getuser,
+    show_default="current user",
+    help="Who asks, as the audit log records it.",
+)
 def replay(
     ids: tuple[str, ...],
     quarantined: bool,
@@ -216,6 +231,7 @@ def replay(
     note: str | None,
     awaiting: bool,
     actor: str,
+    as_json: bool,
     fmt: str,
 ) -> None:
     """Move quarantined events back to received; completed steps are kept.
@@ -224,6 +240,7 @@ def replay(
     is made that waits for a second operator: `inbox replay --approve JOB --actor NAME`
     (another name than the requester's) runs it, `--reject JOB` refuses it.
     """
+    fmt = "json" if as_json else fmt
     if awaiting:
         _awaiting()
         return

@@ -11,7 +11,12 @@ from inbox.cli.output import emit_json, fields, json_option, table
 from inbox.services import operations
 from inbox.services.operations import Actor, Hold
 
-_ACTOR = click.option("--actor", default=getpass.getuser, show_default="current user")
+_ACTOR = click.option(
+    "--actor",
+    default=getpass.getuser,
+    show_default="current user",
+    help="Who did it, as the audit log records it.",
+)
 
 
 @main.group()

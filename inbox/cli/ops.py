@@ -9,6 +9,7 @@ from typing import IO
 import click
 
 from inbox.cli.base import engine, main, settings, split_ref, transaction
+from inbox.cli.output import json_option
 from inbox.domain.retention import key_window_hours
 from inbox.infra import metrics
 from inbox.outbound import providers
@@ -79,7 +80,9 @@ def _parse_since(
 
 
 @main.command("reconcile")
-@click.option("--source", "ref", required=True, metavar="TENANT/SOURCE")
+@click.option(
+    "--source", "ref", required=True, metavar="TENANT/SOURCE", help="The source to check."
+)
 @click.option(
     "--ids",
     "ids_file",
@@ -94,9 +97,17 @@ def _parse_since(
     metavar="ISO",
     help="Start of the window (default: now less the source's key window).",
 )
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@json_option
+@click.option(  # the name before --json; kept for scripts
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", hidden=True
+)
 def reconcile_cmd(
-    ref: str, ids_file: IO[str] | None, fetcher: str | None, since: datetime | None, fmt: str
+    ref: str,
+    ids_file: IO[str] | None,
+    fetcher: str | None,
+    since: datetime | None,
+    as_json: bool,
+    fmt: str,
 ) -> None:
     """Compare a provider's event ids with the inbox: missing and extra events.
 
@@ -107,6 +118,7 @@ def reconcile_cmd(
     provider's API is asked what it sent, and what the inbox lacks is imported
     (Stripe) or redelivered (GitHub); the exit status is then 0.
     """
+    fmt = "json" if as_json else fmt
     if ids_file is not None and fetcher is not None:
         raise click.UsageError("give at most one of --ids FILE and --fetcher NAME")
     tenant, name = split_ref(ref)

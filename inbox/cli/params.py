@@ -8,6 +8,7 @@ an empty, blank, over-long or control-character value is refused before anything
 
 from __future__ import annotations
 
+import difflib
 import math
 from typing import Any
 
@@ -75,3 +76,22 @@ class Seconds(click.ParamType[list[int]]):
 
 
 LIMIT = click.IntRange(1, 10_000)
+
+
+class Named(click.Choice[str]):
+    """One of many names (a scheme): a typo is answered with the closest names, not all."""
+
+    def __init__(self, names: list[str], what: str, listed_by: str) -> None:
+        super().__init__(names)
+        self.name = what
+        self.listed_by = listed_by
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return self.name.upper()
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if value in self.choices:
+            return str(value)
+        close = difflib.get_close_matches(str(value), [str(c) for c in self.choices], n=3)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        self.fail(f"{value!r} is not a {self.name}; {hint}{self.listed_by} lists them", param, ctx)

@@ -10,6 +10,7 @@ import click
 
 from inbox.cli.base import engine, main, settings, split_ref
 from inbox.cli.output import emit_json, fields, json_option, table
+from inbox.cli.params import Named
 from inbox.cli.playbooks import check as check_playbook
 from inbox.domain.records import Source
 from inbox.domain.signatures import SCHEMES, Scheme
@@ -25,6 +26,9 @@ def migrate() -> None:
     click.echo("migrated to head")
 
 
+SCHEME = Named(sorted(SCHEMES), "scheme", "inbox sources schemes")
+
+
 @main.group()
 def tenants() -> None:
     """Tenants: each owns sources, events and endpoints."""
@@ -33,6 +37,7 @@ def tenants() -> None:
 @tenants.command("create")
 @click.argument("name")
 def tenants_create(name: str) -> None:
+    """Create a tenant: the first part of its sources' URLs (/hooks/<tenant>/<source>)."""
     t = admin.create_tenant(engine(), name)
     click.echo(f"tenant {t.name} created (id {t.id})")
 
@@ -40,6 +45,7 @@ def tenants_create(name: str) -> None:
 @tenants.command("list")
 @json_option
 def tenants_list(as_json: bool) -> None:
+    """Every tenant, and whether it is enabled."""
     rows = admin.list_tenants(engine())
     if as_json:
         emit_json([{"name": t.name, "disabled": t.disabled} for t in rows])
@@ -96,9 +102,14 @@ _OPTION_HELP = f"A source option, e.g. --option tolerance=600 (valid: {', '.join
 
 
 @sources.command("create")
-@click.option("--tenant", required=True)
-@click.option("--name", required=True)
-@click.option("--scheme", required=True, type=click.Choice(sorted(SCHEMES)))
+@click.option("--tenant", required=True, help="The tenant it belongs to (inbox tenants create).")
+@click.option("--name", required=True, help="Its name in the URL: /hooks/<tenant>/<name>.")
+@click.option(
+    "--scheme",
+    required=True,
+    type=SCHEME,
+    help="How deliveries are verified (inbox sources schemes lists them).",
+)
 @click.option("--secret", "secrets", multiple=True, help="Repeat for several active secrets.")
 @click.option("--option", "options", multiple=True, metavar="KEY=JSON", help=_OPTION_HELP)
 @click.option("--filter", "filter_", metavar="CEL", help=_FILTER_HELP)
@@ -264,9 +275,10 @@ def sources_schemes(as_json: bool) -> None:
 
 
 @sources.command("list")
-@click.option("--tenant")
+@click.option("--tenant", help="Only this tenant's sources.")
 @json_option
 def sources_list(tenant: str | None, as_json: bool) -> None:
+    """Every source: its scheme, whether it is enabled, how many secrets, its URL."""
     rows = admin.list_sources(engine(), tenant)
     if as_json:
         emit_json([_record(s) for s in rows])
@@ -284,6 +296,7 @@ def sources_list(tenant: str | None, as_json: bool) -> None:
 @click.argument("ref", metavar="TENANT/SOURCE")
 @json_option
 def sources_show(ref: str, as_json: bool) -> None:
+    """One source: its URL, scheme, options and how many secrets are active (not them)."""
     _show(admin.get_source(engine(), *split_ref(ref)), as_json)
 
 
@@ -332,4 +345,5 @@ def sources_disable(ref: str) -> None:
 @sources.command("enable")
 @click.argument("ref", metavar="TENANT/SOURCE")
 def sources_enable(ref: str) -> None:
+    """Accept events again at its URL."""
     _set_enabled(ref, True)

@@ -17,7 +17,9 @@ def tokens() -> None:
 
 @tokens.command("create")
 @click.option("--name", required=True, help="Unique; recorded as the actor in the audit log.")
-@click.option("--role", required=True, type=click.Choice(ROLES))
+@click.option(
+    "--role", required=True, type=click.Choice(ROLES), help="What it may do (viewer reads only)."
+)
 @click.option("--tenant", help="Limit the token to one tenant (default: every tenant).")
 def tokens_create(name: str, role: str, tenant: str | None) -> None:
     """Create a token and print it (shown once: only its digest is kept)."""

@@ -22,6 +22,7 @@ from inbox.domain.errors import InboxError
 from inbox.infra import keyring as kr
 from inbox.infra.config import Settings
 from inbox.services import playbooks
+from inbox.store.db import availability
 from inbox.store.db.engine import make_engine
 from inbox.store.reads import secrets as secret_reads
 
@@ -64,19 +65,25 @@ def check(settings: Settings, engine: Engine | None = None) -> None:
             with eng.connect() as conn:
                 count = secret_reads.encrypted_count(conn)
         except Exception as exc:
-            first = " ".join(str(exc).split())[:200] or type(exc).__name__
+            reason = availability.refusal(exc)
+            fix = availability.remedy(reason) if reason else None
             if settings.require_database_at_start:
-                raise CannotStart(
-                    f"the database does not answer ({first}) and {REQUIRE_DATABASE} is set:"
-                    f" start the database first, or unset {REQUIRE_DATABASE} to wait for it",
-                    EX_UNAVAILABLE,
-                ) from None
-            log.warning(
-                "the database does not answer yet (%s); starting anyway, /readyz says so"
-                " until it does (set %s to stop instead)",
-                type(exc).__name__,
-                REQUIRE_DATABASE,
-            )
+                raise CannotStart(_stop_line(exc, reason, fix), EX_UNAVAILABLE) from None
+            if reason:
+                log.warning(
+                    "the database refuses the connection (%s): %s; starting anyway, /readyz"
+                    " says so until it accepts (set %s to stop instead)",
+                    reason,
+                    fix or "it may be starting up or full: it is tried again",
+                    REQUIRE_DATABASE,
+                )
+            else:
+                log.warning(
+                    "the database does not answer yet (%s); starting anyway, /readyz says so"
+                    " until it does (set %s to stop instead)",
+                    type(exc).__name__,
+                    REQUIRE_DATABASE,
+                )
             return
     finally:
         if own:
@@ -86,10 +93,25 @@ def check(settings: Settings, engine: Engine | None = None) -> None:
         return
     if count and ring is None:
         raise CannotStart(
-            f"{kr.ENV} is not set, yet {count} signing secrets are stored encrypted:"
+            f"{kr.ENV} is not set, yet {_secrets(count)} stored encrypted:"
             f" set {kr.ENV} to the key they were stored with, the same in every process"
             " (for a new installation, `inbox secrets keygen` prints one)"
         )
+
+
+def _stop_line(exc: Exception, reason: str | None, fix: str | None) -> str:
+    """The exit-69 line: the server's reason when it gave one, and what to change."""
+    if reason is None:
+        first = " ".join(str(exc).split())[:200] or type(exc).__name__
+        return (
+            f"the database does not answer ({first}) and {REQUIRE_DATABASE} is set:"
+            f" start the database first, or unset {REQUIRE_DATABASE} to wait for it"
+        )
+    then = fix or "wait until it accepts connections"
+    return (
+        f"the database refuses the connection: {reason}; {then}"
+        f" ({REQUIRE_DATABASE} is set: unset it to start anyway and wait)"
+    )
 
 
 def secrets_problem(conn: Connection) -> str | None:
@@ -110,8 +132,14 @@ def secrets_problem(conn: Connection) -> str | None:
         except kr.KeyInvalid:
             failing += 1
     if failing:
-        return (
-            f"{failing} of the {len(sample)} newest signing secrets do not decrypt with"
-            f" {kr.ENV}: set the key they were stored with"
+        which = (
+            "the newest signing secret does"
+            if len(sample) == 1
+            else (f"{failing} of the {len(sample)} newest signing secrets do")
         )
+        return f"{which} not decrypt with {kr.ENV}: set the key they were stored with"
     return None
+
+
+def _secrets(count: int) -> str:
+    return "1 signing secret is" if count == 1 else f"{count} signing secrets are"

@@ -166,6 +166,49 @@ def test_make_run_supervises_says_ready_and_stops_everything(data_dir):
         run.log.close()
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_make_run_stops_everything_on_a_signal_to_makes_own_pid(data_dir, sig):
+    """A script or supervisor that runs ``make run`` in the background holds make's pid,
+    not a process group: a SIGINT or SIGTERM to that pid alone stops make, devrun, the
+    four processes and the embedded PostgreSQL and Redis (GNU make passes SIGTERM on to
+    its child, not SIGINT; devrun notices make's)."""
+    port = free_port()
+    data_dir.mkdir(parents=True)
+    log_path = data_dir / "make-run.log"
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env = {k: v for k, v in env.items() if k not in ("BROKER_URL", "MAKEFLAGS", "MFLAGS")}
+    env.update({"INBOX_DEV_DATA": str(data_dir), "PORT": str(port)})
+    with open(log_path, "wb") as log:
+        make = subprocess.Popen(
+            ["make", "-s", "run"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+
+            def ready() -> bool:
+                return "Ready: web" in log_path.read_text(errors="replace")
+
+            eventually(lambda: ready() or make.poll() is not None, 240, interval=0.2)
+            assert ready(), log_path.read_text(errors="replace")[-4000:]
+            assert "Warning" not in log_path.read_text(errors="replace")  # platformdirs' was
+            pg_pid = int((data_dir / "pg" / "postmaster.pid").read_text().split()[0])
+            redis_at = (data_dir / "redis.port").read_text().strip()
+            everything = descendants(make.pid) | {pg_pid}
+            everything |= pids_matching(f"redis-server 127.0.0.1:{redis_at}")
+            assert len(everything) >= 7, everything  # devrun, 4 processes, pg, redis
+            os.kill(make.pid, sig)  # its own pid, not its group
+            make.wait(90)
+            eventually(lambda: not any(running(p) for p in everything), 30, interval=0.2)
+            left = {p: cmdline(p) for p in everything if running(p)}
+            assert left == {}, left
+            out = log_path.read_text(errors="replace")
+            assert "stopped the embedded PostgreSQL" in out and "stopped the embedded Redis" in out
+        finally:
+            if make.poll() is None:
+                os.killpg(make.pid, signal.SIGKILL)
+                make.wait(30)
+
+
 def _parent(pid: int) -> int:
     try:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])

@@ -296,7 +296,7 @@ def test_without_the_key_of_stored_secrets_a_process_stops_in_one_line(
     code, out = start_and_wait(PROCESSES[name], app_dir, env)
     assert code == 78  # EX_CONFIG
     line = the_line(out)
-    assert "INBOX_KEK is not set" in line and "1 signing secrets" in line, line
+    assert "INBOX_KEK is not set" in line and "1 signing secret is stored" in line, line
     assert "inbox secrets keygen" in line  # the fix
     assert "[redacted]" not in line
 
@@ -326,6 +326,64 @@ def test_an_unreachable_database_stops_a_process_only_when_asked(app_dir, redis)
     with web_process(app_dir, env) as port:
         status, body = wait_for(lambda: get(port, "/readyz"), 60, "/readyz answers")
         assert status == 503 and json.loads(body)["cause"] == "database"
+
+
+# Every Procfile process, as the first line of each is read: the courier too.
+EVERY = {
+    **PROCESSES,
+    "courier": ["celery", "-A", "workers.app", "worker", "-Q", "deliveries", "--pool", "threads"],
+}
+
+
+def first_database_line(cmd: list[str], cwd: Path, env: dict[str, str]) -> dict:
+    """The first line a running process writes about its database (a JSON log line), read
+    as it is written; the process is stopped after."""
+    proc = subprocess.Popen(
+        [str(BIN / cmd[0]), *cmd[1:]],
+        cwd=cwd,
+        env={**env, "PORT": str(free_port())},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    seen: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # ends when the process does: then the assert says why
+            seen.append(line)
+            if "database" in line:
+                return json.loads(line)  # a JSON line, as every other line of every process
+        raise AssertionError(f"{cmd[0]} said nothing of its database:\n{''.join(seen)}")
+    finally:
+        _kill_group(proc.pid)
+        proc.wait(30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_a_database_that_does_not_exist_is_named_in_the_first_line_and_the_exit(
+    app_dir, pg_server_url, redis
+):
+    """A misspelled database name: the server's reason in each process's first line about
+    its database, in /readyz, and in the exit-69 line, with the fix (not "start it")."""
+    missing = pg_server_url.rsplit("/", 1)[0] + "/inbox_misspelled"
+    reason = 'database "inbox_misspelled" does not exist'
+    env = {**docs_env(app_dir, missing, redis.url, keyring.new_key())}
+    for name, cmd in EVERY.items():
+        line = first_database_line(cmd, app_dir, env)
+        assert reason in line["message"], (name, line)
+        assert "correct its name in DATABASE_URL" in line["message"], (name, line)
+    with web_process(app_dir, env) as port:
+        status, body = wait_for(lambda: get(port, "/readyz"), 60, "/readyz answers")
+        assert status == 503 and json.loads(body)["checks"]["database"] == f"refused: {reason}"
+    env["INBOX_REQUIRE_DATABASE_AT_START"] = "1"
+    for name, cmd in EVERY.items():
+        code, out = start_and_wait(cmd, app_dir, env)
+        assert code == 69, (name, out)  # EX_UNAVAILABLE
+        line = the_line(out)
+        assert f"refuses the connection: {reason}; create it, or correct its name" in line, line
+        assert "start the database first" not in line
 
 
 def test_a_schema_not_migrated_yet_is_waited_for_not_a_reason_to_stop(app_dir, empty_db, redis):

@@ -256,3 +256,16 @@ def test_the_tutorial_runs_as_written(pipeline: Pipeline):
         where = f"tutorial.md:{block.line}"
         assert status == 0, f"{where} exited {status}:\n{code}\n{output}\n{pipeline.logs()}"
         assert miss is None, f"{where}: no line matches {miss!r} in:\n{output}\n{pipeline.logs()}"
+    # What the tutorial wrote into the checkout is ignored by git: a reader who followed it
+    # has no untracked files to wonder about (.venv and .data are make run's own, redis/
+    # this test's private Redis).
+    mine = (".venv", ".data", "redis")
+    written = sorted(
+        p.name + ("/" if p.is_dir() else "") for p in pipeline.dir.iterdir() if p.name not in mine
+    )  # a folder as git sees one: __pycache__/ is the bytecode of the playbook module
+    assert written, "the tutorial writes its script and playbook module into the checkout"
+    shown = subprocess.run(
+        ["git", "-C", str(ROOT), "check-ignore", "--no-index", *written],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert sorted(shown.stdout.split()) == written, (written, shown.stdout, shown.stderr)

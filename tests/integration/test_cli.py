@@ -115,6 +115,7 @@ def _one_line_error(args: list[str], env: dict[str, str]) -> str:
 def test_a_missing_database_url_is_one_line_with_the_fix():
     line = _one_line_error(["events", "list"], {})
     assert "DATABASE_URL is not set: export it, for example export DATABASE_URL=" in line
+    assert "eval $(make -s env)" in line  # the exports of a running make run
 
 
 @pytest.fixture

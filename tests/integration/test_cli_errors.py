@@ -263,3 +263,14 @@ def test_the_real_command_exits_non_zero_with_one_line(args, status, world):
     assert proc.returncode == status, proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_mistyped_scheme_is_answered_with_the_closest_names_not_all():
+    args = ["sources", "create", "--tenant", "acme", "--name", "b", "--scheme", "strpe"]
+    line = assert_one_line_error(run(args), args)
+    assert "'strpe' is not a scheme; did you mean 'stripe'?" in line, line
+    assert "inbox sources schemes lists them" in line
+    assert "zoom" not in line and "bitbucket" not in line  # not the 37 names
+    unlike = ["sources", "create", "--tenant", "acme", "--name", "b", "--scheme", "qqqqqq"]
+    line = assert_one_line_error(run(unlike), unlike)
+    assert "did you mean" not in line and "inbox sources schemes lists them" in line, line

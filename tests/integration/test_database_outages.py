@@ -164,6 +164,16 @@ def test_readyz_names_an_unreachable_database():
     assert body["checks"]["database"] == "unreachable: OperationalError"
 
 
+def test_readyz_names_the_servers_reason_for_a_database_that_does_not_exist(pg_server_url):
+    """A misspelled database name is not an outage to wait out: /readyz says what the
+    server said (no address), not a bare error class."""
+    url = pg_server_url.rsplit("/", 1)[0] + "/inbox_no_such_database"
+    status, body = _readyz(url)
+    assert status == 503 and body["cause"] == "database"
+    said = body["checks"]["database"]
+    assert said == 'refused: database "inbox_no_such_database" does not exist', said
+
+
 def test_readyz_is_503_while_the_server_is_a_standby_and_ok_once_promoted():
     """A private PostgreSQL put into recovery (standby.signal), as a demoted primary is."""
     try:

@@ -6,6 +6,7 @@ any part, the manifest or its signature makes the check fail."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -228,3 +229,44 @@ def test_an_event_without_a_verdict_exports_and_says_it_cannot_be_re_verified(
     cli("evidence", "verify", str(tmp_path / public_id))
     said = cli("evidence", "verify", str(tmp_path / public_id), "--secret", s.secret, ok=False)
     assert "holds no verdict" in said
+
+
+@pytest.mark.parametrize("name", ["stripe", "github", "token"])
+def test_the_event_page_says_exactly_which_signature_headers_are_kept_and_where(
+    client, make_source, engine, name
+):
+    """The console's promise about headers is what the database holds: the headers table
+    is ``events.headers`` (no credential or signature among them), and the signature
+    headers it names as kept apart are exactly those in ``events.verification``."""
+    from tests.integration.ui_support import new_token, sign_in
+
+    s = SIGNERS[name]
+    _, public_id, _, sent = receive(client, make_source, s)
+    with engine.connect() as conn:
+        headers, verification = conn.execute(
+            text("SELECT headers, verification FROM events WHERE public_id = :p"),
+            {"p": public_id},
+        ).one()
+    kept = sorted((verification or {}).get("signature_headers") or {})
+    bearer = new_token(engine, "api-reader", "viewer")
+    shown = client.get(f"/api/v1/events/{public_id}", headers={"Authorization": f"Bearer {bearer}"})
+    assert shown.status_code == 200 and shown.json["verification"] == verification  # as docs say
+    sign_in(client, new_token(engine, "reader", "viewer"))
+    page = client.get(f"/ui/events/{public_id}").get_data(as_text=True)
+    said = page[page.index('id="signatures-kept"') :].split("</p>")[0]
+    shown = re.findall(r'<span class="mono">([^<]+)</span>', said)
+    assert shown == kept
+    if name == "token":  # a shared token is never kept, anywhere
+        assert kept == [] and "No signature header is kept" in said
+    else:
+        assert kept and "in the event's verification record" in said
+        for header in kept:  # kept: the provider's signature, as it was sent
+            assert verification["signature_headers"][header] == sent_value(sent, header)
+    secret_names = re.compile(r"signature|hmac|token|secret|auth|cookie|key|challenge", re.I)
+    assert not [h for h in headers if secret_names.search(h)]
+    for value in (v for k, v in sent.items() if secret_names.search(k)):
+        assert value not in page  # no credential or signature value is shown
+
+
+def sent_value(sent: dict[str, str], header: str) -> str:
+    return next(v for k, v in sent.items() if k.lower() == header)

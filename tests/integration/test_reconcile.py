@@ -166,8 +166,7 @@ def test_a_registered_fetcher_supplies_the_list(inbox_state, monkeypatch):
         "fake_provider_module:fetch",
         "--since",
         "2000-01-01T00:00:00",
-        "--format",
-        "json",
+        "--json",
     )
     report = json.loads(out.output)
     assert report["since"] == "2000-01-01T00:00:00+00:00"

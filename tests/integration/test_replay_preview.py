@@ -5,6 +5,7 @@ it said (tests/sink_playbooks.py's ``preview-case``)."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -223,7 +224,7 @@ def test_a_dry_run_is_refused_for_a_bad_flag_and_for_deliveries(client, engine, 
 def test_the_cli_dry_run_shows_the_plan_and_changes_nothing(engine, scene):
     before = snapshot(engine)
     ids = [scene.a, scene.b, scene.c, scene.d]
-    args = ["replay", *ids, "--dry-run", "--format", "json", "--actor", "carol"]
+    args = ["replay", *ids, "--dry-run", "--json", "--actor", "carol"]
     out = CliRunner().invoke(main, args, catch_exceptions=False)
     assert out.exit_code == 0, out.output
     plan = json.loads(out.output)
@@ -278,3 +279,34 @@ def test_the_console_confirmation_and_approval_pages_show_the_plan(engine, setti
             text("SELECT actor, subject_kind, detail FROM audit_log ORDER BY id DESC LIMIT 1")
         ).one()
     assert (actor, kind, detail["bulk_replay"]) == ("bob", "bulk_replay", job)
+
+
+def test_events_show_lists_steps_in_the_order_they_ran(engine, scene):
+    """open, lock, close as the playbook runs them, not by name (close, lock, open), and
+    each before the event's completion wherever steps and events are sorted by time."""
+    out = CliRunner().invoke(main, ["events", "show", scene.c, "--json"], catch_exceptions=False)
+    shown = json.loads(out.output)
+    assert [s["name"] for s in shown["steps"]] == ["open", "lock", "close"]
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT s.name, s.completed_at <= e.finished_at AS before FROM steps s"
+                " JOIN events e ON e.id = s.event_id WHERE e.public_id = :p"
+                " ORDER BY s.completed_at"
+            ),
+            {"p": scene.c},
+        ).all()
+    assert [r.name for r in rows] == ["open", "lock", "close"] and all(r.before for r in rows)
+    text_out = CliRunner().invoke(main, ["events", "show", scene.c], catch_exceptions=False)
+    steps = text_out.output.split("\nsteps:")[1]
+    assert steps.index("open") < steps.index("lock") < steps.index("close")
+    assert re.search(r"^state\s+completed \(duplicate_fact\)$", text_out.output, re.M)
+
+
+def test_events_show_says_completed_once_when_the_outcome_is_plain(engine, scene):
+    with engine.connect() as conn:
+        plain = conn.execute(
+            text("SELECT public_id FROM events WHERE outcome = 'completed' LIMIT 1")
+        ).scalar_one()
+    out = CliRunner().invoke(main, ["events", "show", plain], catch_exceptions=False).output
+    assert re.search(r"^state\s+completed$", out, re.M), out  # not "completed (completed)"

@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from inbox.services.outages import Outages
-from inbox.store.db.availability import unavailable
+from inbox.store.db.availability import refusal, remedy, unavailable, unreachable
 
 
 def wrapped(orig: Exception, invalidated: bool = False) -> OperationalError:
@@ -87,3 +87,46 @@ def test_one_warning_and_one_count_per_outage(caplog):
     assert len(lines) == 3
     assert not any(r.exc_info for r in caplog.records)  # no traceback
     assert outages_counted() - before == 2
+
+
+@pytest.mark.parametrize(
+    ("said", "reason", "fix"),
+    [
+        (
+            'connection failed: connection to server at "10.0.0.5", port 5432 failed: FATAL:  '
+            'database "inbx" does not exist',
+            'database "inbx" does not exist',
+            "correct its name in DATABASE_URL",
+        ),
+        (
+            'connection failed: connection to server at "db", port 5432 failed: FATAL:  '
+            'password authentication failed for user "inbox"',
+            'password authentication failed for user "inbox"',
+            "correct the user or password",
+        ),
+        (
+            'connection failed: connection to server at "db", port 5432 failed: FATAL:  '
+            "sorry, too many clients already",
+            "sorry, too many clients already",
+            None,  # waiting cures it
+        ),
+    ],
+)
+def test_a_server_that_refuses_says_why_and_what_to_change(said, reason, fix):
+    error = wrapped(psycopg.OperationalError(said))
+    assert refusal(error) == reason
+    assert unreachable(error) == f"refused: {reason}"  # /readyz: no address
+    assert "10.0.0.5" not in unreachable(error)
+    got = remedy(reason)
+    assert (got is None) if fix is None else (got is not None and fix in got)
+
+
+def test_nothing_answering_is_no_refusal():
+    error = wrapped(
+        psycopg.OperationalError(
+            'connection failed: connection to server at "127.0.0.1", port 1 failed:'
+            " Connection refused\n\tIs the server running on that host?"
+        )
+    )
+    assert refusal(error) is None
+    assert unreachable(error) == "unreachable: OperationalError"

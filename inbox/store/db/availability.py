@@ -10,6 +10,8 @@ traceback per task; ``writable`` is the readiness probe's question to a live ser
 
 from __future__ import annotations
 
+import re
+
 import psycopg
 from psycopg import errors as pgerrors
 from sqlalchemy import Connection, text
@@ -47,12 +49,51 @@ def unavailable(exc: BaseException) -> str | None:
 def unreachable(exc: BaseException) -> str:
     """What the readiness probe says of a database it could not use: ``read-only: …`` when
     libpq refused every host for ``target_session_attrs=read-write`` (a failover under
-    way: no node is the primary yet), else ``unreachable: <error class>``. No address or
-    message: the answer is public."""
+    way: no node is the primary yet), ``refused: <the server's reason>`` when a server
+    answered and turned the connection away (``refusal``), else ``unreachable: <error
+    class>``. No address: the answer is public."""
     orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig else exc
     if isinstance(orig, psycopg.OperationalError) and "session is read-only" in str(orig):
         return "read-only: no host of DATABASE_URL accepts writes"
+    reason = refusal(exc)
+    if reason is not None:
+        return f"refused: {reason}"
     return f"unreachable: {type(exc).__name__}"
+
+
+# A server that answers and turns the connection away says why after "FATAL:" (libpq does
+# not give connection errors an SQLSTATE): 'database "inbox" does not exist'.
+_FATAL = re.compile(r"FATAL:\s+(.+)")
+# Reasons that waiting will not cure: DATABASE_URL (or the server's setup) is wrong.
+_WRONG_URL = (
+    (
+        re.compile(r'^database ".*" does not exist'),
+        "create it, or correct its name in DATABASE_URL",
+    ),
+    (
+        re.compile(r'^role ".*" does not exist|password authentication failed|no pg_hba'),
+        "correct the user or password in DATABASE_URL, or the server's pg_hba.conf",
+    ),
+)
+
+
+def refusal(exc: BaseException) -> str | None:
+    """The server's own reason when it answered and refused the connection (a database or
+    role that does not exist, a password it rejects, starting up, too many clients); None
+    when no server answered (refused, timed out, unknown host) or for any other error."""
+    orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig else exc
+    if not isinstance(orig, psycopg.OperationalError):
+        return None
+    found = _FATAL.search(str(orig))
+    return found.group(1).strip()[:_MESSAGE_LIMIT] if found else None
+
+
+def remedy(reason: str) -> str | None:
+    """What to change when a refusal's ``reason`` is one that waiting will not cure."""
+    for pattern, fix in _WRONG_URL:
+        if pattern.search(reason):
+            return fix
+    return None
 
 
 _WRITABLE = text(

@@ -39,13 +39,17 @@ def load_many(conn: Connection, claims: list[Claim]) -> dict[EventId, LoadedEven
     return {EventId(row.id): to_loaded(row) for row in rows}
 
 
+# Step results arrive as one JSON object per event, its keys in the order the steps ran:
+# read as json (jsonb would sort the keys), the steps of one statement get completed_at a
+# microsecond apart in that order, the last at now() (the event's finished_at), so they
+# list in run order, and before the completion, wherever they are sorted by time.
 # Every row is fenced like queue.complete: an event whose lease was lost or taken
 # over is not in `done`, gets no step rows, and is reported back as lost.
 _COMPLETE_MANY = DayBounded(
     """
     WITH input AS (
-        SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb))
-            AS i(id bigint, fence bigint, steps jsonb, outcome text, decision jsonb, resp text)
+        SELECT * FROM json_to_recordset(CAST(:rows AS json))
+            AS i(id bigint, fence bigint, steps json, outcome text, decision jsonb, resp text)
     ), done AS (
         UPDATE events e
            SET state = 'completed', outcome = i.outcome, decision = i.decision,
@@ -58,9 +62,11 @@ _COMPLETE_MANY = DayBounded(
            AND e.id >= {lo} AND e.id < {hi} AND e.lease_expires_at > now()
         RETURNING e.id, e.attempts, e.replay
     ), recorded AS (
-        INSERT INTO steps (event_id, name, result, attempt, replay)
-        SELECT done.id, s.name, s.result, done.attempts, done.replay
-          FROM done JOIN input i ON i.id = done.id, jsonb_each(i.steps) AS s(name, result)
+        INSERT INTO steps (event_id, name, result, attempt, replay, completed_at)
+        SELECT done.id, s.name, CAST(s.result AS jsonb), done.attempts, done.replay,
+               now() - (count(*) OVER (PARTITION BY done.id) - s.n) * interval '1 us'
+          FROM done JOIN input i ON i.id = done.id,
+               json_each(i.steps) WITH ORDINALITY AS s(name, result, n)
         ON CONFLICT (event_id, name) DO NOTHING
     )
     SELECT id FROM done
@@ -94,8 +100,8 @@ def complete_many(conn: Connection, completions: list[Completion]) -> set[EventI
 _RECORD_MANY = DayBounded(
     """
     WITH input AS (
-        SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb))
-            AS i(id bigint, fence bigint, steps jsonb)
+        SELECT * FROM json_to_recordset(CAST(:rows AS json))
+            AS i(id bigint, fence bigint, steps json)
     ), live AS (
         UPDATE events e SET lease_expires_at = now() + make_interval(secs => :lease)
           FROM input i
@@ -103,9 +109,11 @@ _RECORD_MANY = DayBounded(
            AND e.id >= {lo} AND e.id < {hi} AND e.lease_expires_at > now()
         RETURNING e.id, e.attempts, e.replay
     ), recorded AS (
-        INSERT INTO steps (event_id, name, result, attempt, replay)
-        SELECT live.id, s.name, s.result, live.attempts, live.replay
-          FROM live JOIN input i ON i.id = live.id, jsonb_each(i.steps) AS s(name, result)
+        INSERT INTO steps (event_id, name, result, attempt, replay, completed_at)
+        SELECT live.id, s.name, CAST(s.result AS jsonb), live.attempts, live.replay,
+               now() - (count(*) OVER (PARTITION BY live.id) - s.n) * interval '1 us'
+          FROM live JOIN input i ON i.id = live.id,
+               json_each(i.steps) WITH ORDINALITY AS s(name, result, n)
         ON CONFLICT (event_id, name) DO NOTHING
     )
     SELECT id FROM live

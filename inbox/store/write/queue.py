@@ -188,9 +188,11 @@ _STEP = DayBounded(
          WHERE {_LIVE}
         RETURNING id, attempts, replay
     )
-    INSERT INTO steps (event_id, name, result, attempt, replay)
-    SELECT live.id, s.name, s.result, live.attempts, live.replay
-      FROM live, jsonb_each(CAST(:steps AS jsonb)) AS s(name, result)
+    -- completed_at a microsecond apart, in run order (see write/batch.py)
+    INSERT INTO steps (event_id, name, result, attempt, replay, completed_at)
+    SELECT live.id, s.name, CAST(s.result AS jsonb), live.attempts, live.replay,
+           now() - (count(*) OVER (PARTITION BY live.id) - s.n) * interval '1 us'
+      FROM live, json_each(CAST(:steps AS json)) WITH ORDINALITY AS s(name, result, n)
     ON CONFLICT (event_id, name) DO NOTHING
     RETURNING name
     """
