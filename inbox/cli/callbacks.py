@@ -17,6 +17,7 @@ from inbox.domain.states import DeliveryState
 from inbox.services import operations
 from inbox.services.operations import Actor
 from inbox.store.reads import admin
+from inbox.store.reads import endpoints as ereads
 
 _ACTOR = click.option("--actor", default=getpass.getuser, show_default="current user")
 
@@ -26,8 +27,9 @@ def endpoints() -> None:
     """A tenant's callback endpoints (signed with Standard Webhooks)."""
 
 
-def _record(ep: Endpoint) -> dict[str, Any]:
-    """What an operator may see of an endpoint: never its secrets, only how many are active."""
+def _record(ep: Endpoint, backlog: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+    """What an operator may see of an endpoint: never its secrets, only how many are active;
+    its backlog: deliveries waiting (pending or being sent) and held."""
     return {
         "endpoint": ep.public_id,
         "tenant": ep.tenant,
@@ -42,12 +44,15 @@ def _record(ep: Endpoint) -> dict[str, Any]:
         "active_secrets": len(ep.secrets),
         "failing": ep.failing,
         "filter": ep.filter,
+        "paused": ep.paused,
+        "waiting": backlog[0],
+        "held": backlog[1],
     }
 
 
-def _show(ep: Endpoint, as_json: bool = False) -> None:
+def _show(ep: Endpoint, as_json: bool = False, backlog: tuple[int, int] = (0, 0)) -> None:
     if as_json:
-        emit_json(_record(ep))
+        emit_json(_record(ep, backlog))
         return
     state = "yes" if ep.enabled else f"no ({ep.disabled_reason or 'disabled by an operator'})"
     fields(
@@ -57,6 +62,8 @@ def _show(ep: Endpoint, as_json: bool = False) -> None:
             ("types", ", ".join(ep.event_types) if ep.event_types else "all"),
             ("filter", ep.filter or "none"),
             ("enabled", state),
+            ("paused", "yes (its deliveries are held)" if ep.paused else "no"),
+            ("backlog", f"{backlog[0]} waiting, {backlog[1]} held"),
             ("attempts", f"{ep.max_attempts}, retry after {list(ep.retry_schedule)} s"),
             ("timeout", f"{ep.timeout_ms} ms, at most {ep.max_in_flight} in flight"),
             ("secrets", f"{len(ep.secrets)} active"),
@@ -121,12 +128,16 @@ def endpoints_list(tenant: str | None, as_json: bool) -> None:
     with transaction() as conn:
         check_named(conn, tenant)
         rows = operations.list_endpoints(conn, tenant)
+        counts = ereads.backlogs(conn, [ep.id for ep in rows])
     if as_json:
-        emit_json([_record(ep) for ep in rows])
+        emit_json([_record(ep, counts.get(ep.id, (0, 0))) for ep in rows])
         return
     table(
-        ["endpoint", "tenant", "enabled", "url"],
-        [(ep.public_id, ep.tenant, ep.enabled, ep.url) for ep in rows],
+        ["endpoint", "tenant", "enabled", "paused", "waiting", "held", "url"],
+        [
+            (ep.public_id, ep.tenant, ep.enabled, ep.paused, *counts.get(ep.id, (0, 0)), ep.url)
+            for ep in rows
+        ],
     )
 
 
@@ -135,7 +146,8 @@ def endpoints_list(tenant: str | None, as_json: bool) -> None:
 @json_option
 def endpoints_show(endpoint_id: str, as_json: bool) -> None:
     with transaction() as conn:
-        _show(operations.get_endpoint(conn, endpoint_id), as_json)
+        ep = operations.get_endpoint(conn, endpoint_id)
+        _show(ep, as_json, ereads.backlogs(conn, [ep.id]).get(ep.id, (0, 0)))
 
 
 @endpoints.command("rotate")
@@ -161,28 +173,6 @@ def endpoints_rotate(endpoint_id: str, secret: str | None, finish: bool, actor: 
         return
     new = operations.rotate_endpoint_secret(current(), Actor(actor), endpoint_id)
     click.echo(f"secret    {new}")
-
-
-def _set_enabled(endpoint_id: str, enabled: bool, actor: str) -> None:
-    rt = ringing() if enabled else current()  # enabled: its couriers are rung
-    operations.set_endpoint_enabled(rt, Actor(actor), endpoint_id, enabled)
-    click.echo("enabled" if enabled else "disabled")
-
-
-@endpoints.command("disable")
-@click.argument("endpoint_id")
-@_ACTOR
-def endpoints_disable(endpoint_id: str, actor: str) -> None:
-    """Send nothing to it (audited); its deliveries wait."""
-    _set_enabled(endpoint_id, False, actor)
-
-
-@endpoints.command("enable")
-@click.argument("endpoint_id")
-@_ACTOR
-def endpoints_enable(endpoint_id: str, actor: str) -> None:
-    """Send to it again (audited); its waiting deliveries go out."""
-    _set_enabled(endpoint_id, True, actor)
 
 
 @main.group()

@@ -93,6 +93,12 @@ class Endpoint:
     secrets: tuple[str, ...]
     failing: bool = False
     filter: str | None = None  # a CEL expression over type and payload (inbox.domain.filters)
+    paused: bool = False  # an operator's pause: like disabled, its deliveries are held
+
+    @property
+    def sends(self) -> bool:
+        """Its deliveries are attempted; otherwise they are held (never dropped)."""
+        return self.enabled and not self.paused
 
 
 @dataclass(frozen=True)

@@ -156,6 +156,12 @@ class Settings:
         100,
         "a bulk replay matching more events than this waits for a second operator's approval",
     )
+    held_discard_approval_min: int = setting(
+        "INBOX_HELD_DISCARD_APPROVAL_MIN",
+        100,
+        "discarding more of an endpoint's held deliveries than this waits for a second "
+        "operator's approval",
+    )
     kek: str = setting(
         "INBOX_KEK",
         "",

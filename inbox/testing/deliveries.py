@@ -5,7 +5,8 @@ deliveries a playbook's steps made are the ones a courier claims. Its rules are 
 ``inbox/store/write/deliveries.py``: one endpoint's due deliveries in order, at most
 ``max_in_flight`` couriers at once (one while the endpoint is failing), a fence per claim,
 attempts counted at claim time and given back on release, expired leases swept back to
-pending (failed when out of attempts), every state change checked against
+pending (held while the endpoint is paused or disabled, failed when out of attempts),
+every state change checked against
 ``inbox.domain.states.DELIVERY_ALLOWED``.
 """
 
@@ -82,11 +83,11 @@ class InMemoryDeliveries:
         messages: list[Outgoing],
         replay: int = 0,
     ) -> set[EndpointId]:
-        """One delivery per message and matching enabled endpoint, each written once
-        (``deliveries.enqueue``); the endpoints to ring."""
+        """One delivery per message and matching endpoint, each written once, held for
+        an endpoint paused or disabled (``deliveries.enqueue``); the endpoints to ring."""
         data = self.store.data
         eps = sorted(
-            (e for e in data.endpoints.values() if e.tenant_id == tenant_id and e.enabled),
+            (e for e in data.endpoints.values() if e.tenant_id == tenant_id),
             key=lambda e: e.id,
         )
         rung: set[EndpointId] = set()
@@ -113,8 +114,10 @@ class InMemoryDeliveries:
                         body=body,
                         replay=replay,
                         available_at=self.store.now,
+                        state=DeliveryState.PENDING if ep.sends else DeliveryState.HELD,
                     )
-                rung.add(ep.id)
+                if ep.sends:
+                    rung.add(ep.id)
         return rung
 
     # -- the DeliveryStore operations -----------------------------------------------------
@@ -138,7 +141,7 @@ class InMemoryDeliveries:
     ) -> list[ClaimedDelivery]:
         self.store.calls.append("claim_deliveries")
         ep = self.store.data.endpoints.get(endpoint_id)
-        if ep is None or not ep.enabled:
+        if ep is None or not ep.sends:
             return []
         mine = [d for d in self.store.data.deliveries.values() if d.endpoint_id == endpoint_id]
         busy = len({d.lease_owner for d in mine if self._live(d)})
@@ -186,7 +189,7 @@ class InMemoryDeliveries:
         for s in sent:
             d = self._held(s.claim)
             if d is not None:
-                d.state = transition(d.state, DeliveryState(s.state))
+                d.state = transition(d.state, self._stopped(d, DeliveryState(s.state)))
                 d.last_status, d.last_error = s.status, s.error
                 d.available_at = self.store.now + s.delay
                 d.finished_at = self.store.now if d.state in DELIVERY_FINISHED else None
@@ -197,6 +200,13 @@ class InMemoryDeliveries:
                 error_class = s.error if s.status is None else None
                 recorded.log.append(Attempt(s.at, s.status, error_class, s.latency_ms, s.excerpt))
         return kept
+
+    def _stopped(self, d: Delivery, state: DeliveryState) -> DeliveryState:
+        """A delivery going back to pending is held while its endpoint does not send."""
+        ep = self.store.data.endpoints.get(d.endpoint_id)
+        if state == DeliveryState.PENDING and ep is not None and not ep.sends:
+            return DeliveryState.HELD
+        return state
 
     def _any(self, delivery_id: int) -> Delivery | None:
         try:
@@ -210,7 +220,7 @@ class InMemoryDeliveries:
             d = self._held(c)
             if d is None:
                 continue
-            d.state = transition(d.state, DeliveryState.PENDING)
+            d.state = transition(d.state, self._stopped(d, DeliveryState.PENDING))
             d.attempts -= 1
             d.available_at = self.store.now + delay
             d.lease_owner = d.lease_expires_at = None
@@ -228,6 +238,9 @@ class InMemoryDeliveries:
             eps[endpoint_id] = dataclasses.replace(
                 eps[endpoint_id], enabled=False, disabled_reason=reason
             )
+            for d in self.store.data.deliveries.values():
+                if d.endpoint_id == endpoint_id and d.state == DeliveryState.PENDING:
+                    d.state = transition(d.state, DeliveryState.HELD)
 
     def sweep(self, tx: Memory) -> list[EndpointId]:
         self.store.calls.append("sweep_deliveries")
@@ -237,7 +250,8 @@ class InMemoryDeliveries:
             if d.state != DeliveryState.SENDING or expires is None or expires > now:
                 continue
             spent = d.attempts >= eps[d.endpoint_id].max_attempts
-            d.state = transition(d.state, DeliveryState.FAILED if spent else DeliveryState.PENDING)
+            back = DeliveryState.FAILED if spent else self._stopped(d, DeliveryState.PENDING)
+            d.state = transition(d.state, back)
             d.finished_at = now if spent else None
             d.last_error = d.last_error or "lease expired"
             d.lease_owner = d.lease_expires_at = None
@@ -247,6 +261,6 @@ class InMemoryDeliveries:
             for d in self.store.data.deliveries.values()
             if d.state == DeliveryState.PENDING
             and d.available_at <= now
-            and eps[d.endpoint_id].enabled
+            and eps[d.endpoint_id].sends
         }
         return sorted(due)

@@ -255,3 +255,21 @@ def test_a_disabled_endpoint_gets_no_claims(subject: Subject) -> None:
     assert claim(subject, ep) == []
     with pytest.raises(NotFound), subject.store.begin() as tx:
         subject.store.endpoint(tx, EndpointId(10**9))
+
+
+def test_a_disabled_endpoints_deliveries_are_held_never_dropped(subject: Subject) -> None:
+    ep = subject.add_endpoint(max_in_flight=1)
+    enqueue(subject, 3)
+    first, second, third = claim(subject, ep, limit=3)
+    with subject.store.begin() as tx:
+        subject.store.release(tx, [third], 0.0)  # back to pending, before the 410
+        subject.store.disable(tx, ep, "the endpoint answered 410 Gone")
+    assert subject.row(third.public_id) == ("held", 0)  # pending when disabled: held
+    assert finish(subject, Sent(first, DeliveryState.PENDING, status=503)) == {first.id}
+    assert subject.row(first.public_id) == ("held", 1)  # a retry after the disable: held
+    subject.expire(second.public_id)
+    with subject.store.begin() as tx:
+        assert subject.store.sweep(tx) == []  # swept while disabled: held, nothing to ring
+    assert subject.row(second.public_id) == ("held", 1)
+    assert enqueue(subject, 1, step="later") == set()  # written held, nothing rung
+    assert claim(subject, ep) == []

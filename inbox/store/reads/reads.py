@@ -50,12 +50,14 @@ class EndpointHealth:
     avg_ms: float | None
     p95_ms: float | None
     pending: int
+    held: int  # paused or disabled: kept until it is enabled (or discarded)
     failed: int
     last_ok_at: datetime | None
     last_error_at: datetime | None
     last_error_status: int | None
     last_error_class: str | None
     last_error_excerpt: str | None
+    paused: bool = False
 
     @property
     def success_rate(self) -> float | None:
@@ -74,6 +76,8 @@ class EndpointHealth:
         disabled, probing (unreachable), failing (its latest attempt failed, or none of
         the recent ones succeeded), degraded (under 90 % succeeded), healthy, or idle (no
         attempt in the last HEALTH_HOURS)."""
+        if self.paused and self.enabled:
+            return "paused"
         if self.circuit != "closed":
             return "disabled" if self.circuit == "open" else "probing"
         if not self.attempts:
@@ -100,18 +104,20 @@ WITH recent AS (
      GROUP BY d.endpoint_id
 ), backlog AS (
     SELECT endpoint_id, count(*) FILTER (WHERE state IN ('pending', 'sending')) AS pending,
+           count(*) FILTER (WHERE state = 'held') AS held,
            count(*) FILTER (WHERE state = 'failed') AS failed
       FROM deliveries WHERE state <> 'delivered' AND {_SCOPED.format(col="tenant_id")}
      GROUP BY endpoint_id
 )
 SELECT ep.id, ep.public_id, t.name AS tenant, ep.url, ep.event_types, ep.enabled,
        ep.disabled_reason, ep.failing, ep.max_attempts, ep.timeout_ms, ep.max_in_flight,
-       ep.retry_schedule, ep.created_at,
+       ep.retry_schedule, ep.created_at, ep.paused,
        (SELECT count(*) FROM endpoint_secrets s
          WHERE s.endpoint_id = ep.id AND s.revoked_at IS NULL) AS active_secrets,
        coalesce(r.attempts, 0) AS attempts, coalesce(r.succeeded, 0) AS succeeded,
        r.avg_ms, r.p95_ms, r.last_ok_at,
-       coalesce(b.pending, 0) AS pending, coalesce(b.failed, 0) AS failed,
+       coalesce(b.pending, 0) AS pending, coalesce(b.held, 0) AS held,
+       coalesce(b.failed, 0) AS failed,
        le.at AS last_error_at, le.status AS last_error_status,
        le.error_class AS last_error_class, le.excerpt AS last_error_excerpt
   FROM endpoints ep JOIN tenants t ON t.id = ep.tenant_id

@@ -89,6 +89,8 @@ endpoints = Table(
     Column("filter", Text),
     Column("enabled", Boolean, nullable=False, server_default=text("true")),
     Column("disabled_reason", Text),
+    # An operator's pause: like disabled, its deliveries are held (migration 0023).
+    Column("paused", Boolean, nullable=False, server_default=text("false")),
     Column("max_attempts", Integer, nullable=False, server_default=text("4")),
     # Seconds before each retry; the last value repeats. Jitter is added.
     Column("retry_schedule", ARRAY(Integer), nullable=False, server_default=text("'{5,30,120}'")),
@@ -97,6 +99,32 @@ endpoints = Table(
     # Unreachable at its last attempt: one courier at a time until it answers again.
     Column("failing", Boolean, nullable=False, server_default=text("false")),
     now_column(),
+)
+
+# An operator's discard of an endpoint's held deliveries: done at once up to
+# INBOX_HELD_DISCARD_APPROVAL_MIN of them, past that awaiting a second operator. It covers
+# the deliveries held up to ``upto_id`` when it was asked for (migration 0023).
+held_discards = Table(
+    "held_discards",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("public_id", Text, nullable=False, unique=True),
+    Column("endpoint_id", BigInteger, ForeignKey("endpoints.id"), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("requested_by", Text, nullable=False),
+    Column("upto_id", BigInteger, nullable=False),
+    Column("held", Integer, nullable=False),
+    Column("status", Text, nullable=False, server_default=text("'awaiting'")),
+    Column("decided_by", Text),
+    now_column(),
+    Column("decided_at", DateTime(timezone=True)),
+    CheckConstraint("status IN ('awaiting', 'discarded', 'withdrawn')", name="status"),
+    Index(
+        "ix_held_discards_awaiting",
+        "endpoint_id",
+        unique=True,
+        postgresql_where=text("status = 'awaiting'"),
+    ),
 )
 
 endpoint_secrets = Table(
