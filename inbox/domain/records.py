@@ -124,6 +124,7 @@ class ClaimedDelivery:
     attempts: int
     replay: int = 0
     trace_context: str | None = None  # the W3C traceparent of the step that made it
+    probe: bool = False  # its endpoint's circuit is open: a probe, its budget not spent
 
 
 class DeliveryAttempt(Protocol):

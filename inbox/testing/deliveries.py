@@ -19,6 +19,7 @@ from typing import Any
 
 from inbox.domain import callbacks, filters
 from inbox.domain.callbacks import Outgoing
+from inbox.domain.circuit import Change, Circuit, CircuitState
 from inbox.domain.errors import NotFound
 from inbox.domain.records import (
     ClaimedDelivery,
@@ -36,6 +37,8 @@ from inbox.testing._data import Attempt, Delivery, Memory
 class InMemoryDeliveries:
     def __init__(self, store: Memory) -> None:
         self.store = store
+        # Each endpoint's circuit as its row holds it: the state and when a probe may go.
+        self.circuits: dict[int, tuple[Circuit, float | None]] = {}
 
     # -- for tests ------------------------------------------------------------------------
 
@@ -143,23 +146,30 @@ class InMemoryDeliveries:
         ep = self.store.data.endpoints.get(endpoint_id)
         if ep is None or not ep.sends:
             return []
+        now = self.circuit(tx, endpoint_id)
+        probe = now.state != CircuitState.CLOSED
+        if probe and (now.probe_in is None or now.probe_in > 0):
+            return []
         mine = [d for d in self.store.data.deliveries.values() if d.endpoint_id == endpoint_id]
         busy = len({d.lease_owner for d in mine if self._live(d)})
-        if busy >= (1 if ep.failing else ep.max_in_flight):
+        if busy >= (1 if ep.failing or probe else ep.max_in_flight):
             return []
-        due = sorted(
-            (
-                d
-                for d in mine
-                if d.state == DeliveryState.PENDING and d.available_at <= self.store.now
-            ),
-            key=lambda d: (d.available_at, d.id),
-        )[:limit]
+        pending = [d for d in mine if d.state == DeliveryState.PENDING]
+        if probe:  # the oldest, whatever its retry time
+            due = sorted(pending, key=lambda d: d.id)[:1]
+        else:
+            due = sorted(
+                (d for d in pending if d.available_at <= self.store.now),
+                key=lambda d: (d.available_at, d.id),
+            )[:limit]
         for d in due:
             d.state = transition(d.state, DeliveryState.SENDING)
             d.lease_owner, d.lease_expires_at = owner, self.store.now + lease
             d.fence += 1
-            d.attempts += 1
+            d.attempts += 0 if probe else 1
+        if probe and due:
+            half = dataclasses.replace(now, state=CircuitState.HALF_OPEN)
+            self.circuits[endpoint_id] = (half, self.store.now + lease)
         return [
             ClaimedDelivery(
                 DeliveryId(d.id),
@@ -169,9 +179,30 @@ class InMemoryDeliveries:
                 d.attempts,
                 d.replay,
                 d.trace_context,
+                probe=probe,
             )
             for d in sorted(due, key=lambda d: d.id)
         ]
+
+    def circuit(self, tx: Memory, endpoint_id: EndpointId) -> Circuit:
+        self.store.calls.append("circuit")
+        now, probe_at = self.circuits.get(endpoint_id, (Circuit(), None))
+        probe_in = None if probe_at is None else probe_at - self.store.now
+        return dataclasses.replace(now, probe_in=probe_in)
+
+    def set_circuit(self, tx: Memory, endpoint_id: EndpointId, change: Change) -> None:
+        self.store.calls.append("set_circuit")
+        c = change.circuit
+        probe_at = None if c.probe_in is None else self.store.now + c.probe_in
+        self.circuits[endpoint_id] = (c, probe_at)
+        if change.closed:
+            for d in self.store.data.deliveries.values():
+                if (
+                    d.endpoint_id == endpoint_id
+                    and d.state == DeliveryState.PENDING
+                    and d.available_at > self.store.now
+                ):
+                    d.available_at = self.store.now
 
     def _held(self, claim: ClaimedDelivery) -> Delivery | None:
         """The delivery while ``claim`` names its current lease (expired or not)."""

@@ -9,6 +9,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Identity,
     Index,
@@ -22,7 +23,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
-from inbox.store.schema.metadata import metadata, now_column
+from inbox.domain.circuit import CIRCUIT_STATES
+from inbox.store.schema.metadata import metadata, now_column, one_of
 
 tenants = Table(
     "tenants",
@@ -99,6 +101,15 @@ endpoints = Table(
     # Unreachable at its last attempt: one courier at a time until it answers again.
     Column("failing", Boolean, nullable=False, server_default=text("false")),
     now_column(),
+    # Its circuit breaker (inbox.domain.circuit), shared by every courier (migration 0023):
+    # the state, consecutive retryable failures, the last wait between probes (seconds),
+    # when the next probe may go (while half open: the probe's lease), the last change.
+    Column("circuit", Text, nullable=False, server_default=text("'closed'")),
+    Column("circuit_failures", Integer, nullable=False, server_default=text("0")),
+    Column("probe_backoff", Float, nullable=False, server_default=text("0")),
+    Column("probe_at", DateTime(timezone=True)),
+    Column("circuit_changed_at", DateTime(timezone=True)),
+    CheckConstraint(one_of("circuit", CIRCUIT_STATES), name="circuit"),
 )
 
 # An operator's discard of an endpoint's held deliveries: done at once up to

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain import callbacks, filters, ledger
 from inbox.domain.callbacks import Outgoing
+from inbox.domain.circuit import CircuitState
 from inbox.domain.records import (
     ClaimedDelivery,
     DeliveryAttempt,
@@ -20,6 +21,7 @@ from inbox.domain.records import (
 )
 from inbox.infra import metrics, tracing
 from inbox.store.db.days import LOWER_FLOOR, DayBounded, open_days
+from inbox.store.write import circuit
 
 
 def enqueue(
@@ -135,13 +137,48 @@ _CLAIM = DayBounded(
 )
 
 
+# While the circuit is open: one delivery, the oldest whatever its retry time, as the
+# probe, and only when no other is being sent. Its attempt budget is not spent.
+_PROBE = DayBounded(
+    """
+    WITH ep AS (
+        SELECT id FROM endpoints WHERE id = :e AND enabled AND NOT paused FOR UPDATE
+    ), picked AS (
+        SELECT d.id FROM deliveries d
+         WHERE d.endpoint_id = :e AND d.state = 'pending'
+           AND d.id >= {lo} AND d.id < {hi}
+           AND EXISTS (SELECT 1 FROM ep)
+           AND NOT EXISTS (SELECT 1 FROM deliveries s
+                            WHERE s.endpoint_id = :e AND s.state = 'sending'
+                              AND s.lease_expires_at > now()
+                              AND s.id >= {lo} AND s.id < {hi})
+         ORDER BY d.id
+         LIMIT 1
+           FOR UPDATE OF d SKIP LOCKED
+    )
+    UPDATE deliveries d
+       SET state = 'sending', lease_owner = :owner,
+           lease_expires_at = now() + make_interval(secs => :lease), fence = d.fence + 1
+     WHERE d.id = ANY(ARRAY(SELECT id FROM picked)) AND d.id >= {lo} AND d.id < {hi}
+    RETURNING d.id, d.fence, d.public_id, d.body, d.attempts, d.replay, d.trace_context
+    """
+)
+
+
 def claim(
     conn: Connection, endpoint_id: EndpointId, owner: str, limit: int, lease: float
 ) -> list[ClaimedDelivery]:
-    rows = conn.execute(
-        _CLAIM.over(*open_days(conn)),
-        {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease},
-    ).fetchall()
+    """Up to ``limit`` due deliveries while the endpoint's circuit is closed; while it is
+    open, one probe when the probe is due (the circuit is half open until it answers);
+    otherwise none."""
+    now = circuit.read(conn, endpoint_id)  # the endpoint's row is locked from here
+    params = {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease}
+    probe = now.state != CircuitState.CLOSED
+    if probe and (now.probe_in is None or now.probe_in > 0):
+        return []
+    rows = conn.execute((_PROBE if probe else _CLAIM).over(*open_days(conn)), params).fetchall()
+    if probe and rows:
+        circuit.probing(conn, endpoint_id, lease)
     return sorted(
         (
             ClaimedDelivery(
@@ -152,6 +189,7 @@ def claim(
                 r.attempts,
                 r.replay,
                 r.trace_context,
+                probe=probe,
             )
             for r in rows
         ),

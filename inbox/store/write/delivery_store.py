@@ -14,6 +14,7 @@ from sqlalchemy import Connection, Engine
 
 from inbox.domain.records import Endpoint, EndpointId
 from inbox.store.reads import endpoints as endpoints_reads
+from inbox.store.write import circuit as circuits
 from inbox.store.write import deliveries, endpoints
 
 
@@ -33,6 +34,8 @@ class SqlDeliveryStore:
         endpoints.set_enabled(conn, endpoint_id, False, reason)
 
     claim = staticmethod(deliveries.claim)
+    circuit = staticmethod(circuits.read)
+    set_circuit = staticmethod(circuits.write)
     finish_many = staticmethod(deliveries.finish_many)
     release = staticmethod(deliveries.release)
     set_failing = staticmethod(deliveries.set_failing)

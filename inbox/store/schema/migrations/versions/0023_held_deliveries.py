@@ -9,7 +9,8 @@ disabled endpoint's deliveries are ``held`` (never attempted, never expired by r
 until it is enabled again (released in their original order) or an operator discards them
 (``held_discards``: with a reason, two operators above ``INBOX_HELD_DISCARD_APPROVAL_MIN``).
 ``endpoints.paused`` is the operator's pause. The state's CHECK and the transition guard
-follow inbox.domain.states.
+follow inbox.domain.states. ``endpoints.circuit`` and its companions hold each endpoint's
+circuit breaker (inbox.domain.circuit), shared by every courier process.
 """
 
 from __future__ import annotations
@@ -60,6 +61,26 @@ def upgrade() -> None:
         "endpoints",
         sa.Column("paused", sa.Boolean(), server_default=sa.text("false"), nullable=False),
     )
+    # The circuit breaker (inbox.domain.circuit): one per endpoint, for every courier.
+    op.add_column(
+        "endpoints",
+        sa.Column("circuit", sa.Text(), server_default=sa.text("'closed'"), nullable=False),
+    )
+    op.add_column(
+        "endpoints",
+        sa.Column("circuit_failures", sa.Integer(), server_default=sa.text("0"), nullable=False),
+    )
+    op.add_column(
+        "endpoints",
+        sa.Column("probe_backoff", sa.Float(), server_default=sa.text("0"), nullable=False),
+    )
+    op.add_column("endpoints", sa.Column("probe_at", sa.DateTime(timezone=True), nullable=True))
+    op.add_column(
+        "endpoints", sa.Column("circuit_changed_at", sa.DateTime(timezone=True), nullable=True)
+    )
+    op.create_check_constraint(
+        op.f("ck_endpoints_circuit"), "endpoints", "circuit IN ('closed', 'open', 'half_open')"
+    )
     op.create_table(
         "held_discards",
         sa.Column("id", sa.BigInteger(), sa.Identity(), nullable=False),
@@ -101,6 +122,9 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_held_discards_awaiting", table_name="held_discards")
     op.drop_table("held_discards")
+    op.drop_constraint(op.f("ck_endpoints_circuit"), "endpoints", type_="check")
+    for name in ("circuit_changed_at", "probe_at", "probe_backoff", "circuit_failures", "circuit"):
+        op.drop_column("endpoints", name)
     op.drop_column("endpoints", "paused")
     # A held delivery goes back as pending: the older code attempts it when it may.
     op.execute("ALTER TABLE deliveries DISABLE TRIGGER USER")
