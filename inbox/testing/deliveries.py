@@ -197,11 +197,7 @@ class InMemoryDeliveries:
         self.circuits[endpoint_id] = (c, probe_at)
         if change.closed:
             for d in self.store.data.deliveries.values():
-                if (
-                    d.endpoint_id == endpoint_id
-                    and d.state == DeliveryState.PENDING
-                    and d.available_at > self.store.now
-                ):
+                if d.endpoint_id == endpoint_id and d.state == DeliveryState.PENDING:
                     d.available_at = self.store.now
 
     def _held(self, claim: ClaimedDelivery) -> Delivery | None:

@@ -26,11 +26,11 @@ def read(conn: Connection, endpoint_id: EndpointId, lock: bool = True) -> Circui
     return Circuit(CircuitState(row.circuit), row.circuit_failures, row.probe_backoff, probe_in)
 
 
-# A close makes the endpoint's whole backlog due now: a delivery whose retry was scheduled
-# while the endpoint was down goes out with the others, in the order they were made.
+# A close makes the endpoint's whole backlog due now, at one instant: a delivery whose
+# retry was scheduled while the endpoint was down goes out with the others, and the claim
+# (by due time, then id) takes them in the order they were made.
 _DUE_NOW = text(
-    "UPDATE deliveries SET available_at = now()"
-    " WHERE endpoint_id = :e AND state = 'pending' AND available_at > now()"
+    "UPDATE deliveries SET available_at = now() WHERE endpoint_id = :e AND state = 'pending'"
 )
 
 
