@@ -11,13 +11,14 @@ from inbox.cli.base import check_named, current, main, ringing, transaction
 from inbox.cli.output import emit_json, fields, json_option, table
 from inbox.cli.params import LIMIT, Seconds
 from inbox.domain import callbacks
+from inbox.domain.endpoint_health import label
 from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.records import Endpoint
 from inbox.domain.states import DeliveryState
 from inbox.services import operations
 from inbox.services.operations import Actor
 from inbox.store.reads import admin
-from inbox.store.reads import endpoints as ereads
+from inbox.store.reads.endpoint_health import EndpointStatus, statuses
 
 _ACTOR = click.option("--actor", default=getpass.getuser, show_default="current user")
 
@@ -27,9 +28,11 @@ def endpoints() -> None:
     """A tenant's callback endpoints (signed with Standard Webhooks)."""
 
 
-def _record(ep: Endpoint, backlog: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+def _record(ep: Endpoint, status: EndpointStatus | None = None) -> dict[str, Any]:
     """What an operator may see of an endpoint: never its secrets, only how many are active;
-    its backlog: deliveries waiting (pending or being sent) and held."""
+    its state (``inbox.domain.endpoint_health``, as the console, the API and /metrics show
+    it) and backlog: deliveries waiting (pending or being sent) and held."""
+    shown = status.public() if status is not None else {}
     return {
         "endpoint": ep.public_id,
         "tenant": ep.tenant,
@@ -45,14 +48,18 @@ def _record(ep: Endpoint, backlog: tuple[int, int] = (0, 0)) -> dict[str, Any]:
         "failing": ep.failing,
         "filter": ep.filter,
         "paused": ep.paused,
-        "waiting": backlog[0],
-        "held": backlog[1],
+        "state": shown.get("state"),
+        "circuit": shown.get("circuit"),
+        "failure_rate": shown.get("failure_rate"),
+        "waiting": shown.get("waiting", 0),
+        "held": shown.get("held", 0),
+        "held_oldest_age_seconds": shown.get("held_oldest_age_seconds", 0),
     }
 
 
-def _show(ep: Endpoint, as_json: bool = False, backlog: tuple[int, int] = (0, 0)) -> None:
+def _show(ep: Endpoint, as_json: bool = False, status: EndpointStatus | None = None) -> None:
     if as_json:
-        emit_json(_record(ep, backlog))
+        emit_json(_record(ep, status))
         return
     state = "yes" if ep.enabled else f"no ({ep.disabled_reason or 'disabled by an operator'})"
     fields(
@@ -63,7 +70,14 @@ def _show(ep: Endpoint, as_json: bool = False, backlog: tuple[int, int] = (0, 0)
             ("filter", ep.filter or "none"),
             ("enabled", state),
             ("paused", "yes (its deliveries are held)" if ep.paused else "no"),
-            ("backlog", f"{backlog[0]} waiting, {backlog[1]} held"),
+            *(
+                [
+                    ("state", label(status.state)),
+                    ("backlog", f"{status.waiting} waiting, {status.held} held"),
+                ]
+                if status is not None
+                else []
+            ),
             ("attempts", f"{ep.max_attempts}, retry after {list(ep.retry_schedule)} s"),
             ("timeout", f"{ep.timeout_ms} ms, at most {ep.max_in_flight} in flight"),
             ("secrets", f"{len(ep.secrets)} active"),
@@ -128,15 +142,16 @@ def endpoints_list(tenant: str | None, as_json: bool) -> None:
     with transaction() as conn:
         check_named(conn, tenant)
         rows = operations.list_endpoints(conn, tenant)
-        counts = ereads.backlogs(conn, [ep.id for ep in rows])
+        found = {s.id: s for s in statuses(conn)}
     if as_json:
-        emit_json([_record(ep, counts.get(ep.id, (0, 0))) for ep in rows])
+        emit_json([_record(ep, found.get(ep.id)) for ep in rows])
         return
     table(
-        ["endpoint", "tenant", "enabled", "paused", "waiting", "held", "url"],
+        ["endpoint", "tenant", "state", "waiting", "held", "url"],
         [
-            (ep.public_id, ep.tenant, ep.enabled, ep.paused, *counts.get(ep.id, (0, 0)), ep.url)
+            (ep.public_id, ep.tenant, label(s.state), s.waiting, s.held, ep.url)
             for ep in rows
+            if (s := found.get(ep.id)) is not None
         ],
     )
 
@@ -147,7 +162,8 @@ def endpoints_list(tenant: str | None, as_json: bool) -> None:
 def endpoints_show(endpoint_id: str, as_json: bool) -> None:
     with transaction() as conn:
         ep = operations.get_endpoint(conn, endpoint_id)
-        _show(ep, as_json, ereads.backlogs(conn, [ep.id]).get(ep.id, (0, 0)))
+        [status] = statuses(conn, public_id=ep.public_id)
+        _show(ep, as_json, status)
 
 
 @endpoints.command("rotate")

@@ -219,3 +219,33 @@ def test_enabling_withdraws_an_awaiting_discard_and_sends_everything(
         endpoint_state.approve_discard(rt, "carol", None, ep.public_id)
     send_all(engine, ep.id)
     assert len({r.headers["webhook-id"] for r in sink.at("/e")}) == 2
+
+
+def test_metrics_show_the_same_state_and_the_held_count(client, engine, wsettings, forward_source):
+    from prometheus_client.exposition import generate_latest
+
+    from tests.integration.test_metrics import parse, value
+    from web.metrics import build_registry
+
+    off = endpoint(engine, forward_source.tenant, "http://127.0.0.1:9/off", enabled=False)
+    on = endpoint(engine, forward_source.tenant, "http://127.0.0.1:9/on")
+    decide(client, engine, wsettings, forward_source)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE endpoints SET circuit = 'open' WHERE id = :e"), {"e": on.id})
+    samples = parse(generate_latest(build_registry(engine)).decode())
+    tenant = forward_source.tenant
+
+    def state(ep, name: str) -> float | None:
+        return value(
+            samples, "inbox_endpoint_state", tenant=tenant, endpoint=ep.public_id, state=name
+        )
+
+    assert state(off, "disabled") == 1 and state(off, "healthy") == 0
+    assert state(on, "open_circuit") == 1 and state(on, "disabled") == 0
+    held = value(samples, "inbox_endpoint_held_deliveries", tenant=tenant, endpoint=off.public_id)
+    assert held == 1
+    shown = json.loads(cli("endpoints", "list", "--json"))
+    assert {e["endpoint"]: e["state"] for e in shown} == {
+        off.public_id: "disabled",
+        on.public_id: "open_circuit",
+    }

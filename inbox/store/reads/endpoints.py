@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Select, func, select, text
+from sqlalchemy import Connection, Select, func, select
 
 from inbox.domain.errors import NotFound
 from inbox.domain.records import Endpoint
@@ -61,18 +61,3 @@ def list_endpoints(conn: Connection, tenant: str | None = None) -> list[Endpoint
     if tenant:
         q = q.where(tenants.c.name == tenant)
     return [_to_endpoint(r) for r in conn.execute(q)]
-
-
-def backlogs(conn: Connection, endpoint_ids: list[int]) -> dict[int, tuple[int, int]]:
-    """(waiting: pending or being sent, held) per endpoint; absent when it has neither."""
-    rows = conn.execute(
-        text(
-            "SELECT endpoint_id,"
-            " count(*) FILTER (WHERE state IN ('pending', 'sending')) AS waiting,"
-            " count(*) FILTER (WHERE state = 'held') AS held"
-            " FROM deliveries WHERE endpoint_id = ANY(:ids)"
-            " AND state IN ('pending', 'sending', 'held') GROUP BY endpoint_id"
-        ),
-        {"ids": endpoint_ids},
-    )
-    return {int(r.endpoint_id): (int(r.waiting), int(r.held)) for r in rows}
