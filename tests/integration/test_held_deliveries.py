@@ -249,3 +249,40 @@ def test_metrics_show_the_same_state_and_the_held_count(client, engine, wsetting
         off.public_id: "disabled",
         on.public_id: "open_circuit",
     }
+
+
+def test_the_api_shows_held_and_releases_or_discards_with_two_operators(
+    client, engine, sink, forward_source
+):
+    from inbox.domain.callbacks import Outgoing
+    from tests.integration.test_api import make_token
+
+    alice = make_token(engine, "alice", "operator")
+    bob = make_token(engine, "bob", "operator")
+    viewer = make_token(engine, "vera", "viewer")
+    ep = endpoint(engine, forward_source.tenant, sink.script("/api"))
+    base = f"/api/v1/endpoints/{ep.public_id}"
+    assert client.post(f"{base}/pause", headers=viewer).status_code == 403
+    paused = client.post(f"{base}/pause", headers=alice).get_json()
+    assert paused == {"endpoint": ep.public_id, "sends": False, "held": 0, "released": 0}
+    many = [Outgoing("order.paid", {"n": i}, datetime.now(UTC)) for i in range(101)]
+    with engine.begin() as conn:  # one step's 101 callbacks: past the default threshold, 100
+        t = forward_source.tenant_id
+        dstore.enqueue(conn, t, forward_source.tenant, None, "evt_api", "s", many)
+    shown = client.get(base, headers=viewer).get_json()
+    assert (shown["state"], shown["held"], shown["waiting"]) == ("paused", 101, 0)
+    assert client.post(f"{base}/discard", json={}, headers=alice).status_code == 400
+    asked = client.post(f"{base}/discard", json={"reason": "tenant left"}, headers=alice)
+    assert asked.get_json()["status"] == "awaiting" and asked.get_json()["held"] == 101
+    assert client.post(f"{base}/discard/approve", headers=alice).status_code == 403
+    assert client.post(f"{base}/discard/withdraw", headers=bob).get_json()["status"] == (
+        "withdrawn"
+    )
+    resumed = client.post(f"{base}/resume", headers=bob).get_json()
+    assert (resumed["sends"], resumed["released"]) == (True, 101)
+    send_all(engine, ep.id)
+    assert [r.headers["webhook-id"] for r in sink.at("/api")] == made_order(engine, ep.id)
+    listed = client.get("/api/v1/endpoints", headers=viewer).get_json()["data"]
+    assert [(e["endpoint"], e["state"], e["held"]) for e in listed] == [
+        (ep.public_id, "healthy", 0)
+    ]
