@@ -35,7 +35,7 @@ CIRCUIT_STATES: tuple[str, ...] = tuple(s.value for s in CircuitState)
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    failures: int = 5  # consecutive retryable failures that open the circuit
+    failures: int = 3  # consecutive retryable failures that open the circuit
     probe_min: float = 1.0  # seconds before the first probe
     probe_max: float = 5.0  # the longest wait between probes (before jitter)
     retry_after_max: float = 300.0  # an endpoint's Retry-After is honoured up to this

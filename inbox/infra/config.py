@@ -158,9 +158,11 @@ class Settings:
     )
     circuit_failures: int = setting(
         "INBOX_CIRCUIT_FAILURES",
-        5,
+        3,
         "consecutive retryable failures (5xx, 408, 429, timeouts, refused connections) that "
-        "open an endpoint's circuit: then one probe at a time, not one attempt per delivery",
+        "open an endpoint's circuit: then one probe at a time, not one attempt per delivery; "
+        "keep it below the endpoints' attempt budgets (4 by default): an unreachable endpoint "
+        "is tried one delivery per round, so its oldest one spends its attempts first",
     )
     circuit_probe_max_seconds: float = setting(
         "INBOX_CIRCUIT_PROBE_MAX_SECONDS",
