@@ -44,6 +44,7 @@ def _record(ep: Endpoint, status: EndpointStatus | None = None) -> dict[str, Any
         "retry_schedule": list(ep.retry_schedule),
         "timeout_ms": ep.timeout_ms,
         "max_in_flight": ep.max_in_flight,
+        "rate_per_second": ep.rate_per_second,
         "active_secrets": len(ep.secrets),
         "failing": ep.failing,
         "filter": ep.filter,
@@ -80,6 +81,7 @@ def _show(ep: Endpoint, as_json: bool = False, status: EndpointStatus | None = N
             ),
             ("attempts", f"{ep.max_attempts}, retry after {list(ep.retry_schedule)} s"),
             ("timeout", f"{ep.timeout_ms} ms, at most {ep.max_in_flight} in flight"),
+            ("rate", f"{ep.rate_per_second:g}/s" if ep.rate_per_second else "no limit"),
             ("secrets", f"{len(ep.secrets)} active"),
         ]
     )

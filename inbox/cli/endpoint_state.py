@@ -84,3 +84,30 @@ def endpoints_discard(
         click.echo(f"discard {done.public_id} withdrawn: nothing discarded")
     else:
         click.echo(f"discarded {done.discarded} held deliveries ({done.public_id})")
+
+
+@endpoints.command("limit")
+@click.argument("endpoint_id")
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0, min_open=True, max=10_000),
+    help="Messages a second to it, across every courier process.",
+)
+@click.option("--no-rate", is_flag=True, help="No rate limit.")
+@click.option("--max-in-flight", type=click.IntRange(1, 64), help="Deliveries sent to it at once.")
+@_ACTOR
+def endpoints_limit(
+    endpoint_id: str, rate: float | None, no_rate: bool, max_in_flight: int | None, actor: str
+) -> None:
+    """Throttle it (audited): a rate and an in-flight limit that hold across every courier
+    process. The backlog waits; nothing is dropped."""
+    if rate is not None and no_rate:
+        raise click.UsageError("--rate or --no-rate, not both.")
+    if rate is None and not no_rate and max_in_flight is None:
+        raise click.UsageError("Say --rate, --no-rate or --max-in-flight.")
+    wanted: float | str | None = None if no_rate else ("keep" if rate is None else rate)
+    ep = endpoint_state.set_limits(
+        ringing(), actor, None, endpoint_id, rate=wanted, max_in_flight=max_in_flight
+    )
+    shown = f"{ep.rate_per_second:g}/s" if ep.rate_per_second else "no rate limit"
+    click.echo(f"limits: {shown}, at most {ep.max_in_flight} in flight")

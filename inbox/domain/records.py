@@ -94,6 +94,7 @@ class Endpoint:
     failing: bool = False
     filter: str | None = None  # a CEL expression over type and payload (inbox.domain.filters)
     paused: bool = False  # an operator's pause: like disabled, its deliveries are held
+    rate_per_second: float | None = None  # across every courier; None: unlimited
 
     @property
     def sends(self) -> bool:

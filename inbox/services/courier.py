@@ -126,10 +126,13 @@ def deliver_once(
         ep = store.endpoint(tx, endpoint_id)
         claims = store.claim(tx, endpoint_id, owner, BATCH, lease_seconds)
         now = store.circuit(tx, endpoint_id)
+        throttled = store.throttled(tx, endpoint_id) if not claims else None
     result = CourierResult(claimed=len(claims))
     if not claims:
         if now.state != circuit.CircuitState.CLOSED and now.probe_in is not None:
             result.retry_in.append(max(0.0, now.probe_in))  # the probe's alarm
+        elif throttled is not None:
+            result.retry_in.append(throttled)  # its rate limit's next token
         return result
     own_client = client is None
     client = client or Client(timeout=ep.timeout_ms / 1000, allow_private=allow_private)

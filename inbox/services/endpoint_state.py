@@ -5,6 +5,7 @@ rings the endpoint's couriers when its deliveries go out again.
 
 Nothing is dropped (``inbox.domain.held``): while an endpoint is paused or disabled its
 deliveries are held; enabling or resuming it releases them in their original order.
+Its limits (a rate, and deliveries in flight) hold across every courier process.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from dataclasses import dataclass
 from sqlalchemy import Connection
 
 from inbox.domain import held as rules
-from inbox.domain.errors import NotFound
+from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.held import Discard
 from inbox.domain.records import Endpoint, EndpointId
 from inbox.services.runtime import Runtime
 from inbox.store.reads import endpoints as ereads
 from inbox.store.write import deliveries as dstore
+from inbox.store.write import endpoint_rate as rate_store
 from inbox.store.write import endpoints as estore
 from inbox.store.write import held as hstore
 
@@ -29,6 +31,7 @@ __all__ = [
     "approve_discard",
     "discard_held",
     "set_enabled",
+    "set_limits",
     "set_paused",
     "withdraw_discard",
 ]
@@ -136,3 +139,43 @@ def withdraw_discard(rt: Runtime, actor: str, scope: int | None, public_id: str)
             raise rules.NoDiscardAwaiting()
         estore.audit(conn, actor, "withdraw discard held", ep, discard=done.public_id)
     return done
+
+
+MAX_RATE = 10_000.0  # messages a second: more is no limit at all
+MAX_IN_FLIGHT = 64  # as ``inbox endpoints create --max-in-flight`` allows
+
+
+def set_limits(
+    rt: Runtime,
+    actor: str,
+    scope: int | None,
+    public_id: str,
+    *,
+    rate: float | str | None = "keep",
+    max_in_flight: int | None = None,
+) -> Endpoint:
+    """Its rate (messages a second, across every courier; None: unlimited; "keep": as it
+    is) and in-flight limit (deliveries sent at once); the backlog waits, nothing is
+    dropped. Audited."""
+    if rate not in ("keep", None) and not (
+        isinstance(rate, int | float) and 0 < float(rate) <= MAX_RATE
+    ):
+        raise BadRequest(f"rate_per_second is a number above 0, at most {MAX_RATE:g}.")
+    if max_in_flight is not None and not (
+        isinstance(max_in_flight, int) and 1 <= max_in_flight <= MAX_IN_FLIGHT
+    ):
+        raise BadRequest(f"max_in_flight is a whole number from 1 to {MAX_IN_FLIGHT}.")
+    with rt.engine.begin() as conn:
+        ep = endpoint(conn, scope, public_id)
+        detail: dict[str, object] = {}
+        if rate != "keep":
+            value = None if rate is None else float(rate)
+            rate_store.set_rate(conn, ep.id, value)
+            detail["rate_per_second"] = value
+        if max_in_flight is not None:
+            estore.set_max_in_flight(conn, ep.id, max_in_flight)
+            detail["max_in_flight"] = max_in_flight
+        estore.audit(conn, actor, "limits", ep, **detail)
+        changed = ereads.get_endpoint(conn, ep.id)
+    rt.bells.ring("ring_couriers", {ep.id})  # a higher limit: more may go now
+    return changed

@@ -123,13 +123,18 @@ class DeliveryStore(Protocol[Tx]):
     ) -> list[ClaimedDelivery]:
         """Up to ``limit`` due deliveries of an endpoint that sends (neither paused nor
         disabled), oldest due first, when it has a free in-flight slot (one while it is
-        failing) and its circuit is closed; while the circuit is open, one probe (the
+        failing), its circuit is closed and its rate limit has a token per delivery (up to
+        ``rate_per_second``, across every courier); while the circuit is open, one probe (the
         oldest, ``probe`` set, its attempts not counted) once the probe is due and nothing
         else is being sent; the circuit is then half open."""
         ...
 
     def circuit(self, tx: Tx, endpoint_id: EndpointId) -> Circuit:
         """The endpoint's circuit breaker (``inbox.domain.circuit``), its row locked."""
+        ...
+
+    def throttled(self, tx: Tx, endpoint_id: EndpointId) -> float | None:
+        """Seconds until its rate limit lets the next delivery go (None: it may now)."""
         ...
 
     def set_circuit(self, tx: Tx, endpoint_id: EndpointId, change: Change) -> None:

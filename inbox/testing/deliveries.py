@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from inbox.domain import callbacks, filters
+from inbox.domain import callbacks, filters, throttle
 from inbox.domain.callbacks import Outgoing
 from inbox.domain.circuit import Change, Circuit, CircuitState
 from inbox.domain.errors import NotFound
@@ -39,6 +39,8 @@ class InMemoryDeliveries:
         self.store = store
         # Each endpoint's circuit as its row holds it: the state and when a probe may go.
         self.circuits: dict[int, tuple[Circuit, float | None]] = {}
+        # Each endpoint's rate limit bucket: tokens left, and when (None: never used).
+        self.buckets: dict[int, tuple[float, float | None]] = {}
 
     # -- for tests ------------------------------------------------------------------------
 
@@ -154,6 +156,14 @@ class InMemoryDeliveries:
         busy = len({d.lease_owner for d in mine if self._live(d)})
         if busy >= (1 if ep.failing or probe else ep.max_in_flight):
             return []
+        bucket = None
+        if not probe and ep.rate_per_second:
+            tokens, at = self.buckets.get(endpoint_id, (0.0, None))
+            elapsed = None if at is None else self.store.now - at
+            bucket = throttle.take(ep.rate_per_second, tokens, elapsed, limit)
+            limit = bucket.allowed
+            if not limit:
+                return []
         pending = [d for d in mine if d.state == DeliveryState.PENDING]
         if probe:  # the oldest, whatever its retry time
             due = sorted(pending, key=lambda d: d.id)[:1]
@@ -170,6 +180,11 @@ class InMemoryDeliveries:
         if probe and due:
             half = dataclasses.replace(now, state=CircuitState.HALF_OPEN)
             self.circuits[endpoint_id] = (half, self.store.now + lease)
+        if bucket is not None:
+            self.buckets[endpoint_id] = (
+                bucket.tokens + bucket.allowed - len(due),
+                self.store.now,
+            )
         return [
             ClaimedDelivery(
                 DeliveryId(d.id),
@@ -189,6 +204,15 @@ class InMemoryDeliveries:
         now, probe_at = self.circuits.get(endpoint_id, (Circuit(), None))
         probe_in = None if probe_at is None else probe_at - self.store.now
         return dataclasses.replace(now, probe_in=probe_in)
+
+    def throttled(self, tx: Memory, endpoint_id: EndpointId) -> float | None:
+        self.store.calls.append("throttled")
+        ep = self.store.data.endpoints.get(endpoint_id)
+        if ep is None or not ep.rate_per_second:
+            return None
+        tokens, at = self.buckets.get(endpoint_id, (0.0, None))
+        elapsed = None if at is None else self.store.now - at
+        return throttle.take(ep.rate_per_second, tokens, elapsed, 1).wait
 
     def set_circuit(self, tx: Memory, endpoint_id: EndpointId, change: Change) -> None:
         self.store.calls.append("set_circuit")

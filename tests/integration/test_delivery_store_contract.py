@@ -301,3 +301,19 @@ def test_an_open_circuit_gives_one_probe_uncounted_and_a_close_makes_all_due(
         subject.store.set_circuit(tx, ep, Change(Circuit(), closed=True))
     [next_one] = claim(subject, ep, limit=1)
     assert next_one.id == second.id  # in the order made, not the order they became due
+
+
+def test_a_rate_limit_leases_a_token_per_delivery_and_says_how_long_to_wait(
+    subject: Subject,
+) -> None:
+    ep = subject.add_endpoint(rate_per_second=2.0)
+    enqueue(subject, 5)
+    assert len(claim(subject, ep, limit=50)) == 2  # a full bucket: one second's worth
+    assert claim(subject, ep, owner="c2") == []  # no token left, whoever asks
+    with subject.store.begin() as tx:
+        wait = subject.store.throttled(tx, ep)
+    assert wait is not None and 0 < wait <= 0.5
+    free = subject.add_endpoint()
+    enqueue(subject, 1, step="free")
+    with subject.store.begin() as tx:
+        assert subject.store.throttled(tx, free) is None

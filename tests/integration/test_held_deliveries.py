@@ -286,3 +286,34 @@ def test_the_api_shows_held_and_releases_or_discards_with_two_operators(
     assert [(e["endpoint"], e["state"], e["held"]) for e in listed] == [
         (ep.public_id, "healthy", 0)
     ]
+
+
+def test_limits_are_set_from_the_cli_and_the_api_and_audited(client, engine, forward_source):
+    from tests.integration.test_api import make_token
+
+    ep = endpoint(engine, forward_source.tenant, "http://127.0.0.1:9/l")
+    out = cli("endpoints", "limit", ep.public_id, "--rate", "5", "--max-in-flight", "2")
+    assert "5/s, at most 2 in flight" in out
+    shown = json.loads(cli("endpoints", "show", ep.public_id, "--json"))
+    assert (shown["rate_per_second"], shown["max_in_flight"]) == (5.0, 2)
+    ops, viewer = make_token(engine, "ops", "operator"), make_token(engine, "vera", "viewer")
+    url = f"/api/v1/endpoints/{ep.public_id}/limits"
+    assert client.post(url, json={"rate_per_second": 3}, headers=viewer).status_code == 403
+    for bad in ({}, {"rate_per_second": -1}, {"max_in_flight": 0}, {"rate": 1}):
+        assert client.post(url, json=bad, headers=ops).status_code == 400, bad
+    got = client.post(url, json={"rate_per_second": None}, headers=ops).get_json()
+    assert (got["rate_per_second"], got["max_in_flight"]) == (None, 2)
+    with engine.connect() as conn:
+        actions = conn.execute(
+            text(
+                "SELECT actor, detail->>'rate_per_second' FROM audit_log"
+                " WHERE action = 'limits' ORDER BY id"
+            )
+        ).all()
+    assert [tuple(a) for a in actions] == [(os_user(), "5.0"), ("ops", None)]
+
+
+def os_user() -> str:
+    import getpass
+
+    return getpass.getuser()

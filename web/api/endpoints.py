@@ -103,3 +103,22 @@ def approve_discard(public_id: str) -> dict[str, Any]:
 @api.post("/endpoints/<public_id>/discard/withdraw")
 def withdraw_discard(public_id: str) -> dict[str, Any]:
     return _discard(endpoint_state.withdraw_discard(actions.runtime(), *_who(), public_id))
+
+
+@api.post("/endpoints/<public_id>/limits")
+def set_limits(public_id: str) -> dict[str, Any]:
+    """``{"rate_per_second": R | null, "max_in_flight": N}`` (either or both): limits that
+    hold across every courier process; the backlog waits."""
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict) or not body or set(body) - {"rate_per_second", "max_in_flight"}:
+        raise BadRequest('The body must be {"rate_per_second": ..., "max_in_flight": ...}.')
+    rate = body.get("rate_per_second", "keep")
+    if isinstance(rate, bool) or not (
+        rate is None or rate == "keep" or isinstance(rate, int | float)
+    ):
+        raise BadRequest("rate_per_second must be a number or null.")
+    slots = body.get("max_in_flight")
+    if slots is not None and (isinstance(slots, bool) or not isinstance(slots, int)):
+        raise BadRequest("max_in_flight must be a whole number.")
+    endpoint_state.set_limits(actions.runtime(), *_who(), public_id, rate=rate, max_in_flight=slots)
+    return show_endpoint(public_id)

@@ -297,6 +297,8 @@ _SCHEMAS: dict[str, Any] = {
             "waiting": {"type": "integer", "description": "Pending or being sent."},
             "held": {"type": "integer", "description": "Kept while it is paused or disabled."},
             "held_oldest_age_seconds": {"type": "number"},
+            "rate_per_second": {"type": ["number", "null"]},
+            "max_in_flight": {"type": "integer"},
         },
     },
     "EndpointChange": {
@@ -477,6 +479,29 @@ _PATHS: dict[str, Any] = {
             ("pause", "Pause it (operator): nothing is sent, its deliveries are held."),
             ("resume", "Resume it (operator): its held deliveries go out in their order."),
         )
+    },
+    "/api/v1/endpoints/{public_id}/limits": {
+        "post": {
+            "summary": "Set its rate (messages a second, null: none) and in-flight limit"
+            " (operator); they hold across every courier process, the backlog waits.",
+            "parameters": [_PATH_ID],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "rate_per_second": {"type": ["number", "null"]},
+                                "max_in_flight": {"type": "integer", "minimum": 1, "maximum": 64},
+                            },
+                        }
+                    }
+                },
+            },
+            "responses": {**_ok(_ref("EndpointState")), **_errors(400, 403, 404)},
+        }
     },
     "/api/v1/endpoints/{public_id}/discard": {
         "post": {

@@ -7,6 +7,7 @@ from __future__ import annotations
 from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
+from inbox.domain.errors import BadRequest
 from inbox.services import endpoint_state, operations
 from inbox.store.reads import admin, reads
 from web import actions
@@ -96,6 +97,24 @@ def discard_held(public_id: str) -> Response:
         flash("Discard withdrawn: nothing was discarded.")
     else:
         flash(f"{done.discarded} held deliveries discarded (dead letters, audited).")
+    return redirect(url_for("ui.endpoint", public_id=public_id))
+
+
+@ui.post("/endpoints/<public_id>/limits")
+def set_limits(public_id: str) -> Response:
+    """Its rate (empty: no limit) and in-flight limit, across every courier process."""
+    raw_rate = (request.form.get("rate") or "").strip()
+    raw_slots = (request.form.get("max_in_flight") or "").strip()
+    try:
+        rate = float(raw_rate) if raw_rate else None
+        slots = int(raw_slots) if raw_slots else None
+    except ValueError:
+        raise BadRequest("The rate is a number and the in-flight limit a whole number.") from None
+    ep = endpoint_state.set_limits(
+        actions.runtime(), *_who(), public_id, rate=rate, max_in_flight=slots
+    )
+    shown = f"{ep.rate_per_second:g}/s" if ep.rate_per_second else "no rate limit"
+    flash(f"Limits of {public_id}: {shown}, at most {ep.max_in_flight} in flight.")
     return redirect(url_for("ui.endpoint", public_id=public_id))
 
 

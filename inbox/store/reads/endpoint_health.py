@@ -24,7 +24,8 @@ RECENT = f"""
 
 _STATUS = f"""
 SELECT ep.id, ep.public_id, t.name AS tenant, ep.enabled, ep.paused, ep.circuit,
-       ep.disabled_reason, ep.circuit_changed_at, r.attempts, r.failures,
+       ep.disabled_reason, ep.circuit_changed_at, ep.rate_per_second, ep.max_in_flight,
+       r.attempts, r.failures,
        b.waiting, b.held, coalesce(extract(epoch FROM now() - b.held_since), 0) AS held_age
   FROM endpoints ep JOIN tenants t ON t.id = ep.tenant_id
  CROSS JOIN LATERAL ({RECENT}) r
@@ -53,6 +54,8 @@ class EndpointStatus:
     waiting: int  # pending or being sent
     held: int
     held_age_seconds: float  # of the oldest held delivery; 0 when none
+    rate_per_second: float | None = None  # its limit, across every courier (None: none)
+    max_in_flight: int = 4
 
     def public(self) -> dict[str, Any]:
         """What the API and ``--json`` show: no row ids."""
@@ -68,6 +71,8 @@ class EndpointStatus:
             "waiting": self.waiting,
             "held": self.held,
             "held_oldest_age_seconds": round(self.held_age_seconds, 1),
+            "rate_per_second": self.rate_per_second,
+            "max_in_flight": self.max_in_flight,
         }
 
 
@@ -91,6 +96,8 @@ def statuses(
                 waiting=int(r.waiting),
                 held=int(r.held),
                 held_age_seconds=float(r.held_age),
+                rate_per_second=r.rate_per_second,
+                max_in_flight=r.max_in_flight,
             )
         )
     return out

@@ -45,6 +45,7 @@ def _to_endpoint(r: Any) -> Endpoint:
         failing=r.failing,
         filter=r.filter,
         paused=r.paused,
+        rate_per_second=r.rate_per_second,
     )
 
 

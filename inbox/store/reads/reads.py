@@ -59,6 +59,7 @@ class EndpointHealth:
     last_error_class: str | None
     last_error_excerpt: str | None
     paused: bool = False
+    rate_per_second: float | None = None  # its rate limit, across every courier
     circuit: str = "closed"  # its breaker: closed, open or half_open (inbox.domain.circuit)
     recent_attempts: int = 0  # in the last endpoint_health.WINDOW_MINUTES
     recent_failures: int = 0
@@ -95,7 +96,7 @@ WITH recent AS (
 )
 SELECT ep.id, ep.public_id, t.name AS tenant, ep.url, ep.event_types, ep.enabled,
        ep.disabled_reason, ep.failing, ep.max_attempts, ep.timeout_ms, ep.max_in_flight,
-       ep.retry_schedule, ep.created_at, ep.paused, ep.circuit,
+       ep.retry_schedule, ep.created_at, ep.paused, ep.circuit, ep.rate_per_second,
        rw.attempts AS recent_attempts, rw.failures AS recent_failures,
        (SELECT count(*) FROM endpoint_secrets s
          WHERE s.endpoint_id = ep.id AND s.revoked_at IS NULL) AS active_secrets,

@@ -110,6 +110,11 @@ endpoints = Table(
     Column("probe_at", DateTime(timezone=True)),
     Column("circuit_changed_at", DateTime(timezone=True)),
     CheckConstraint(one_of("circuit", CIRCUIT_STATES), name="circuit"),
+    # Messages a second to it, across every courier (NULL: unlimited), and the token
+    # bucket that enforces it: tokens left at rate_at (migration 0023).
+    Column("rate_per_second", Float),
+    Column("rate_tokens", Float, nullable=False, server_default=text("0")),
+    Column("rate_at", DateTime(timezone=True)),
 )
 
 # An operator's discard of an endpoint's held deliveries: done at once up to

@@ -21,7 +21,7 @@ from inbox.domain.records import (
 )
 from inbox.infra import metrics, tracing
 from inbox.store.db.days import LOWER_FLOOR, DayBounded, open_days
-from inbox.store.write import circuit
+from inbox.store.write import circuit, endpoint_rate
 
 
 def enqueue(
@@ -168,17 +168,24 @@ _PROBE = DayBounded(
 def claim(
     conn: Connection, endpoint_id: EndpointId, owner: str, limit: int, lease: float
 ) -> list[ClaimedDelivery]:
-    """Up to ``limit`` due deliveries while the endpoint's circuit is closed; while it is
-    open, one probe when the probe is due (the circuit is half open until it answers);
-    otherwise none."""
+    """Up to ``limit`` due deliveries while the endpoint's circuit is closed (and its rate
+    limit has tokens: one per delivery); while it is open, one probe when the probe is due
+    (the circuit is half open until it answers); otherwise none."""
     now = circuit.read(conn, endpoint_id)  # the endpoint's row is locked from here
-    params = {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease}
     probe = now.state != CircuitState.CLOSED
     if probe and (now.probe_in is None or now.probe_in > 0):
         return []
+    bucket = None if probe else endpoint_rate.take(conn, endpoint_id, limit)
+    if bucket is not None:
+        limit = bucket.allowed
+        if not limit:
+            return []
+    params = {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease}
     rows = conn.execute((_PROBE if probe else _CLAIM).over(*open_days(conn)), params).fetchall()
     if probe and rows:
         circuit.probing(conn, endpoint_id, lease)
+    if bucket is not None:
+        endpoint_rate.spend(conn, endpoint_id, bucket, len(rows))
     return sorted(
         (
             ClaimedDelivery(

@@ -98,6 +98,10 @@ def _hold_or_release(conn: Connection, endpoint_id: int) -> int:
     return deliveries.release_held(conn, eid) if sends else deliveries.hold(conn, eid)
 
 
+def set_max_in_flight(conn: Connection, endpoint_id: int, slots: int) -> None:
+    conn.execute(update(endpoints).where(endpoints.c.id == endpoint_id).values(max_in_flight=slots))
+
+
 def finish_rotation(conn: Connection, endpoint_id: int) -> int:
     """End an overlap: every active secret but the newest stops signing."""
     newest = (

@@ -10,7 +10,8 @@ until it is enabled again (released in their original order) or an operator disc
 (``held_discards``: with a reason, two operators above ``INBOX_HELD_DISCARD_APPROVAL_MIN``).
 ``endpoints.paused`` is the operator's pause. The state's CHECK and the transition guard
 follow inbox.domain.states. ``endpoints.circuit`` and its companions hold each endpoint's
-circuit breaker (inbox.domain.circuit), shared by every courier process.
+circuit breaker (inbox.domain.circuit), shared by every courier process;
+``endpoints.rate_per_second`` its rate limit, with a token bucket on the row.
 """
 
 from __future__ import annotations
@@ -81,6 +82,13 @@ def upgrade() -> None:
     op.create_check_constraint(
         op.f("ck_endpoints_circuit"), "endpoints", "circuit IN ('closed', 'open', 'half_open')"
     )
+    # Its rate (messages a second, NULL: unlimited) and its token bucket, for every courier.
+    op.add_column("endpoints", sa.Column("rate_per_second", sa.Float(), nullable=True))
+    op.add_column(
+        "endpoints",
+        sa.Column("rate_tokens", sa.Float(), server_default=sa.text("0"), nullable=False),
+    )
+    op.add_column("endpoints", sa.Column("rate_at", sa.DateTime(timezone=True), nullable=True))
     op.create_table(
         "held_discards",
         sa.Column("id", sa.BigInteger(), sa.Identity(), nullable=False),
@@ -123,7 +131,16 @@ def downgrade() -> None:
     op.drop_index("ix_held_discards_awaiting", table_name="held_discards")
     op.drop_table("held_discards")
     op.drop_constraint(op.f("ck_endpoints_circuit"), "endpoints", type_="check")
-    for name in ("circuit_changed_at", "probe_at", "probe_backoff", "circuit_failures", "circuit"):
+    for name in (
+        "rate_at",
+        "rate_tokens",
+        "rate_per_second",
+        "circuit_changed_at",
+        "probe_at",
+        "probe_backoff",
+        "circuit_failures",
+        "circuit",
+    ):
         op.drop_column("endpoints", name)
     op.drop_column("endpoints", "paused")
     # A held delivery goes back as pending: the older code attempts it when it may.
