@@ -134,6 +134,9 @@ def deliver_once(
         elif throttled is not None:
             result.retry_in.append(throttled)  # its rate limit's next token
         return result
+    # Closed and nothing failing when claimed: a round of successes changes nothing of
+    # the circuit, so recording it need not lock the endpoint's row.
+    clean = now == circuit.Circuit() and not ep.failing
     own_client = client is None
     client = client or Client(timeout=ep.timeout_ms / 1000, allow_private=allow_private)
     sent: list[Sent] = []
@@ -144,9 +147,10 @@ def deliver_once(
             sent.append(one)
             opens = circuit.stops(now, one.signal, policy)
             now = circuit.step(now, one.signal, policy)
+            clean = clean and not one.retryable  # the rest of the round is recorded in full
             stop = one.unreachable or one.disable or (one.status == 429) or opens
             if stop or len(sent) >= FLUSH_EVERY or time.monotonic() - flushed > FLUSH_SECONDS:
-                _record(store, ep, sent, result, policy)
+                _record(store, ep, sent, result, policy, clean)
                 sent, flushed = [], time.monotonic()
             if stop:
                 rest = claims[i + 1 :]
@@ -157,7 +161,7 @@ def deliver_once(
                     result.retry_in.append(one.delay)
                 break
     finally:
-        _record(store, ep, sent, result, policy)
+        _record(store, ep, sent, result, policy, clean)
         if own_client:
             client.close()
     return result
@@ -281,21 +285,27 @@ def _record(
     sent: list[Sent],
     result: CourierResult,
     policy: circuit.Policy,
+    clean: bool = False,
 ) -> None:
     """Record a round's attempts and outcomes in one transaction; fenced per delivery. The
-    endpoint's circuit takes them in under its row's lock, taken first."""
+    endpoint's circuit takes them in under its row's lock, taken first, unless the round
+    was all successes of a ``clean`` claim (closed, nothing failing): then nothing of the
+    endpoint's row changes."""
     if not sent:
         return
+    quiet = clean and not any(s.retryable or s.disable or s.unreachable for s in sent)
+    change = circuit.Change(circuit.Circuit())
     with store.begin() as tx:
-        before = store.circuit(tx, ep.id)
+        before = circuit.Circuit() if quiet else store.circuit(tx, ep.id)
         kept = store.finish_many(tx, sent)
         if any(s.disable for s in sent):
             store.disable(tx, ep.id, "the endpoint answered 410 Gone")
         answered = [s for s in sent if s.status is not None]
         store.set_failing(tx, ep.id, failing=not answered or sent[-1].unreachable)
-        change = circuit.after(before, [s.signal for s in sent], policy)
-        if change.circuit != before:
-            store.set_circuit(tx, ep.id, change)
+        if not quiet:
+            change = circuit.after(before, [s.signal for s in sent], policy)
+            if change.circuit != before:
+                store.set_circuit(tx, ep.id, change)
     if change.opened:
         result.opened += 1
         metrics.record_circuit_transition(ep.tenant, "open")
