@@ -24,11 +24,12 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 
 from inbox.domain import tokens
+from inbox.domain.endpoint_health import EndpointState
 from inbox.domain.errors import Unauthorized
 from inbox.domain.states import DeliveryState, EventState
 from inbox.infra import config
 from inbox.infra.metrics import tenant_label
-from inbox.store.reads import stats
+from inbox.store.reads import endpoint_health, stats
 from web import throttle
 from web.errors import error_response
 from web.services import services
@@ -70,6 +71,27 @@ class StatsCollector(Collector):
                 "Seconds since the oldest pending delivery was created.",
                 labels=["tenant"],
             ),
+            "ep_state": GaugeMetricFamily(
+                "inbox_endpoint_state",
+                "1 for each endpoint's state (inbox.domain.endpoint_health: healthy, degraded,"
+                " open_circuit, paused, disabled), 0 for the others.",
+                labels=["tenant", "endpoint", "state"],
+            ),
+            "ep_held": GaugeMetricFamily(
+                "inbox_endpoint_held_deliveries",
+                "Deliveries held for a paused or disabled endpoint.",
+                labels=["tenant", "endpoint"],
+            ),
+            "ep_held_age": GaugeMetricFamily(
+                "inbox_endpoint_held_oldest_age_seconds",
+                "Seconds since the oldest held delivery of the endpoint was made (0: none).",
+                labels=["tenant", "endpoint"],
+            ),
+            "ep_failure_rate": GaugeMetricFamily(
+                "inbox_endpoint_failure_rate",
+                "Share of the endpoint's attempts in the last 15 minutes that got no 2xx.",
+                labels=["tenant", "endpoint"],
+            ),
             "up": GaugeMetricFamily(
                 "inbox_stats_up", "1 when the scrape-time database query succeeded."
             ),
@@ -85,6 +107,7 @@ class StatsCollector(Collector):
             with self.engine.connect() as conn:
                 depth = stats.inbox_depth(conn)
                 backlog = stats.delivery_backlog(conn)
+                endpoints = endpoint_health.statuses(conn)
         except Exception as exc:  # a scrape must still answer; inbox_stats_up says why not
             log.warning("metrics: database statistics unavailable (%s)", type(exc).__name__)
             fam["up"].add_metric([], 0)
@@ -116,6 +139,13 @@ class StatsCollector(Collector):
             fam["oldest"].add_metric(list(key), age)
         for tenant, age in ages.items():
             fam["backlog_age"].add_metric([tenant], age)
+        for ep in endpoints:
+            labels = [tenant_label(ep.tenant), ep.public_id]
+            for state in EndpointState:
+                fam["ep_state"].add_metric([*labels, state.value], float(ep.state == state))
+            fam["ep_held"].add_metric(labels, ep.held)
+            fam["ep_held_age"].add_metric(labels, ep.held_age_seconds)
+            fam["ep_failure_rate"].add_metric(labels, ep.recent.failure_rate)
         fam["up"].add_metric([], 1)
         return list(fam.values())
 

@@ -20,7 +20,7 @@ from inbox.infra import broker
 from inbox.services import gapfill, upkeep
 from inbox.services import sweep as sweeper
 from inbox.services.bulk import run_bulk_once
-from inbox.services.courier import BATCH, deliver_once
+from inbox.services.courier import BATCH, deliver_once, policy_of
 from inbox.services.drain import drain_once
 from inbox.services.runner import DEFERRED
 from workers import state
@@ -107,11 +107,15 @@ def deliver(endpoint_id: int) -> dict[str, int]:
             EndpointId(endpoint_id),
             allow_private=settings.allow_private_targets,
             lease_seconds=settings.lease_seconds,
+            policy=policy_of(settings),
         )
         set_alarms(broker.DELIVER, [endpoint_id], result.retry_in)
         for name, value in vars(result).items():
             if isinstance(value, int):
                 total[name] = total.get(name, 0) + value
+        if result.closed:  # the probe answered: the backlog is due, drain it in parallel
+            ring_couriers([endpoint_id] * max(0, result.ring - 1))
+            continue
         if result.claimed < BATCH or result.released:
             return total  # drained, or the endpoint stopped answering: the sweeper resumes
         if time.monotonic() >= deadline:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from inbox.cli import (  # noqa: F401  (they add their groups)
     callbacks,
+    endpoint_state,
     events,
     evidence,
     holds,

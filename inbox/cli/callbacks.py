@@ -11,12 +11,14 @@ from inbox.cli.base import check_named, current, main, ringing, transaction
 from inbox.cli.output import emit_json, fields, json_option, table
 from inbox.cli.params import LIMIT, Seconds
 from inbox.domain import callbacks
+from inbox.domain.endpoint_health import label
 from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.records import Endpoint
 from inbox.domain.states import DeliveryState
 from inbox.services import operations
 from inbox.services.operations import Actor
 from inbox.store.reads import admin
+from inbox.store.reads.endpoint_health import EndpointStatus, statuses
 
 _ACTOR = click.option(
     "--actor",
@@ -31,8 +33,11 @@ def endpoints() -> None:
     """A tenant's callback endpoints (signed with Standard Webhooks)."""
 
 
-def _record(ep: Endpoint) -> dict[str, Any]:
-    """What an operator may see of an endpoint: never its secrets, only how many are active."""
+def _record(ep: Endpoint, status: EndpointStatus | None = None) -> dict[str, Any]:
+    """What an operator may see of an endpoint: never its secrets, only how many are active;
+    its state (``inbox.domain.endpoint_health``, as the console, the API and /metrics show
+    it) and backlog: deliveries waiting (pending or being sent) and held."""
+    shown = status.public() if status is not None else {}
     return {
         "endpoint": ep.public_id,
         "tenant": ep.tenant,
@@ -44,15 +49,23 @@ def _record(ep: Endpoint) -> dict[str, Any]:
         "retry_schedule": list(ep.retry_schedule),
         "timeout_ms": ep.timeout_ms,
         "max_in_flight": ep.max_in_flight,
+        "rate_per_second": ep.rate_per_second,
         "active_secrets": len(ep.secrets),
         "failing": ep.failing,
         "filter": ep.filter,
+        "paused": ep.paused,
+        "state": shown.get("state"),
+        "circuit": shown.get("circuit"),
+        "failure_rate": shown.get("failure_rate"),
+        "waiting": shown.get("waiting", 0),
+        "held": shown.get("held", 0),
+        "held_oldest_age_seconds": shown.get("held_oldest_age_seconds", 0),
     }
 
 
-def _show(ep: Endpoint, as_json: bool = False) -> None:
+def _show(ep: Endpoint, as_json: bool = False, status: EndpointStatus | None = None) -> None:
     if as_json:
-        emit_json(_record(ep))
+        emit_json(_record(ep, status))
         return
     state = "yes" if ep.enabled else f"no ({ep.disabled_reason or 'disabled by an operator'})"
     fields(
@@ -62,8 +75,18 @@ def _show(ep: Endpoint, as_json: bool = False) -> None:
             ("types", ", ".join(ep.event_types) if ep.event_types else "all"),
             ("filter", ep.filter or "none"),
             ("enabled", state),
+            ("paused", "yes (its deliveries are held)" if ep.paused else "no"),
+            *(
+                [
+                    ("state", label(status.state)),
+                    ("backlog", f"{status.waiting} waiting, {status.held} held"),
+                ]
+                if status is not None
+                else []
+            ),
             ("attempts", f"{ep.max_attempts}, retry after {list(ep.retry_schedule)} s"),
             ("timeout", f"{ep.timeout_ms} ms, at most {ep.max_in_flight} in flight"),
+            ("rate", f"{ep.rate_per_second:g}/s" if ep.rate_per_second else "no limit"),
             ("secrets", f"{len(ep.secrets)} active"),
         ]
     )
@@ -145,12 +168,17 @@ def endpoints_list(tenant: str | None, as_json: bool) -> None:
     with transaction() as conn:
         check_named(conn, tenant)
         rows = operations.list_endpoints(conn, tenant)
+        found = {s.id: s for s in statuses(conn)}
     if as_json:
-        emit_json([_record(ep) for ep in rows])
+        emit_json([_record(ep, found.get(ep.id)) for ep in rows])
         return
     table(
-        ["endpoint", "tenant", "enabled", "url"],
-        [(ep.public_id, ep.tenant, ep.enabled, ep.url) for ep in rows],
+        ["endpoint", "tenant", "state", "waiting", "held", "url"],
+        [
+            (ep.public_id, ep.tenant, label(s.state), s.waiting, s.held, ep.url)
+            for ep in rows
+            if (s := found.get(ep.id)) is not None
+        ],
     )
 
 
@@ -160,7 +188,9 @@ def endpoints_list(tenant: str | None, as_json: bool) -> None:
 def endpoints_show(endpoint_id: str, as_json: bool) -> None:
     """One endpoint: URL, event types, filter, state, retries, limits, active secrets (a count)."""
     with transaction() as conn:
-        _show(operations.get_endpoint(conn, endpoint_id), as_json)
+        ep = operations.get_endpoint(conn, endpoint_id)
+        [status] = statuses(conn, public_id=ep.public_id)
+        _show(ep, as_json, status)
 
 
 @endpoints.command("rotate")
@@ -186,28 +216,6 @@ def endpoints_rotate(endpoint_id: str, secret: str | None, finish: bool, actor: 
         return
     new = operations.rotate_endpoint_secret(current(), Actor(actor), endpoint_id)
     click.echo(f"secret    {new}")
-
-
-def _set_enabled(endpoint_id: str, enabled: bool, actor: str) -> None:
-    rt = ringing() if enabled else current()  # enabled: its couriers are rung
-    operations.set_endpoint_enabled(rt, Actor(actor), endpoint_id, enabled)
-    click.echo("enabled" if enabled else "disabled")
-
-
-@endpoints.command("disable")
-@click.argument("endpoint_id")
-@_ACTOR
-def endpoints_disable(endpoint_id: str, actor: str) -> None:
-    """Send nothing to it (audited); its deliveries wait."""
-    _set_enabled(endpoint_id, False, actor)
-
-
-@endpoints.command("enable")
-@click.argument("endpoint_id")
-@_ACTOR
-def endpoints_enable(endpoint_id: str, actor: str) -> None:
-    """Send to it again (audited); its waiting deliveries go out."""
-    _set_enabled(endpoint_id, True, actor)
 
 
 @main.group()

@@ -315,6 +315,7 @@ def _preview(targets: list[str], actor: Actor, about: dict[str, Any], fmt: str) 
         for cb in ev.callbacks:
             click.echo(
                 f"  callback        {cb.event_type} to {cb.endpoint} (webhook-replay {cb.replay})"
+                f": {cb.delivery}"
             )
     totals = found.totals
     more = " (more match: only these were planned)" if found.more else ""
@@ -323,6 +324,7 @@ def _preview(targets: list[str], actor: Actor, about: dict[str, Any], fmt: str) 
         f" steps skipped {totals['skip']}, run {totals['run']},"
         f" stopped as stale {totals['stale']}, stopped as duplicate_fact"
         f" {totals['duplicate_fact']}; callbacks {totals['callbacks']}"
+        f" ({totals['callbacks_held']} held, {totals['callbacks_filtered']} more filtered out)"
         + (
             f" (+ unknown from {totals['unknown_callbacks']} step(s))"
             if totals["unknown_callbacks"]

@@ -93,6 +93,13 @@ class Endpoint:
     secrets: tuple[str, ...]
     failing: bool = False
     filter: str | None = None  # a CEL expression over type and payload (inbox.domain.filters)
+    paused: bool = False  # an operator's pause: like disabled, its deliveries are held
+    rate_per_second: float | None = None  # across every courier; None: unlimited
+
+    @property
+    def sends(self) -> bool:
+        """Its deliveries are attempted; otherwise they are held (never dropped)."""
+        return self.enabled and not self.paused
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,7 @@ class ClaimedDelivery:
     attempts: int
     replay: int = 0
     trace_context: str | None = None  # the W3C traceparent of the step that made it
+    probe: bool = False  # its endpoint's circuit is open: a probe, its budget not spent
 
 
 class DeliveryAttempt(Protocol):

@@ -26,6 +26,7 @@ class DeliveryState(StrEnum):
     SENDING = "sending"
     DELIVERED = "delivered"
     FAILED = "failed"
+    HELD = "held"  # its endpoint is paused or disabled: kept, never attempted, until released
 
 
 S = EventState
@@ -51,6 +52,10 @@ DELIVERY_ALLOWED: frozenset[tuple[DeliveryState, DeliveryState]] = frozenset(
         (D.SENDING, D.PENDING),  # a retry, handed back unattempted, or the lease expired
         (D.SENDING, D.FAILED),  # a permanent answer, or attempts exhausted
         (D.FAILED, D.PENDING),  # an operator's replay
+        (D.PENDING, D.HELD),  # its endpoint was paused or disabled
+        (D.SENDING, D.HELD),  # a retry, handed back or swept while its endpoint is stopped
+        (D.HELD, D.PENDING),  # its endpoint was enabled (or resumed): released in order
+        (D.HELD, D.FAILED),  # discarded by an operator, with a reason (audited)
     }
 )
 
@@ -58,6 +63,8 @@ FINISHED: frozenset[EventState] = frozenset({S.COMPLETED, S.QUARANTINED, S.FILTE
 REPLAYABLE: frozenset[EventState] = frozenset({S.QUARANTINED, S.FILTERED})
 PENDING: frozenset[EventState] = frozenset({S.RECEIVED, S.PROCESSING})  # not finished yet
 DELIVERY_FINISHED: frozenset[DeliveryState] = frozenset({D.DELIVERED, D.FAILED})
+# Not finished: a day holding one of these is never dropped by retention.
+DELIVERY_UNFINISHED: frozenset[DeliveryState] = frozenset({D.PENDING, D.SENDING, D.HELD})
 
 # Every state's name, in the enums' order: what a list filter accepts and the schema's CHECK.
 STATES: tuple[str, ...] = tuple(s.value for s in EventState)

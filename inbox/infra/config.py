@@ -156,6 +156,26 @@ class Settings:
         100,
         "a bulk replay matching more events than this waits for a second operator's approval",
     )
+    circuit_failures: int = setting(
+        "INBOX_CIRCUIT_FAILURES",
+        3,
+        "consecutive retryable failures (5xx, 408, 429, timeouts, refused connections) that "
+        "open an endpoint's circuit: then one probe at a time, not one attempt per delivery; "
+        "keep it below the endpoints' attempt budgets (4 by default): an unreachable endpoint "
+        "is tried one delivery per round, so its oldest one spends its attempts first",
+    )
+    circuit_probe_max_seconds: float = setting(
+        "INBOX_CIRCUIT_PROBE_MAX_SECONDS",
+        5.0,
+        "the longest wait between two probes of an open circuit (doubling from 1 s, with "
+        "±20 % jitter); a Retry-After is honoured up to 300 s",
+    )
+    held_discard_approval_min: int = setting(
+        "INBOX_HELD_DISCARD_APPROVAL_MIN",
+        100,
+        "discarding more of an endpoint's held deliveries than this waits for a second "
+        "operator's approval",
+    )
     kek: str = setting(
         "INBOX_KEK",
         "",

@@ -141,6 +141,11 @@ DELIVERY_ATTEMPTS = Counter(
     "Outbound callback attempts by outcome.",
     ("tenant", "outcome"),
 )
+CIRCUIT_TRANSITIONS = Counter(
+    "inbox_endpoint_circuit_transitions",
+    "Endpoints' circuit breakers opening and closing (to: open | closed).",
+    ("tenant", "to"),
+)
 SWEEP_REQUEUED = Counter(
     "inbox_sweep_requeued", "Events whose lease expired and were put back by the sweeper."
 )
@@ -175,6 +180,7 @@ ALL: tuple[MetricWrapperBase, ...] = (
     RECONCILE_LAST_RUN,
     RECONCILE_GAPS_FILLED,
     DELIVERY_ATTEMPTS,
+    CIRCUIT_TRANSITIONS,
     SWEEP_REQUEUED,
     SWEEP_QUARANTINED,
     SWEEP_LAST_RUN,
@@ -294,6 +300,14 @@ def record_delivery_attempt(tenant: str, outcome: str) -> None:
         DELIVERY_ATTEMPTS.labels(tenant_label(tenant), label).inc()
     except Exception as exc:
         _failed("record_delivery_attempt", exc)
+
+
+def record_circuit_transition(tenant: str, to: str) -> None:
+    """An endpoint's circuit opened or closed (``inbox.domain.circuit``)."""
+    try:
+        CIRCUIT_TRANSITIONS.labels(tenant_label(tenant), to).inc()
+    except Exception as exc:
+        _failed("record_circuit_transition", exc)
 
 
 def record_reconcile(tenant: str, source: str, missing: int, extra: int) -> None:

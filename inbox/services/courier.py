@@ -16,11 +16,12 @@ from urllib.parse import urlsplit
 
 from sqlalchemy import Engine
 
-from inbox.domain import callbacks
+from inbox.domain import callbacks, circuit
 from inbox.domain.outcomes import DeliveryOutcome
 from inbox.domain.records import ClaimedDelivery, Endpoint, EndpointId
 from inbox.domain.states import DeliveryState, transition
 from inbox.infra import metrics, tracing
+from inbox.infra.config import Settings
 from inbox.outbound.client import Client, DeliveryError
 from inbox.services.ports import DeliveryStore
 from inbox.services.wiring import delivery_store
@@ -50,6 +51,9 @@ class CourierResult:
     released: int = 0
     lost: int = 0
     retry_in: list[float] = field(default_factory=list)  # seconds until each retry is due
+    opened: int = 0  # the endpoint's circuit opened in this round
+    closed: int = 0  # ... or closed: its whole backlog is due now
+    ring: int = 0  # more couriers to ring now (a closed circuit's backlog drains in parallel)
 
 
 # What each new state counts as, in CourierResult and the attempts metric.
@@ -59,6 +63,7 @@ _OUTCOME = {
     DeliveryState.FAILED: DeliveryOutcome.FAILED,
 }
 
+DEFAULT_POLICY = circuit.Policy()
 FLUSH_EVERY = 10
 FLUSH_SECONDS = 0.2
 
@@ -77,6 +82,13 @@ class Sent:
     delay: float
     disable: bool  # 410 Gone
     unreachable: bool  # timeout, refused, reset, DNS: stop this round
+    retryable: bool = False  # a failure a retry can fix: counts against the circuit
+    retry_after: float | None = None  # what a 429 or 503 asked, in seconds
+
+    @property
+    def signal(self) -> circuit.Outcome:
+        """What this attempt says about the endpoint, to its circuit breaker."""
+        return circuit.Outcome(self.retryable, self.retry_after)
 
     @property
     def outcome(self) -> DeliveryOutcome:
@@ -92,6 +104,7 @@ def deliver_once(
     owner: str | None = None,
     allow_private: bool = False,
     lease_seconds: float = 60.0,
+    policy: circuit.Policy = DEFAULT_POLICY,
 ) -> CourierResult:
     """Claim up to a batch of this endpoint's due deliveries and send them in order.
 
@@ -101,15 +114,29 @@ def deliver_once(
     handed back unattempted and the endpoint is marked failing (one courier at a
     time until it answers again): a dead endpoint costs one timeout per round and
     one worker thread, not one per delivery or per slot.
+
+    The endpoint's circuit breaker (``inbox.domain.circuit``) decides whether deliveries go
+    out one by one (closed), or one probe at a time (open): the round stops where an
+    attempt opens it, and hands the rest back unattempted. A probe's success closes it:
+    the backlog is due at once and ``ring`` says how many more couriers to ring.
     """
     store = delivery_store(db)
     owner = owner or f"courier-{uuid.uuid4().hex[:12]}"
     with store.begin() as tx:
         ep = store.endpoint(tx, endpoint_id)
         claims = store.claim(tx, endpoint_id, owner, BATCH, lease_seconds)
+        now = store.circuit(tx, endpoint_id)
+        throttled = store.throttled(tx, endpoint_id) if not claims else None
     result = CourierResult(claimed=len(claims))
     if not claims:
+        if now.state != circuit.CircuitState.CLOSED and now.probe_in is not None:
+            result.retry_in.append(max(0.0, now.probe_in))  # the probe's alarm
+        elif throttled is not None:
+            result.retry_in.append(throttled)  # its rate limit's next token
         return result
+    # Closed and nothing failing when claimed: a round of successes changes nothing of
+    # the circuit, so recording it need not lock the endpoint's row.
+    clean = now == circuit.Circuit() and not ep.failing
     own_client = client is None
     client = client or Client(timeout=ep.timeout_ms / 1000, allow_private=allow_private)
     sent: list[Sent] = []
@@ -118,9 +145,12 @@ def deliver_once(
         for i, c in enumerate(claims):
             one = _send(client, ep, c)
             sent.append(one)
-            stop = one.unreachable or one.disable or (one.status == 429)
+            opens = circuit.stops(now, one.signal, policy)
+            now = circuit.step(now, one.signal, policy)
+            clean = clean and not one.retryable  # the rest of the round is recorded in full
+            stop = one.unreachable or one.disable or (one.status == 429) or opens
             if stop or len(sent) >= FLUSH_EVERY or time.monotonic() - flushed > FLUSH_SECONDS:
-                _record(store, ep, sent, result)
+                _record(store, ep, sent, result, policy, clean)
                 sent, flushed = [], time.monotonic()
             if stop:
                 rest = claims[i + 1 :]
@@ -131,10 +161,16 @@ def deliver_once(
                     result.retry_in.append(one.delay)
                 break
     finally:
-        _record(store, ep, sent, result)
+        _record(store, ep, sent, result, policy, clean)
         if own_client:
             client.close()
     return result
+
+
+def policy_of(settings: Settings) -> circuit.Policy:
+    """The circuit breaker's policy from ``INBOX_CIRCUIT_*``."""
+    probe_max = max(DEFAULT_POLICY.probe_min, settings.circuit_probe_max_seconds)
+    return circuit.Policy(failures=max(1, settings.circuit_failures), probe_max=probe_max)
 
 
 def _send(client: Client, ep: Endpoint, c: ClaimedDelivery) -> Sent:
@@ -168,7 +204,7 @@ def _attempt(client: Client, ep: Endpoint, c: ClaimedDelivery) -> Sent:
     except DeliveryError as exc:
         error = exc.kind
         verdict = callbacks.judge_error(exc.kind)
-    exhausted = c.attempts >= ep.max_attempts
+    exhausted = c.attempts >= ep.max_attempts  # a probe's attempt is not counted
     if verdict.delivered:
         state, delay = DeliveryState.DELIVERED, 0.0
     elif verdict.retry and not exhausted:
@@ -191,6 +227,8 @@ def _attempt(client: Client, ep: Endpoint, c: ClaimedDelivery) -> Sent:
         delay=delay,
         disable=verdict.disable_endpoint,
         unreachable=error is not None and verdict.retry,
+        retryable=verdict.retry,
+        retry_after=verdict.retry_after,
     )
 
 
@@ -242,17 +280,41 @@ def _log_failed(ep: Endpoint, c: ClaimedDelivery, one: Sent) -> None:
 
 
 def _record(
-    store: DeliveryStore[Any], ep: Endpoint, sent: list[Sent], result: CourierResult
+    store: DeliveryStore[Any],
+    ep: Endpoint,
+    sent: list[Sent],
+    result: CourierResult,
+    policy: circuit.Policy,
+    clean: bool = False,
 ) -> None:
-    """Record a round's attempts and outcomes in one transaction; fenced per delivery."""
+    """Record a round's attempts and outcomes in one transaction; fenced per delivery. The
+    endpoint's circuit takes them in under its row's lock, taken first, unless the round
+    was all successes of a ``clean`` claim (closed, nothing failing): then nothing of the
+    endpoint's row changes."""
     if not sent:
         return
+    quiet = clean and not any(s.retryable or s.disable or s.unreachable for s in sent)
+    change = circuit.Change(circuit.Circuit())
     with store.begin() as tx:
+        before = circuit.Circuit() if quiet else store.circuit(tx, ep.id)
         kept = store.finish_many(tx, sent)
         if any(s.disable for s in sent):
             store.disable(tx, ep.id, "the endpoint answered 410 Gone")
         answered = [s for s in sent if s.status is not None]
         store.set_failing(tx, ep.id, failing=not answered or sent[-1].unreachable)
+        if not quiet:
+            change = circuit.after(before, [s.signal for s in sent], policy)
+            if change.circuit != before:
+                store.set_circuit(tx, ep.id, change)
+    if change.opened:
+        result.opened += 1
+        metrics.record_circuit_transition(ep.tenant, "open")
+    if change.closed:
+        result.closed += 1
+        result.ring = ep.max_in_flight
+        metrics.record_circuit_transition(ep.tenant, "closed")
+    if change.circuit.probe_in is not None and change.circuit.state != "closed":
+        result.retry_in.append(change.circuit.probe_in)
     for s in sent:
         if s.claim.id not in kept:
             result.lost += 1  # the sweeper gave it to another courier: it is re-sent

@@ -21,6 +21,7 @@ from inbox.domain import callbacks
 from inbox.domain.errors import NotFound
 from inbox.domain.holds import Hold
 from inbox.domain.records import Endpoint, TenantId
+from inbox.services import endpoint_state
 from inbox.services.bulk import NotReplayable
 from inbox.services.runtime import Rung, Runtime
 from inbox.store.reads import admin
@@ -217,15 +218,12 @@ def create_endpoint(
         return estore.create_endpoint(conn, tenant, url, secret, event_types, **options)
 
 
-def set_endpoint_enabled(rt: Runtime, actor: Actor, public_id: str, enabled: bool) -> None:
-    """Disable (nothing is sent; deliveries wait) or enable (the backlog goes out); audited."""
-    with rt.engine.begin() as conn:
-        ep = _endpoint(conn, actor, public_id)
-        reason = f"disabled by {actor.name}"
-        estore.set_enabled(conn, ep.id, enabled, None if enabled else reason)
-        estore.audit(conn, actor.name, "enable" if enabled else "disable", ep)
-    if enabled:
-        rt.bells.ring("ring_couriers", {ep.id})
+def set_endpoint_enabled(
+    rt: Runtime, actor: Actor, public_id: str, enabled: bool
+) -> endpoint_state.Changed:
+    """Disable (nothing is sent; its deliveries are held) or enable (the held ones go out
+    in their original order); audited (``inbox.services.endpoint_state``)."""
+    return endpoint_state.set_enabled(rt, actor.name, actor.scope, public_id, enabled)
 
 
 def rotate_endpoint_secret(rt: Runtime, actor: Actor, public_id: str) -> str:

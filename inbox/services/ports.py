@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 from inbox.domain.callbacks import Outgoing
+from inbox.domain.circuit import Change, Circuit
 from inbox.domain.ordering import Judgement, Position
 from inbox.domain.outcomes import RunOutcome
 from inbox.domain.records import (
@@ -120,8 +121,24 @@ class DeliveryStore(Protocol[Tx]):
     def claim(
         self, tx: Tx, endpoint_id: EndpointId, owner: str, limit: int, lease: float
     ) -> list[ClaimedDelivery]:
-        """Up to ``limit`` due deliveries of an enabled endpoint, oldest due first, when
-        it has a free in-flight slot (one while it is failing)."""
+        """Up to ``limit`` due deliveries of an endpoint that sends (neither paused nor
+        disabled), oldest due first, when it has a free in-flight slot (one while it is
+        failing), its circuit is closed and its rate limit has a token per delivery (up to
+        ``rate_per_second``, across every courier); while the circuit is open, one probe (the
+        oldest, ``probe`` set, its attempts not counted) once the probe is due and nothing
+        else is being sent; the circuit is then half open."""
+        ...
+
+    def circuit(self, tx: Tx, endpoint_id: EndpointId) -> Circuit:
+        """The endpoint's circuit breaker (``inbox.domain.circuit``), its row locked."""
+        ...
+
+    def throttled(self, tx: Tx, endpoint_id: EndpointId) -> float | None:
+        """Seconds until its rate limit lets the next delivery go (None: it may now)."""
+        ...
+
+    def set_circuit(self, tx: Tx, endpoint_id: EndpointId, change: Change) -> None:
+        """Write the circuit back; a close makes every pending delivery due now."""
         ...
 
     def finish_many(self, tx: Tx, sent: Sequence[DeliveryAttempt]) -> set[DeliveryId]:

@@ -6,9 +6,13 @@ an event older than the newest completed event with its business key is stopped 
 the stale guard; a ``once_per_business_key`` step whose effect another event owns is
 stopped by the business-key guard (an earlier event of the same preview that would
 claim it counts too, in the order a bulk replay runs them); every other step runs, and
-the callbacks it declares (``Step.sends``) go to the tenant's enabled endpoints that
-take their type, marked with the event's next replay number. A step that declares
-nothing is listed as running with its callbacks unknown.
+the callbacks it declares (``Step.sends``) go to the tenant's endpoints that take their
+type and whose filter is true (judged on the event's payload, which is what a step that
+forwards it sends), marked with the event's next replay number and with what the outbox
+would do: ``sent``, ``waits`` (its circuit is open), ``held`` (paused or disabled: written,
+sent when it is enabled) or ``filtered`` (not written, so not counted as a callback). A
+step that declares nothing is listed as running with its callbacks unknown. An event is
+replayable in the states ``inbox replay`` replays (quarantined, filtered).
 
 The planning (``plan_event``) is pure; ``preview`` reads its inputs through the
 store's read model and writes nothing. ``audit`` writes the one audit row a preview
@@ -24,13 +28,13 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from inbox.domain import ordering
+from inbox.domain import filters, ordering
 from inbox.domain.bodyschema import check_body
 from inbox.domain.errors import InboxError
 from inbox.domain.ordering import Position
 from inbox.domain.playbooks import EVENT_TYPE, Playbook, Registry, registry
 from inbox.domain.records import BulkJobId
-from inbox.domain.states import EventState
+from inbox.domain.states import REPLAYABLE
 from inbox.store.reads import admin
 from inbox.store.reads import preview as reads
 from inbox.store.write import operator
@@ -38,6 +42,7 @@ from inbox.store.write import operator
 # What a step would do.
 SKIP, RUN, STALE, DUPLICATE = "skip", "run", "stale", "duplicate_fact"
 ACTIONS = (SKIP, RUN, STALE, DUPLICATE)
+HELD, FILTERED = "held", "filtered"  # what the outbox does with a callback, but "sent"
 # More events than this are counted, not planned one by one.
 MAX_PLANNED = 1000
 
@@ -57,6 +62,7 @@ class CallbackPlan:
     event_type: str
     endpoint: str
     replay: int  # the webhook-replay number it would carry
+    delivery: str = "sent"  # sent | waits (open circuit) | held | filtered (never written)
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,16 @@ class Preview:
     @property
     def totals(self) -> dict[str, int]:
         counts = dict.fromkeys(
-            ("events", "replayable", "not_replayable", *ACTIONS, "callbacks", "unknown_callbacks"),
+            (
+                "events",
+                "replayable",
+                "not_replayable",
+                *ACTIONS,
+                "callbacks",
+                "unknown_callbacks",
+                "callbacks_held",
+                "callbacks_filtered",
+            ),
             0,
         )
         counts["events"] = len(self.events)
@@ -89,7 +104,12 @@ class Preview:
                 counts[st.action] += 1
                 if st.action == RUN and st.sends is None:
                     counts["unknown_callbacks"] += 1
-            counts["callbacks"] += len(ev.callbacks)
+            for cb in ev.callbacks:
+                if cb.delivery == FILTERED:
+                    counts["callbacks_filtered"] += 1
+                    continue
+                counts["callbacks"] += 1  # a delivery row, whatever the endpoint's state
+                counts["callbacks_held"] += cb.delivery == HELD
         return counts
 
     def to_dict(self) -> dict[str, Any]:
@@ -111,6 +131,7 @@ class Inputs:
     # Step name → the public id of the other event that owns its effect.
     owners: dict[str, str]
     endpoints: list[reads.EndpointRow]
+    payload: Any = None  # the event's parsed body: what a forwarding step sends
 
 
 def load_playbooks(modules: tuple[str, ...]) -> Registry:
@@ -130,6 +151,22 @@ def _position(ev: reads.PlannedEvent) -> Position | None:
         return ordering.position_of(ev.source_options, json.loads(ev.body or b""))
     except (ValueError, InboxError):
         return None  # the runner fails such an event; check_body or the step says why
+
+
+def _delivery(ep: reads.EndpointRow, event_type: str, payload: Any) -> str:
+    """What the outbox would do with this callback for this endpoint."""
+    if ep.filter is not None and not filters.endpoint_matches(ep.filter, event_type, payload):
+        return FILTERED
+    if not ep.sends:
+        return HELD
+    return "waits" if ep.circuit != "closed" else "sent"
+
+
+def _payload(ev: reads.PlannedEvent) -> Any:
+    try:
+        return json.loads(ev.body or b"")
+    except ValueError:
+        return None
 
 
 def plan_event(ev: reads.PlannedEvent, pb: Playbook, inputs: Inputs) -> EventPlan:
@@ -162,7 +199,13 @@ def plan_event(ev: reads.PlannedEvent, pb: Playbook, inputs: Inputs) -> EventPla
             sends = [own if t == EVENT_TYPE else t for t in step.sends]
             for index_type in sends:
                 callbacks.extend(
-                    CallbackPlan(step.name, index_type, ep.public_id, ev.replay + 1)
+                    CallbackPlan(
+                        step.name,
+                        index_type,
+                        ep.public_id,
+                        ev.replay + 1,
+                        _delivery(ep, index_type, inputs.payload),
+                    )
                     for ep in inputs.endpoints
                     if ep.event_types is None or index_type in ep.event_types
                 )
@@ -179,8 +222,8 @@ def plan_event(ev: reads.PlannedEvent, pb: Playbook, inputs: Inputs) -> EventPla
 
 
 def _refusal(ev: reads.PlannedEvent) -> str | None:
-    if ev.state != EventState.QUARANTINED:
-        return f"{ev.state}: only a quarantined event is replayed"
+    if ev.state not in REPLAYABLE:
+        return f"{ev.state}: only a quarantined or filtered event is replayed"
     if ev.body is None:
         return "its body is past retention: nothing is left to run"
     return None
@@ -243,7 +286,8 @@ def preview(conn: Connection, public_ids: list[str], reg: Registry = registry) -
             newer = reads.newest_completed(conn, ev.tenant_id, bk, ev.id, by_time)
         if ev.tenant_id not in endpoints:
             endpoints[ev.tenant_id] = reads.endpoints(conn, ev.tenant_id)
-        plan = plan_event(ev, pb, Inputs(newer, owners, endpoints[ev.tenant_id]))
+        inputs = Inputs(newer, owners, endpoints[ev.tenant_id], _payload(ev))
+        plan = plan_event(ev, pb, inputs)
         _claim(ev, pb, plan, claimed)
         planned.append(plan)
     return Preview(planned, len(public_ids), more=len(public_ids) > MAX_PLANNED)

@@ -5,7 +5,8 @@ deliveries a playbook's steps made are the ones a courier claims. Its rules are 
 ``inbox/store/write/deliveries.py``: one endpoint's due deliveries in order, at most
 ``max_in_flight`` couriers at once (one while the endpoint is failing), a fence per claim,
 attempts counted at claim time and given back on release, expired leases swept back to
-pending (failed when out of attempts), every state change checked against
+pending (held while the endpoint is paused or disabled, failed when out of attempts),
+every state change checked against
 ``inbox.domain.states.DELIVERY_ALLOWED``.
 """
 
@@ -16,8 +17,9 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from inbox.domain import callbacks, filters
+from inbox.domain import callbacks, filters, throttle
 from inbox.domain.callbacks import Outgoing
+from inbox.domain.circuit import Change, Circuit, CircuitState
 from inbox.domain.errors import NotFound
 from inbox.domain.records import (
     ClaimedDelivery,
@@ -35,6 +37,10 @@ from inbox.testing._data import Attempt, Delivery, Memory
 class InMemoryDeliveries:
     def __init__(self, store: Memory) -> None:
         self.store = store
+        # Each endpoint's circuit as its row holds it: the state and when a probe may go.
+        self.circuits: dict[int, tuple[Circuit, float | None]] = {}
+        # Each endpoint's rate limit bucket: tokens left, and when (None: never used).
+        self.buckets: dict[int, tuple[float, float | None]] = {}
 
     # -- for tests ------------------------------------------------------------------------
 
@@ -82,11 +88,11 @@ class InMemoryDeliveries:
         messages: list[Outgoing],
         replay: int = 0,
     ) -> set[EndpointId]:
-        """One delivery per message and matching enabled endpoint, each written once
-        (``deliveries.enqueue``); the endpoints to ring."""
+        """One delivery per message and matching endpoint, each written once, held for
+        an endpoint paused or disabled (``deliveries.enqueue``); the endpoints to ring."""
         data = self.store.data
         eps = sorted(
-            (e for e in data.endpoints.values() if e.tenant_id == tenant_id and e.enabled),
+            (e for e in data.endpoints.values() if e.tenant_id == tenant_id),
             key=lambda e: e.id,
         )
         rung: set[EndpointId] = set()
@@ -113,8 +119,10 @@ class InMemoryDeliveries:
                         body=body,
                         replay=replay,
                         available_at=self.store.now,
+                        state=DeliveryState.PENDING if ep.sends else DeliveryState.HELD,
                     )
-                rung.add(ep.id)
+                if ep.sends:
+                    rung.add(ep.id)
         return rung
 
     # -- the DeliveryStore operations -----------------------------------------------------
@@ -138,25 +146,45 @@ class InMemoryDeliveries:
     ) -> list[ClaimedDelivery]:
         self.store.calls.append("claim_deliveries")
         ep = self.store.data.endpoints.get(endpoint_id)
-        if ep is None or not ep.enabled:
+        if ep is None or not ep.sends:
+            return []
+        now = self.circuit(tx, endpoint_id)
+        probe = now.state != CircuitState.CLOSED
+        if probe and (now.probe_in is None or now.probe_in > 0):
             return []
         mine = [d for d in self.store.data.deliveries.values() if d.endpoint_id == endpoint_id]
         busy = len({d.lease_owner for d in mine if self._live(d)})
-        if busy >= (1 if ep.failing else ep.max_in_flight):
+        if busy >= (1 if ep.failing or probe else ep.max_in_flight):
             return []
-        due = sorted(
-            (
-                d
-                for d in mine
-                if d.state == DeliveryState.PENDING and d.available_at <= self.store.now
-            ),
-            key=lambda d: (d.available_at, d.id),
-        )[:limit]
+        bucket = None
+        if not probe and ep.rate_per_second:
+            tokens, at = self.buckets.get(endpoint_id, (0.0, None))
+            elapsed = None if at is None else self.store.now - at
+            bucket = throttle.take(ep.rate_per_second, tokens, elapsed, limit)
+            limit = bucket.allowed
+            if not limit:
+                return []
+        pending = [d for d in mine if d.state == DeliveryState.PENDING]
+        if probe:  # the oldest, whatever its retry time
+            due = sorted(pending, key=lambda d: d.id)[:1]
+        else:
+            due = sorted(
+                (d for d in pending if d.available_at <= self.store.now),
+                key=lambda d: (d.available_at, d.id),
+            )[:limit]
         for d in due:
             d.state = transition(d.state, DeliveryState.SENDING)
             d.lease_owner, d.lease_expires_at = owner, self.store.now + lease
             d.fence += 1
-            d.attempts += 1
+            d.attempts += 0 if probe else 1
+        if probe and due:
+            half = dataclasses.replace(now, state=CircuitState.HALF_OPEN)
+            self.circuits[endpoint_id] = (half, self.store.now + lease)
+        if bucket is not None:
+            self.buckets[endpoint_id] = (
+                bucket.tokens + bucket.allowed - len(due),
+                self.store.now,
+            )
         return [
             ClaimedDelivery(
                 DeliveryId(d.id),
@@ -166,9 +194,35 @@ class InMemoryDeliveries:
                 d.attempts,
                 d.replay,
                 d.trace_context,
+                probe=probe,
             )
             for d in sorted(due, key=lambda d: d.id)
         ]
+
+    def circuit(self, tx: Memory, endpoint_id: EndpointId) -> Circuit:
+        self.store.calls.append("circuit")
+        now, probe_at = self.circuits.get(endpoint_id, (Circuit(), None))
+        probe_in = None if probe_at is None else probe_at - self.store.now
+        return dataclasses.replace(now, probe_in=probe_in)
+
+    def throttled(self, tx: Memory, endpoint_id: EndpointId) -> float | None:
+        self.store.calls.append("throttled")
+        ep = self.store.data.endpoints.get(endpoint_id)
+        if ep is None or not ep.rate_per_second:
+            return None
+        tokens, at = self.buckets.get(endpoint_id, (0.0, None))
+        elapsed = None if at is None else self.store.now - at
+        return throttle.take(ep.rate_per_second, tokens, elapsed, 1).wait
+
+    def set_circuit(self, tx: Memory, endpoint_id: EndpointId, change: Change) -> None:
+        self.store.calls.append("set_circuit")
+        c = change.circuit
+        probe_at = None if c.probe_in is None else self.store.now + c.probe_in
+        self.circuits[endpoint_id] = (c, probe_at)
+        if change.closed:
+            for d in self.store.data.deliveries.values():
+                if d.endpoint_id == endpoint_id and d.state == DeliveryState.PENDING:
+                    d.available_at = self.store.now
 
     def _held(self, claim: ClaimedDelivery) -> Delivery | None:
         """The delivery while ``claim`` names its current lease (expired or not)."""
@@ -186,7 +240,7 @@ class InMemoryDeliveries:
         for s in sent:
             d = self._held(s.claim)
             if d is not None:
-                d.state = transition(d.state, DeliveryState(s.state))
+                d.state = transition(d.state, self._stopped(d, DeliveryState(s.state)))
                 d.last_status, d.last_error = s.status, s.error
                 d.available_at = self.store.now + s.delay
                 d.finished_at = self.store.now if d.state in DELIVERY_FINISHED else None
@@ -197,6 +251,13 @@ class InMemoryDeliveries:
                 error_class = s.error if s.status is None else None
                 recorded.log.append(Attempt(s.at, s.status, error_class, s.latency_ms, s.excerpt))
         return kept
+
+    def _stopped(self, d: Delivery, state: DeliveryState) -> DeliveryState:
+        """A delivery going back to pending is held while its endpoint does not send."""
+        ep = self.store.data.endpoints.get(d.endpoint_id)
+        if state == DeliveryState.PENDING and ep is not None and not ep.sends:
+            return DeliveryState.HELD
+        return state
 
     def _any(self, delivery_id: int) -> Delivery | None:
         try:
@@ -210,7 +271,7 @@ class InMemoryDeliveries:
             d = self._held(c)
             if d is None:
                 continue
-            d.state = transition(d.state, DeliveryState.PENDING)
+            d.state = transition(d.state, self._stopped(d, DeliveryState.PENDING))
             d.attempts -= 1
             d.available_at = self.store.now + delay
             d.lease_owner = d.lease_expires_at = None
@@ -228,6 +289,9 @@ class InMemoryDeliveries:
             eps[endpoint_id] = dataclasses.replace(
                 eps[endpoint_id], enabled=False, disabled_reason=reason
             )
+            for d in self.store.data.deliveries.values():
+                if d.endpoint_id == endpoint_id and d.state == DeliveryState.PENDING:
+                    d.state = transition(d.state, DeliveryState.HELD)
 
     def sweep(self, tx: Memory) -> list[EndpointId]:
         self.store.calls.append("sweep_deliveries")
@@ -237,7 +301,8 @@ class InMemoryDeliveries:
             if d.state != DeliveryState.SENDING or expires is None or expires > now:
                 continue
             spent = d.attempts >= eps[d.endpoint_id].max_attempts
-            d.state = transition(d.state, DeliveryState.FAILED if spent else DeliveryState.PENDING)
+            back = DeliveryState.FAILED if spent else self._stopped(d, DeliveryState.PENDING)
+            d.state = transition(d.state, back)
             d.finished_at = now if spent else None
             d.last_error = d.last_error or "lease expired"
             d.lease_owner = d.lease_expires_at = None
@@ -247,6 +312,6 @@ class InMemoryDeliveries:
             for d in self.store.data.deliveries.values()
             if d.state == DeliveryState.PENDING
             and d.available_at <= now
-            and eps[d.endpoint_id].enabled
+            and eps[d.endpoint_id].sends
         }
         return sorted(due)

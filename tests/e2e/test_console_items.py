@@ -138,7 +138,7 @@ def test_deliveries_and_endpoints_at_1280_px(env, procs, make_source, engine, br
         inner = link.evaluate("a => [a.scrollWidth, a.clientWidth]")
         assert inner[0] <= inner[1] or inner[1] == 0, inner  # not clipped inside its cell
 
-    # 500 to every attempt: failing, never healthy; the endpoint that answers is healthy.
+    # 500 to every attempt: degraded, never healthy; the endpoint that answers is healthy.
     page.goto(base + "/ui/endpoints")
     health = dict(
         page.eval_on_selector_all(
@@ -149,7 +149,7 @@ def test_deliveries_and_endpoints_at_1280_px(env, procs, make_source, engine, br
     )
     assert health == {
         "acme-corporation · https://fraud-prevention.internal.example.com/hooks/v2/inbound": (
-            "failing"
+            "degraded"
         ),
         "acme-corporation · https://billing.example.com/webhooks/inbox": "healthy",
     }, health

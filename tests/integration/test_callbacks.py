@@ -186,10 +186,11 @@ def test_410_disables_the_endpoint(client, engine, wsettings, sink, forward_sour
     with engine.connect() as conn:
         now = ereads.get_endpoint(conn, ep.id)
     assert not now.enabled and "410" in (now.disabled_reason or "")
-    # a disabled endpoint gets no new deliveries
-    decide(client, engine, wsettings, forward_source, key="k2")
+    # a disabled endpoint's new deliveries are held, not sent and not dropped
+    assert decide(client, engine, wsettings, forward_source, key="k2") == set()
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM deliveries")).scalar_one() == 1
+        got = conn.execute(text("SELECT state FROM deliveries ORDER BY id")).scalars()
+        assert list(got) == ["failed", "held"]
 
 
 def test_attempt_limit_makes_a_dead_letter(client, engine, wsettings, sink, forward_source):

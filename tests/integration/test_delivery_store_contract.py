@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from inbox.domain.callbacks import Outgoing
+from inbox.domain.circuit import Change, Circuit, CircuitState
 from inbox.domain.errors import NotFound
 from inbox.domain.records import ClaimedDelivery, EndpointId, TenantId
 from inbox.domain.states import DeliveryState
@@ -255,3 +256,64 @@ def test_a_disabled_endpoint_gets_no_claims(subject: Subject) -> None:
     assert claim(subject, ep) == []
     with pytest.raises(NotFound), subject.store.begin() as tx:
         subject.store.endpoint(tx, EndpointId(10**9))
+
+
+def test_a_disabled_endpoints_deliveries_are_held_never_dropped(subject: Subject) -> None:
+    ep = subject.add_endpoint(max_in_flight=1)
+    enqueue(subject, 3)
+    first, second, third = claim(subject, ep, limit=3)
+    with subject.store.begin() as tx:
+        subject.store.release(tx, [third], 0.0)  # back to pending, before the 410
+        subject.store.disable(tx, ep, "the endpoint answered 410 Gone")
+    assert subject.row(third.public_id) == ("held", 0)  # pending when disabled: held
+    assert finish(subject, Sent(first, DeliveryState.PENDING, status=503)) == {first.id}
+    assert subject.row(first.public_id) == ("held", 1)  # a retry after the disable: held
+    subject.expire(second.public_id)
+    with subject.store.begin() as tx:
+        assert subject.store.sweep(tx) == []  # swept while disabled: held, nothing to ring
+    assert subject.row(second.public_id) == ("held", 1)
+    assert enqueue(subject, 1, step="later") == set()  # written held, nothing rung
+    assert claim(subject, ep) == []
+
+
+def test_an_open_circuit_gives_one_probe_uncounted_and_a_close_makes_all_due(
+    subject: Subject,
+) -> None:
+    ep = subject.add_endpoint()
+    enqueue(subject, 3)
+    first, second, third = claim(subject, ep, limit=3)
+    retry = (Sent(c, DeliveryState.PENDING, status=503, delay=600.0) for c in (first, second))
+    assert finish(subject, *retry)
+    with subject.store.begin() as tx:
+        subject.store.release(tx, [third], 0.0)  # due first, had the circuit not closed
+        opened = Circuit(CircuitState.OPEN, 5, 1.0, 30.0)
+        subject.store.set_circuit(tx, ep, Change(opened, opened=True))
+    assert claim(subject, ep) == []  # the probe is not due yet
+    with subject.store.begin() as tx:
+        subject.store.set_circuit(tx, ep, Change(Circuit(CircuitState.OPEN, 5, 1.0, 0.0)))
+    [probe] = claim(subject, ep)
+    assert (probe.id, probe.probe, probe.attempts) == (first.id, True, 1)  # the oldest, uncounted
+    assert claim(subject, ep, owner="c2") == []  # one probe at a time
+    with subject.store.begin() as tx:
+        assert subject.store.circuit(tx, ep).state == CircuitState.HALF_OPEN
+    assert finish(subject, Sent(probe, DeliveryState.DELIVERED)) == {probe.id}
+    with subject.store.begin() as tx:
+        subject.store.set_circuit(tx, ep, Change(Circuit(), closed=True))
+    [next_one] = claim(subject, ep, limit=1)
+    assert next_one.id == second.id  # in the order made, not the order they became due
+
+
+def test_a_rate_limit_leases_a_token_per_delivery_and_says_how_long_to_wait(
+    subject: Subject,
+) -> None:
+    ep = subject.add_endpoint(rate_per_second=2.0)
+    enqueue(subject, 5)
+    assert len(claim(subject, ep, limit=50)) == 2  # a full bucket: one second's worth
+    assert claim(subject, ep, owner="c2") == []  # no token left, whoever asks
+    with subject.store.begin() as tx:
+        wait = subject.store.throttled(tx, ep)
+    assert wait is not None and 0 < wait <= 0.5
+    free = subject.add_endpoint()
+    enqueue(subject, 1, step="free")
+    with subject.store.begin() as tx:
+        assert subject.store.throttled(tx, free) is None

@@ -3,6 +3,7 @@ the event's full failure history, and what a bulk replay achieved."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -123,11 +124,11 @@ def test_endpoint_health_shows_success_rate_latency_last_error_and_circuit(clien
     delivery(engine, ep, "msg_1", "delivered", [(200, None, 10, None)] * 3)
     delivery(engine, ep, "msg_2", "failed", [(500, None, 30, "db is on fire")])
     with engine.begin() as conn:
-        conn.execute(text("UPDATE endpoints SET failing = true WHERE id = :e"), {"e": ep.id})
+        conn.execute(text("UPDATE endpoints SET circuit = 'open' WHERE id = :e"), {"e": ep.id})
     sign_in(client, world["viewer"])
     row = html(client, "/ui/endpoints")
     assert "75.0%" in row and "of 4" in row  # 3 of 4 attempts answered 2xx
-    assert "probing" in row and "HTTP 500" in row
+    assert "open circuit" in row and "HTTP 500" in row
     page = html(client, f"/ui/endpoints/{ep.public_id}")
     assert "db is on fire" in page and "1 failed" in page and "1 active" in page
     assert "whsec_a" not in page  # a secret is counted, never shown
@@ -136,13 +137,20 @@ def test_endpoint_health_shows_success_rate_latency_last_error_and_circuit(clien
 
 def health_of(client, public_id: str) -> str:
     return grab(
-        rf'(?s)data-endpoint="{public_id}".*?data-health="([a-z]+)"', html(client, "/ui/endpoints")
+        rf'(?s)data-endpoint="{public_id}".*?data-health="([a-z_]+)"',
+        html(client, "/ui/endpoints"),
     )
 
 
-def test_health_comes_from_the_recent_outcomes_not_only_the_circuit(client, engine, world):
+def test_one_state_from_the_recent_outcomes_and_the_levers_shared_with_the_cli(
+    client, engine, world
+):
+    from click.testing import CliRunner
+
+    from inbox.cli import main
+
     down = endpoint(engine, "ta", "https://down.example/h")
-    for i in range(3):  # answered, but 500 every time: the circuit stays closed
+    for i in range(3):  # answered, but 500 every time
         delivery(engine, down, f"msg_down{i}", "failed", [(500, None, 20, "oops")] * 4)
     up = endpoint(engine, "ta", "https://up.example/h")
     delivery(engine, up, "msg_up", "delivered", [(200, None, 10, None)] * 5)
@@ -153,16 +161,25 @@ def test_health_comes_from_the_recent_outcomes_not_only_the_circuit(client, engi
     delivery(engine, shaky, "msg_s1", "failed", [(503, None, 10, None)] * 3)
     delivery(engine, shaky, "msg_s2", "delivered", [(200, None, 10, None)] * 2)
     quiet = endpoint(engine, "ta", "https://quiet.example/h")
-    sign_in(client, world["viewer"])
-    assert health_of(client, down.public_id) == "failing"
-    assert health_of(client, up.public_id) == "healthy"
-    assert health_of(client, recovered.public_id) == "healthy"  # 9 of 10, the latest ok
-    assert health_of(client, shaky.public_id) == "degraded"  # 2 of 5, the latest ok
-    assert health_of(client, quiet.public_id) == "idle"
+    paused = endpoint(engine, "ta", "https://paused.example/h")
+    off = endpoint(engine, "ta", "https://off.example/h")
     with engine.begin() as conn:
-        conn.execute(text("UPDATE endpoints SET failing = true WHERE id = :e"), {"e": up.id})
-    assert health_of(client, up.public_id) == "probing"
-    assert "healthy" not in html(client, f"/ui/endpoints/{down.public_id}").split("<h1")[1][:600]
+        conn.execute(text("UPDATE endpoints SET circuit = 'half_open' WHERE id = :e"), {"e": up.id})
+        conn.execute(text("UPDATE endpoints SET paused = true WHERE id = :e"), {"e": paused.id})
+        conn.execute(text("UPDATE endpoints SET enabled = false WHERE id = :e"), {"e": off.id})
+    want = {
+        down.public_id: "degraded",  # every recent attempt failed, the circuit never opened
+        up.public_id: "open_circuit",
+        recovered.public_id: "healthy",  # 1 of 10 failed: not over 10 %
+        shaky.public_id: "degraded",
+        quiet.public_id: "healthy",  # nothing sent lately
+        paused.public_id: "paused",
+        off.public_id: "disabled",
+    }
+    sign_in(client, world["viewer"])
+    assert {p: health_of(client, p) for p in want} == want
+    listed = json.loads(CliRunner().invoke(main, ["endpoints", "list", "--json"]).output)
+    assert {e["endpoint"]: e["state"] for e in listed if e["endpoint"] in want} == want
 
 
 def test_the_empty_endpoints_page_suggests_a_command_that_works(client, engine, world):

@@ -25,6 +25,9 @@ REQUIRED = {
     "InboxDuplicateSurge",
     "InboxIdempotencyConflict",
     "InboxOldestPendingTooOld",
+    "InboxEndpointCircuitOpen",
+    "InboxEndpointDeliveriesHeld",
+    "InboxEndpointFailureRate",
 }
 DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 METRIC = re.compile(r"\binbox_[a-z0-9_]+\b")
@@ -60,6 +63,10 @@ def exposed() -> dict[str, set[str]]:
         "inbox_delivery_backlog": {"tenant", "state"},
         "inbox_oldest_pending_delivery_age_seconds": {"tenant"},
         "inbox_stats_up": set(),
+        "inbox_endpoint_state": {"tenant", "endpoint", "state"},
+        "inbox_endpoint_held_deliveries": {"tenant", "endpoint"},
+        "inbox_endpoint_held_oldest_age_seconds": {"tenant", "endpoint"},
+        "inbox_endpoint_failure_rate": {"tenant", "endpoint"},
     }
     described = {f.name for f in StatsCollector(engine=None).describe()}  # type: ignore[arg-type]
     assert described == set(labels_of)
@@ -230,6 +237,60 @@ SCENARIOS = {
             "alert_rule_test": [
                 _alert("InboxReconcileGapsFilled", "20m"),
                 _alert("InboxReconcileGapsFilled", "40m", ({"tenant": "a", "source": "gap"}, "")),
+            ],
+        },
+        {
+            "interval": "1m",
+            "input_series": [
+                # one endpoint's circuit open from minute 5; another's open for 2 minutes only
+                {
+                    "series": 'inbox_endpoint_state{tenant="a",endpoint="ep_down",'
+                    'state="open_circuit"}',
+                    "values": "0x5 1x30",
+                },
+                {
+                    "series": 'inbox_endpoint_state{tenant="a",endpoint="ep_blip",'
+                    'state="open_circuit"}',
+                    "values": "0x5 1x2 0x28",
+                },
+                # held deliveries an hour old and growing older; fresh ones elsewhere
+                {
+                    "series": 'inbox_endpoint_held_oldest_age_seconds{tenant="a",'
+                    'endpoint="ep_off"}',
+                    "values": "3000+60x30",
+                },
+                {
+                    "series": 'inbox_endpoint_held_oldest_age_seconds{tenant="a",'
+                    'endpoint="ep_new"}',
+                    "values": "60x30",
+                },
+                # half of the attempts fail from minute 0; another at 5 %
+                {
+                    "series": 'inbox_endpoint_failure_rate{tenant="a",endpoint="ep_bad"}',
+                    "values": "0.5x30",
+                },
+                {
+                    "series": 'inbox_endpoint_failure_rate{tenant="a",endpoint="ep_ok"}',
+                    "values": "0.05x30",
+                },
+            ],
+            "alert_rule_test": [
+                _alert("InboxEndpointCircuitOpen", "7m"),  # open, but not for 5m yet
+                _alert(
+                    "InboxEndpointCircuitOpen", "12m", ({"tenant": "a", "endpoint": "ep_down"}, "1")
+                ),
+                _alert("InboxEndpointDeliveriesHeld", "5m"),  # 55 min: not yet an hour
+                _alert(
+                    "InboxEndpointDeliveriesHeld",
+                    "20m",
+                    ({"tenant": "a", "endpoint": "ep_off"}, "1h 10m 0s"),
+                ),
+                _alert("InboxEndpointFailureRate", "5m"),
+                _alert(
+                    "InboxEndpointFailureRate",
+                    "15m",
+                    ({"tenant": "a", "endpoint": "ep_bad"}, "50%"),
+                ),
             ],
         },
     ],

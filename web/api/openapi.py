@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from inbox.domain.approval import BulkStatus
+from inbox.domain.circuit import CIRCUIT_STATES
+from inbox.domain.endpoint_health import ENDPOINT_STATES
 from inbox.domain.holds import SCOPES
 from inbox.domain.states import DELIVERY_STATES, STATES
 from inbox.services import bulk
@@ -281,6 +283,46 @@ _SCHEMAS: dict[str, Any] = {
             **{k: {"type": ["string", "null"], **_TIME} for k in ("placed_at", "released_at")},
         },
     },
+    "EndpointState": {
+        "type": "object",
+        "properties": {
+            "endpoint": {"type": "string"},
+            "tenant": {"type": "string"},
+            "state": {"type": "string", "enum": list(ENDPOINT_STATES)},
+            "circuit": {"type": "string", "enum": list(CIRCUIT_STATES)},
+            "circuit_changed_at": {"type": ["string", "null"], **_TIME},
+            "disabled_reason": {"type": ["string", "null"]},
+            "attempts_recent": {"type": "integer", "description": "In the last 15 minutes."},
+            "failure_rate": {"type": "number", "description": "Of those, the share without 2xx."},
+            "waiting": {"type": "integer", "description": "Pending or being sent."},
+            "held": {"type": "integer", "description": "Kept while it is paused or disabled."},
+            "held_oldest_age_seconds": {"type": "number"},
+            "rate_per_second": {"type": ["number", "null"]},
+            "max_in_flight": {"type": "integer"},
+        },
+    },
+    "EndpointChange": {
+        "type": "object",
+        "properties": {
+            "endpoint": {"type": "string"},
+            "sends": {"type": "boolean", "description": "Its deliveries are attempted now."},
+            "held": {"type": "integer", "description": "Deliveries this change held."},
+            "released": {"type": "integer", "description": "Held deliveries it released."},
+        },
+    },
+    "HeldDiscard": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "endpoint": {"type": "string"},
+            "reason": {"type": "string"},
+            "requested_by": {"type": "string"},
+            "held": {"type": "integer", "description": "Held deliveries it covers."},
+            "status": {"type": "string", "enum": ["awaiting", "discarded", "withdrawn"]},
+            "discarded": {"type": "integer"},
+            "decided_by": {"type": ["string", "null"]},
+        },
+    },
     "LegalHoldRequest": {
         "type": "object",
         "required": ["tenant", "reason"],
@@ -412,6 +454,84 @@ _PATHS: dict[str, Any] = {
         " it, another operator's release ends it (403 for the same operator).",
         _ref("LegalHold"),
         409,
+    ),
+    "/api/v1/endpoints": {
+        "get": {
+            "summary": "Callback endpoints' state (healthy, degraded, open_circuit, paused,"
+            " disabled: as the console, the CLI and /metrics show it) and backlog.",
+            "responses": {
+                **_ok(
+                    {
+                        "type": "object",
+                        "properties": {"data": {"type": "array", "items": _ref("EndpointState")}},
+                    }
+                ),
+                **_errors(),
+            },
+        }
+    },
+    "/api/v1/endpoints/{public_id}": _detail("One endpoint's state.", "EndpointState"),
+    **{
+        f"/api/v1/endpoints/{{public_id}}/{verb}": _action(summary, _ref("EndpointChange"))
+        for verb, summary in (
+            ("disable", "Disable it (operator): nothing is sent, its deliveries are held."),
+            ("enable", "Enable it (operator): its held deliveries go out in their order."),
+            ("pause", "Pause it (operator): nothing is sent, its deliveries are held."),
+            ("resume", "Resume it (operator): its held deliveries go out in their order."),
+        )
+    },
+    "/api/v1/endpoints/{public_id}/limits": {
+        "post": {
+            "summary": "Set its rate (messages a second, null: none) and in-flight limit"
+            " (operator); they hold across every courier process, the backlog waits.",
+            "parameters": [_PATH_ID],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "rate_per_second": {"type": ["number", "null"]},
+                                "max_in_flight": {"type": "integer", "minimum": 1, "maximum": 64},
+                            },
+                        }
+                    }
+                },
+            },
+            "responses": {**_ok(_ref("EndpointState")), **_errors(400, 403, 404)},
+        }
+    },
+    "/api/v1/endpoints/{public_id}/discard": {
+        "post": {
+            "summary": "Discard its held deliveries with a reason (operator): each becomes a"
+            " dead letter, audited; past INBOX_HELD_DISCARD_APPROVAL_MIN it awaits a second"
+            " operator.",
+            "parameters": [_PATH_ID],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["reason"],
+                            "additionalProperties": False,
+                            "properties": {"reason": {"type": "string"}},
+                        }
+                    }
+                },
+            },
+            "responses": {**_ok(_ref("HeldDiscard")), **_errors(400, 403, 404, 409)},
+        }
+    },
+    "/api/v1/endpoints/{public_id}/discard/approve": _action(
+        "Approve the awaiting discard (another operator than the one who asked; 403 else).",
+        _ref("HeldDiscard"),
+        409,
+    ),
+    "/api/v1/endpoints/{public_id}/discard/withdraw": _action(
+        "Withdraw the awaiting discard: nothing is discarded.", _ref("HeldDiscard"), 409
     ),
     "/api/v1/openapi.json": {
         "get": {"summary": "This document.", "security": [], "responses": _ok({"type": "object"})}

@@ -16,7 +16,7 @@ def due_within(
             SELECT DISTINCT d.endpoint_id,
                    ceil(extract(epoch FROM d.available_at - now()) / :slot) * :slot AS due_in
               FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id
-             WHERE e.enabled AND d.state = 'pending' AND d.available_at > now()
+             WHERE e.enabled AND NOT e.paused AND d.state = 'pending' AND d.available_at > now()
                AND d.available_at <= now() + make_interval(secs => :horizon)
              ORDER BY due_in LIMIT :limit
             """

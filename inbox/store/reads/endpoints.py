@@ -44,6 +44,8 @@ def _to_endpoint(r: Any) -> Endpoint:
         secrets=tuple(keyring().decrypt(s) for s in r.secrets or ()),
         failing=r.failing,
         filter=r.filter,
+        paused=r.paused,
+        rate_per_second=r.rate_per_second,
     )
 
 

@@ -59,6 +59,9 @@ class EndpointRow:
     id: int
     public_id: str
     event_types: list[str] | None
+    filter: str | None = None
+    sends: bool = True  # neither paused nor disabled: otherwise its deliveries are held
+    circuit: str = "closed"
 
 
 _EVENT = text(
@@ -129,15 +132,18 @@ def effect_owner(conn: Connection, tenant_id: int, name: str, bk: bytes) -> tupl
 
 
 def endpoints(conn: Connection, tenant_id: int) -> list[EndpointRow]:
-    """The tenant's enabled endpoints, as the outbox picks them."""
+    """Every endpoint of the tenant, as the outbox writes for them (a paused or disabled
+    one's deliveries are held), with its filter and circuit."""
     rows = conn.execute(
         text(
-            "SELECT id, public_id, event_types FROM endpoints"
-            " WHERE tenant_id = :t AND enabled ORDER BY id"
+            "SELECT id, public_id, event_types, filter, enabled AND NOT paused AS sends,"
+            " circuit FROM endpoints WHERE tenant_id = :t ORDER BY id"
         ),
         {"t": tenant_id},
     )
-    return [EndpointRow(r.id, r.public_id, r.event_types) for r in rows]
+    return [
+        EndpointRow(r.id, r.public_id, r.event_types, r.filter, r.sends, r.circuit) for r in rows
+    ]
 
 
 def job_items(conn: Connection, job_id: int, limit: int) -> list[str]:

@@ -15,10 +15,11 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Row, text
 
+from inbox.domain.endpoint_health import Recent, state_of
 from inbox.store.reads.detail import AuditEntry
+from inbox.store.reads.endpoint_health import RECENT
 
 HEALTH_HOURS = 24
-HEALTHY_RATE = 0.9  # of the recent attempts, answered 2xx
 R = TypeVar("R")
 _SCOPED = "(CAST(:scope AS bigint) IS NULL OR {col} = :scope)"
 
@@ -50,40 +51,28 @@ class EndpointHealth:
     avg_ms: float | None
     p95_ms: float | None
     pending: int
+    held: int  # paused or disabled: kept until it is enabled (or discarded)
     failed: int
     last_ok_at: datetime | None
     last_error_at: datetime | None
     last_error_status: int | None
     last_error_class: str | None
     last_error_excerpt: str | None
+    paused: bool = False
+    rate_per_second: float | None = None  # its rate limit, across every courier
+    circuit: str = "closed"  # its breaker: closed, open or half_open (inbox.domain.circuit)
+    recent_attempts: int = 0  # in the last endpoint_health.WINDOW_MINUTES
+    recent_failures: int = 0
 
     @property
     def success_rate(self) -> float | None:
         return self.succeeded / self.attempts if self.attempts else None
 
     @property
-    def circuit(self) -> str:
-        """closed (sending freely), probing (one courier until it answers), open (disabled)."""
-        if not self.enabled:
-            return "open"
-        return "probing" if self.failing else "closed"
-
-    @property
     def health(self) -> str:
-        """What the console shows, from the circuit and the recent attempts' outcomes:
-        disabled, probing (unreachable), failing (its latest attempt failed, or none of
-        the recent ones succeeded), degraded (under 90 % succeeded), healthy, or idle (no
-        attempt in the last HEALTH_HOURS)."""
-        if self.circuit != "closed":
-            return "disabled" if self.circuit == "open" else "probing"
-        if not self.attempts:
-            return "idle"
-        latest_failed = self.last_error_at is not None and (
-            self.last_ok_at is None or self.last_error_at > self.last_ok_at
-        )
-        if not self.succeeded or latest_failed:
-            return "failing"
-        return "degraded" if self.succeeded / self.attempts < HEALTHY_RATE else "healthy"
+        """Its state, as every view shows it (``inbox.domain.endpoint_health``)."""
+        recent = Recent(self.recent_attempts, self.recent_failures)
+        return str(state_of(self.enabled, self.paused, self.circuit, recent))
 
 
 # Attempts over the last day per endpoint, the backlog per endpoint, and the latest
@@ -100,23 +89,27 @@ WITH recent AS (
      GROUP BY d.endpoint_id
 ), backlog AS (
     SELECT endpoint_id, count(*) FILTER (WHERE state IN ('pending', 'sending')) AS pending,
+           count(*) FILTER (WHERE state = 'held') AS held,
            count(*) FILTER (WHERE state = 'failed') AS failed
       FROM deliveries WHERE state <> 'delivered' AND {_SCOPED.format(col="tenant_id")}
      GROUP BY endpoint_id
 )
 SELECT ep.id, ep.public_id, t.name AS tenant, ep.url, ep.event_types, ep.enabled,
        ep.disabled_reason, ep.failing, ep.max_attempts, ep.timeout_ms, ep.max_in_flight,
-       ep.retry_schedule, ep.created_at,
+       ep.retry_schedule, ep.created_at, ep.paused, ep.circuit, ep.rate_per_second,
+       rw.attempts AS recent_attempts, rw.failures AS recent_failures,
        (SELECT count(*) FROM endpoint_secrets s
          WHERE s.endpoint_id = ep.id AND s.revoked_at IS NULL) AS active_secrets,
        coalesce(r.attempts, 0) AS attempts, coalesce(r.succeeded, 0) AS succeeded,
        r.avg_ms, r.p95_ms, r.last_ok_at,
-       coalesce(b.pending, 0) AS pending, coalesce(b.failed, 0) AS failed,
+       coalesce(b.pending, 0) AS pending, coalesce(b.held, 0) AS held,
+       coalesce(b.failed, 0) AS failed,
        le.at AS last_error_at, le.status AS last_error_status,
        le.error_class AS last_error_class, le.excerpt AS last_error_excerpt
   FROM endpoints ep JOIN tenants t ON t.id = ep.tenant_id
   LEFT JOIN recent r ON r.endpoint_id = ep.id
   LEFT JOIN backlog b ON b.endpoint_id = ep.id
+ CROSS JOIN LATERAL ({RECENT}) rw
   LEFT JOIN LATERAL (
         SELECT a.at, a.status, a.error_class, a.excerpt
           FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id

@@ -9,6 +9,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Identity,
     Index,
@@ -22,7 +23,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
-from inbox.store.schema.metadata import metadata, now_column
+from inbox.domain.circuit import CIRCUIT_STATES
+from inbox.store.schema.metadata import metadata, now_column, one_of
 
 tenants = Table(
     "tenants",
@@ -89,6 +91,8 @@ endpoints = Table(
     Column("filter", Text),
     Column("enabled", Boolean, nullable=False, server_default=text("true")),
     Column("disabled_reason", Text),
+    # An operator's pause: like disabled, its deliveries are held (migration 0023).
+    Column("paused", Boolean, nullable=False, server_default=text("false")),
     Column("max_attempts", Integer, nullable=False, server_default=text("4")),
     # Seconds before each retry; the last value repeats. Jitter is added.
     Column("retry_schedule", ARRAY(Integer), nullable=False, server_default=text("'{5,30,120}'")),
@@ -97,6 +101,46 @@ endpoints = Table(
     # Unreachable at its last attempt: one courier at a time until it answers again.
     Column("failing", Boolean, nullable=False, server_default=text("false")),
     now_column(),
+    # Its circuit breaker (inbox.domain.circuit), shared by every courier (migration 0023):
+    # the state, consecutive retryable failures, the last wait between probes (seconds),
+    # when the next probe may go (while half open: the probe's lease), the last change.
+    Column("circuit", Text, nullable=False, server_default=text("'closed'")),
+    Column("circuit_failures", Integer, nullable=False, server_default=text("0")),
+    Column("probe_backoff", Float, nullable=False, server_default=text("0")),
+    Column("probe_at", DateTime(timezone=True)),
+    Column("circuit_changed_at", DateTime(timezone=True)),
+    CheckConstraint(one_of("circuit", CIRCUIT_STATES), name="circuit"),
+    # Messages a second to it, across every courier (NULL: unlimited), and the token
+    # bucket that enforces it: tokens left at rate_at (migration 0023).
+    Column("rate_per_second", Float),
+    Column("rate_tokens", Float, nullable=False, server_default=text("0")),
+    Column("rate_at", DateTime(timezone=True)),
+)
+
+# An operator's discard of an endpoint's held deliveries: done at once up to
+# INBOX_HELD_DISCARD_APPROVAL_MIN of them, past that awaiting a second operator. It covers
+# the deliveries held up to ``upto_id`` when it was asked for (migration 0023).
+held_discards = Table(
+    "held_discards",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("public_id", Text, nullable=False, unique=True),
+    Column("endpoint_id", BigInteger, ForeignKey("endpoints.id"), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("requested_by", Text, nullable=False),
+    Column("upto_id", BigInteger, nullable=False),
+    Column("held", Integer, nullable=False),
+    Column("status", Text, nullable=False, server_default=text("'awaiting'")),
+    Column("decided_by", Text),
+    now_column(),
+    Column("decided_at", DateTime(timezone=True)),
+    CheckConstraint("status IN ('awaiting', 'discarded', 'withdrawn')", name="status"),
+    Index(
+        "ix_held_discards_awaiting",
+        "endpoint_id",
+        unique=True,
+        postgresql_where=text("status = 'awaiting'"),
+    ),
 )
 
 endpoint_secrets = Table(

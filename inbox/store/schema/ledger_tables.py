@@ -329,6 +329,13 @@ deliveries = Table(
         postgresql_where=text("state = 'sending'"),
     ),
     Index("ix_deliveries_listing", "tenant_id", "state", "id"),
+    # A paused or disabled endpoint's deliveries, released in order (migration 0023).
+    Index(
+        "ix_deliveries_held",
+        "endpoint_id",
+        "id",
+        postgresql_where=text("state = 'held'"),
+    ),
     postgresql_partition_by="RANGE (id)",
 )
 

@@ -184,7 +184,7 @@ def contents(conn: Connection, day: dt.date) -> DayContents:
         ),
         unfinished_deliveries=count(
             f"SELECT count(*) FROM deliveries WHERE {_in_day('id')}"
-            " AND state IN ('pending', 'sending')"
+            " AND state IN ('pending', 'sending', 'held')"
         ),
         live_keys=count(f"SELECT count(*) FROM event_keys WHERE {_in_day('event_id')}"),
         **_held(conn, bounds),

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain import callbacks, filters, ledger
 from inbox.domain.callbacks import Outgoing
+from inbox.domain.circuit import CircuitState
 from inbox.domain.records import (
     ClaimedDelivery,
     DeliveryAttempt,
@@ -20,6 +21,7 @@ from inbox.domain.records import (
 )
 from inbox.infra import metrics, tracing
 from inbox.store.db.days import LOWER_FLOOR, DayBounded, open_days
+from inbox.store.write import circuit, endpoint_rate
 
 
 def enqueue(
@@ -38,10 +40,12 @@ def enqueue(
     """
     if not messages:
         return set()
+    # Every endpoint of the tenant, whatever its state: a paused or disabled one's
+    # deliveries are written held (sent when it is enabled again), never dropped.
     eps = conn.execute(
         text(
-            "SELECT id, event_types, filter FROM endpoints"
-            " WHERE tenant_id = :t AND enabled ORDER BY id"
+            "SELECT id, event_types, filter, enabled AND NOT paused AS sends FROM endpoints"
+            " WHERE tenant_id = :t ORDER BY id"
         ),
         {"t": tenant_id},
     ).fetchall()
@@ -76,14 +80,16 @@ def enqueue(
                     "replay": replay,
                     "lo": since,
                     "tc": trace_context,
+                    "state": "pending" if ep.sends else "held",
                 }
             )
     if rows:
         conn.execute(
             text(
                 "INSERT INTO deliveries (public_id, tenant_id, endpoint_id, event_id, event_type,"
-                " body, replay, trace_context) SELECT CAST(:p AS text), :t, :e,"
-                " CAST(:ev AS bigint), CAST(:type AS text), :body, :replay, CAST(:tc AS text)"
+                " body, replay, trace_context, state) SELECT CAST(:p AS text), :t, :e,"
+                " CAST(:ev AS bigint), CAST(:type AS text), :body, :replay, CAST(:tc AS text),"
+                " CAST(:state AS text)"
                 " WHERE NOT EXISTS"
                 " (SELECT FROM deliveries d WHERE d.public_id = :p AND d.id >= :lo)"
             ),
@@ -91,7 +97,7 @@ def enqueue(
         )
     if filtered:
         metrics.record_callbacks_filtered(tenant, filtered)
-    return {EndpointId(r["e"]) for r in rows}
+    return {EndpointId(r["e"]) for r in rows if r["state"] == "pending"}
 
 
 # Claims for one endpoint are serialised by locking the endpoint's row; each claim
@@ -104,7 +110,7 @@ _CLAIM = DayBounded(
     """
     WITH ep AS (
         SELECT id, CASE WHEN failing THEN 1 ELSE max_in_flight END AS slots
-          FROM endpoints WHERE id = :e AND enabled FOR UPDATE
+          FROM endpoints WHERE id = :e AND enabled AND NOT paused FOR UPDATE
     ), slots AS (
         SELECT count(DISTINCT lease_owner) AS busy FROM deliveries
          WHERE endpoint_id = :e AND state = 'sending' AND lease_expires_at > now()
@@ -131,13 +137,55 @@ _CLAIM = DayBounded(
 )
 
 
+# While the circuit is open: one delivery, the oldest whatever its retry time, as the
+# probe, and only when no other is being sent. Its attempt budget is not spent.
+_PROBE = DayBounded(
+    """
+    WITH ep AS (
+        SELECT id FROM endpoints WHERE id = :e AND enabled AND NOT paused FOR UPDATE
+    ), picked AS (
+        SELECT d.id FROM deliveries d
+         WHERE d.endpoint_id = :e AND d.state = 'pending'
+           AND d.id >= {lo} AND d.id < {hi}
+           AND EXISTS (SELECT 1 FROM ep)
+           AND NOT EXISTS (SELECT 1 FROM deliveries s
+                            WHERE s.endpoint_id = :e AND s.state = 'sending'
+                              AND s.lease_expires_at > now()
+                              AND s.id >= {lo} AND s.id < {hi})
+         ORDER BY d.id
+         LIMIT 1
+           FOR UPDATE OF d SKIP LOCKED
+    )
+    UPDATE deliveries d
+       SET state = 'sending', lease_owner = :owner,
+           lease_expires_at = now() + make_interval(secs => :lease), fence = d.fence + 1
+     WHERE d.id = ANY(ARRAY(SELECT id FROM picked)) AND d.id >= {lo} AND d.id < {hi}
+    RETURNING d.id, d.fence, d.public_id, d.body, d.attempts, d.replay, d.trace_context
+    """
+)
+
+
 def claim(
     conn: Connection, endpoint_id: EndpointId, owner: str, limit: int, lease: float
 ) -> list[ClaimedDelivery]:
-    rows = conn.execute(
-        _CLAIM.over(*open_days(conn)),
-        {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease},
-    ).fetchall()
+    """Up to ``limit`` due deliveries while the endpoint's circuit is closed (and its rate
+    limit has tokens: one per delivery); while it is open, one probe when the probe is due
+    (the circuit is half open until it answers); otherwise none."""
+    now = circuit.read(conn, endpoint_id)  # the endpoint's row is locked from here
+    probe = now.state != CircuitState.CLOSED
+    if probe and (now.probe_in is None or now.probe_in > 0):
+        return []
+    bucket = None if probe else endpoint_rate.take(conn, endpoint_id, limit)
+    if bucket is not None:
+        limit = bucket.allowed
+        if not limit:
+            return []
+    params = {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease}
+    rows = conn.execute((_PROBE if probe else _CLAIM).over(*open_days(conn)), params).fetchall()
+    if probe and rows:
+        circuit.probing(conn, endpoint_id, lease)
+    if bucket is not None:
+        endpoint_rate.spend(conn, endpoint_id, bucket, len(rows))
     return sorted(
         (
             ClaimedDelivery(
@@ -148,6 +196,7 @@ def claim(
                 r.attempts,
                 r.replay,
                 r.trace_context,
+                probe=probe,
             )
             for r in rows
         ),
@@ -168,12 +217,15 @@ _FINISH_MANY = DayBounded(
             error_class text, delay float8, latency int, excerpt text)
     ), done AS (
         UPDATE deliveries d
-           SET state = i.state, last_status = i.status, last_error = i.error,
+           SET state = CASE WHEN i.state = 'pending' AND NOT (e.enabled AND NOT e.paused)
+                            THEN 'held'
+                            ELSE i.state END,
+               last_status = i.status, last_error = i.error,
                available_at = now() + make_interval(secs => i.delay),
                finished_at = CASE WHEN i.state IN ('delivered', 'failed') THEN now() END,
                lease_owner = NULL, lease_expires_at = NULL
-          FROM input i
-         WHERE d.id = i.id AND d.fence = i.fence AND d.state = 'sending'
+          FROM input i, endpoints e
+         WHERE e.id = d.endpoint_id AND d.id = i.id AND d.fence = i.fence AND d.state = 'sending'
            AND d.id >= {lo} AND d.id < {hi}
         RETURNING d.id
     ), attempts AS (
@@ -186,7 +238,8 @@ _FINISH_MANY = DayBounded(
 
 
 def finish_many(conn: Connection, sent: Sequence[DeliveryAttempt]) -> set[DeliveryId]:
-    """Record attempts and outcomes; returns the ids whose lease was still ours."""
+    """Record attempts and outcomes; returns the ids whose lease was still ours. A retry
+    of an endpoint paused or disabled meanwhile is held."""
     rows = [
         {
             "id": s.claim.id,
@@ -217,7 +270,10 @@ def set_failing(conn: Connection, endpoint_id: EndpointId, failing: bool) -> Non
 _RELEASE = DayBounded(
     f"""
     UPDATE deliveries
-       SET state = 'pending', attempts = attempts - 1,
+       SET state = CASE WHEN (SELECT enabled AND NOT paused FROM endpoints e
+                               WHERE e.id = deliveries.endpoint_id)
+                        THEN 'pending' ELSE 'held' END,
+           attempts = attempts - 1,
            available_at = now() + make_interval(secs => :delay),
            lease_owner = NULL, lease_expires_at = NULL
      WHERE {_LIVE}
@@ -236,7 +292,8 @@ def release(conn: Connection, claims: list[ClaimedDelivery], delay: float) -> No
 
 
 def sweep(conn: Connection) -> list[EndpointId]:
-    """Expired leases go back to pending (or fail when out of attempts).
+    """Expired leases go back to pending (held while the endpoint is paused or disabled;
+    failed when out of attempts).
 
     Returns the endpoints with due deliveries, to ring.
     """
@@ -244,7 +301,9 @@ def sweep(conn: Connection) -> list[EndpointId]:
         text(
             """
             UPDATE deliveries d
-               SET state = CASE WHEN d.attempts >= e.max_attempts THEN 'failed' ELSE 'pending' END,
+               SET state = CASE WHEN d.attempts >= e.max_attempts THEN 'failed'
+                                WHEN e.enabled AND NOT e.paused THEN 'pending'
+                                ELSE 'held' END,
                    finished_at = CASE WHEN d.attempts >= e.max_attempts THEN now() END,
                    last_error = coalesce(d.last_error, 'lease expired'),
                    lease_owner = NULL, lease_expires_at = NULL, available_at = now()
@@ -256,7 +315,7 @@ def sweep(conn: Connection) -> list[EndpointId]:
     rows = conn.execute(
         text(
             "SELECT DISTINCT d.endpoint_id FROM deliveries d JOIN endpoints e"
-            " ON e.id = d.endpoint_id WHERE e.enabled AND d.state = 'pending'"
+            " ON e.id = d.endpoint_id WHERE e.enabled AND NOT e.paused AND d.state = 'pending'"
             " AND d.available_at <= now()"
         )
     )
@@ -290,3 +349,92 @@ def replay(
     """Dead letters back to pending, with the same webhook-id; audited (with ``detail``)."""
     params = {"ids": public_ids, "actor": actor, "extra": json.dumps(detail or {})}
     return [(r.public_id, int(r.endpoint_id)) for r in conn.execute(_REPLAY, params)]
+
+
+# An endpoint stops (paused or disabled): its due and scheduled deliveries are held.
+# Those being sent finish first; a retry among them is held by ``finish_many``.
+_HOLD = text("UPDATE deliveries SET state = 'held' WHERE endpoint_id = :e AND state = 'pending'")
+
+# It sends again: its held deliveries are due now, all at one time, so the claim (by due
+# time, then id) takes them in the order they were made. The couriers' claim looks no
+# lower than the floor, which the sweep raised past them while they were held.
+_RELEASE_HELD = text(
+    f"""
+    WITH moved AS (
+        UPDATE deliveries SET state = 'pending', available_at = now()
+         WHERE endpoint_id = :e AND state = 'held'
+        RETURNING id
+    ), lowered AS (
+        {LOWER_FLOOR}
+    )
+    SELECT count(*) FROM moved
+    """
+)
+
+
+def hold(conn: Connection, endpoint_id: EndpointId) -> int:
+    """The endpoint's pending deliveries are held; how many."""
+    return int(conn.execute(_HOLD, {"e": endpoint_id}).rowcount)
+
+
+def release_held(conn: Connection, endpoint_id: EndpointId) -> int:
+    """The endpoint's held deliveries are due now, in their original order; how many."""
+    return int(conn.execute(_RELEASE_HELD, {"e": endpoint_id}).scalar_one())
+
+
+def held_count(conn: Connection, endpoint_id: EndpointId, upto: int | None = None) -> int:
+    return int(
+        conn.execute(
+            text(
+                "SELECT count(*) FROM deliveries WHERE endpoint_id = :e AND state = 'held'"
+                " AND (CAST(:upto AS bigint) IS NULL OR id <= :upto)"
+            ),
+            {"e": endpoint_id, "upto": upto},
+        ).scalar_one()
+    )
+
+
+_DISCARD_HELD = text(
+    """
+    WITH moved AS (
+        UPDATE deliveries
+           SET state = 'failed', finished_at = now(), last_error = :why
+         WHERE endpoint_id = :e AND state = 'held' AND id <= :upto
+        RETURNING id, public_id
+    ), audited AS (
+        INSERT INTO audit_log (actor, action, subject_kind, subject_id, detail)
+        SELECT :actor, 'discard', 'delivery', id,
+               jsonb_build_object('public_id', public_id, 'reason', CAST(:reason AS text))
+          FROM moved
+    )
+    SELECT count(*) FROM moved
+    """
+)
+
+
+def discard_held(
+    conn: Connection, endpoint_id: EndpointId, upto: int, actor: str, reason: str
+) -> int:
+    """Held deliveries (up to id ``upto``) become dead letters, each audited with the reason;
+    a replay can still send one. How many."""
+    params = {
+        "e": endpoint_id,
+        "upto": upto,
+        "actor": actor,
+        "reason": reason,
+        "why": f"discarded by {actor}: {reason}",
+    }
+    return int(conn.execute(_DISCARD_HELD, params).scalar_one())
+
+
+def last_id(conn: Connection, endpoint_id: EndpointId) -> int:
+    """The endpoint's newest held delivery's id (0 when none)."""
+    return int(
+        conn.execute(
+            text(
+                "SELECT coalesce(max(id), 0) FROM deliveries"
+                " WHERE endpoint_id = :e AND state = 'held'"
+            ),
+            {"e": endpoint_id},
+        ).scalar_one()
+    )

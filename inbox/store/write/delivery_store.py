@@ -14,7 +14,8 @@ from sqlalchemy import Connection, Engine
 
 from inbox.domain.records import Endpoint, EndpointId
 from inbox.store.reads import endpoints as endpoints_reads
-from inbox.store.write import deliveries, endpoints
+from inbox.store.write import circuit as circuits
+from inbox.store.write import deliveries, endpoint_rate, endpoints
 
 
 class SqlDeliveryStore:
@@ -33,6 +34,9 @@ class SqlDeliveryStore:
         endpoints.set_enabled(conn, endpoint_id, False, reason)
 
     claim = staticmethod(deliveries.claim)
+    circuit = staticmethod(circuits.read)
+    throttled = staticmethod(endpoint_rate.wait)
+    set_circuit = staticmethod(circuits.write)
     finish_many = staticmethod(deliveries.finish_many)
     release = staticmethod(deliveries.release)
     set_failing = staticmethod(deliveries.set_failing)

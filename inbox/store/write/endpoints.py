@@ -10,11 +10,12 @@ from sqlalchemy import Connection, func, insert, select, update
 
 from inbox.domain import filters
 from inbox.domain.errors import BadRequest
-from inbox.domain.records import Endpoint
+from inbox.domain.records import Endpoint, EndpointId
 from inbox.infra.keyring import keyring
 from inbox.store.reads.endpoints import get_endpoint
 from inbox.store.reads.sources import get_tenant
 from inbox.store.schema.tables import audit_log, endpoint_secrets, endpoints
+from inbox.store.write import deliveries
 
 
 def create_endpoint(
@@ -71,12 +72,34 @@ def revoke_secrets_except(conn: Connection, ep: Endpoint, keep: str) -> int:
     return len(ids)
 
 
-def set_enabled(conn: Connection, endpoint_id: int, enabled: bool, reason: str | None) -> None:
+def set_enabled(conn: Connection, endpoint_id: int, enabled: bool, reason: str | None) -> int:
+    """Disable (its deliveries are held) or enable (released in order, unless it is also
+    paused). How many deliveries were held or released."""
     conn.execute(
         update(endpoints)
         .where(endpoints.c.id == endpoint_id)
         .values(enabled=enabled, disabled_reason=None if enabled else reason)
     )
+    return _hold_or_release(conn, endpoint_id)
+
+
+def set_paused(conn: Connection, endpoint_id: int, paused: bool) -> int:
+    """Pause (its deliveries are held) or resume (released in order, unless it is also
+    disabled). How many deliveries were held or released."""
+    conn.execute(update(endpoints).where(endpoints.c.id == endpoint_id).values(paused=paused))
+    return _hold_or_release(conn, endpoint_id)
+
+
+def _hold_or_release(conn: Connection, endpoint_id: int) -> int:
+    sends = conn.execute(
+        select(endpoints.c.enabled & ~endpoints.c.paused).where(endpoints.c.id == endpoint_id)
+    ).scalar_one()
+    eid = EndpointId(endpoint_id)
+    return deliveries.release_held(conn, eid) if sends else deliveries.hold(conn, eid)
+
+
+def set_max_in_flight(conn: Connection, endpoint_id: int, slots: int) -> None:
+    conn.execute(update(endpoints).where(endpoints.c.id == endpoint_id).values(max_in_flight=slots))
 
 
 def finish_rotation(conn: Connection, endpoint_id: int) -> int:
@@ -102,7 +125,7 @@ def finish_rotation(conn: Connection, endpoint_id: int) -> int:
     return int(result.rowcount)
 
 
-def audit(conn: Connection, actor: str, action: str, ep: Endpoint) -> None:
+def audit(conn: Connection, actor: str, action: str, ep: Endpoint, **detail: Any) -> None:
     """An operator's change to an endpoint, in the audit log (never a secret)."""
     conn.execute(
         insert(audit_log).values(
@@ -110,6 +133,6 @@ def audit(conn: Connection, actor: str, action: str, ep: Endpoint) -> None:
             action=action,
             subject_kind="endpoint",
             subject_id=ep.id,
-            detail={"public_id": ep.public_id},
+            detail={"public_id": ep.public_id, **detail},
         )
     )
