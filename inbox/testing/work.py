@@ -144,6 +144,7 @@ class InMemoryStore(Memory):
             steps=copy.deepcopy(row.steps),
             trace_context=row.trace_context,
             age_seconds=self.now - row.received_at,
+            lane=row.ordering_key,
         )
 
     def _held(self, c: Claim) -> Row | None:

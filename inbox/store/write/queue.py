@@ -121,7 +121,7 @@ def raise_floor(conn: Connection) -> int:
 LOAD_COLUMNS = """
     SELECT e.id, e.public_id, e.tenant_id, t.name AS tenant, s.name AS source,
            s.options AS source_options, e.event_type, e.business_key_digest, e.content_type,
-           e.body, e.attempts, e.max_attempts, e.sync, e.replay, e.trace_context,
+           e.body, e.attempts, e.max_attempts, e.sync, e.replay, e.trace_context, e.ordering_key,
            extract(epoch FROM clock_timestamp() - e.received_at) AS age_seconds,
            coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
                       WHERE st.event_id = e.id AND st.event_id >= {lo} AND st.event_id < {hi}),
@@ -170,6 +170,7 @@ def to_loaded(row: Any) -> LoadedEvent:
         steps=dict(row.steps),
         age_seconds=float(row.age_seconds),
         trace_context=row.trace_context,
+        lane=bytes(row.ordering_key) if row.ordering_key is not None else None,
     )
 
 
