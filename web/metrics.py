@@ -28,7 +28,7 @@ from inbox.domain.errors import Unauthorized
 from inbox.domain.states import DeliveryState, EventState
 from inbox.infra import config
 from inbox.infra.metrics import tenant_label
-from inbox.store.reads import stats
+from inbox.store.reads import lanes, stats
 from web import throttle
 from web.errors import error_response
 from web.services import services
@@ -38,7 +38,8 @@ metrics_bp = Blueprint("metrics", __name__)
 
 
 class StatsCollector(Collector):
-    """Inbox depth, oldest pending age, dead letters and delivery backlog, read per scrape."""
+    """Inbox depth, oldest pending age, dead letters, blocked lanes and delivery backlog,
+    read per scrape."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -70,6 +71,16 @@ class StatsCollector(Collector):
                 "Seconds since the oldest pending delivery was created.",
                 labels=["tenant"],
             ),
+            "lanes": GaugeMetricFamily(
+                "inbox_lanes_blocked",
+                "Ordered lanes held by a quarantined event (until it is replayed or skipped).",
+                labels=["tenant", "source"],
+            ),
+            "lane_held": GaugeMetricFamily(
+                "inbox_lane_held_events",
+                "Events waiting behind a quarantined event of their ordered lane.",
+                labels=["tenant", "source"],
+            ),
             "up": GaugeMetricFamily(
                 "inbox_stats_up", "1 when the scrape-time database query succeeded."
             ),
@@ -85,6 +96,7 @@ class StatsCollector(Collector):
             with self.engine.connect() as conn:
                 depth = stats.inbox_depth(conn)
                 backlog = stats.delivery_backlog(conn)
+                blocked = lanes.blocked_counts(conn)
         except Exception as exc:  # a scrape must still answer; inbox_stats_up says why not
             log.warning("metrics: database statistics unavailable (%s)", type(exc).__name__)
             fam["up"].add_metric([], 0)
@@ -110,6 +122,10 @@ class StatsCollector(Collector):
             )
             if b.state == DeliveryState.PENDING:
                 ages[tenant] = max(ages.get(tenant, 0.0), b.oldest_age_seconds)
+        for lane in blocked:
+            key = (tenant_label(lane.tenant), lane.source)
+            counts[("lanes", *key)] = counts.get(("lanes", *key), 0) + lane.lanes
+            counts[("lane_held", *key)] = counts.get(("lane_held", *key), 0) + lane.held
         for (family, *labels), value in counts.items():
             fam[family].add_metric(labels, value)
         for key, age in oldest.items():

@@ -72,6 +72,8 @@ class InMemoryStore(Memory):
 
     def _move(self, row: Row, target: EventState) -> None:
         row.state = transition(row.state, target)
+        if target == EventState.QUARANTINED:
+            row.lane_skipped = False  # a new quarantine blocks its lane again
 
     def _live(self, c: Claim) -> Row:
         row = self.data.events.get(c.id)
@@ -100,7 +102,10 @@ class InMemoryStore(Memory):
             p.tenant_id == row.tenant_id
             and p.ordering_key == row.ordering_key
             and p.id < row.id
-            and p.state in (EventState.RECEIVED, EventState.PROCESSING)
+            and (
+                p.state in (EventState.RECEIVED, EventState.PROCESSING)
+                or (p.state == EventState.QUARANTINED and not p.lane_skipped)
+            )
             for p in self.data.events.values()
         )
 

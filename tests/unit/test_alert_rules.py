@@ -25,6 +25,7 @@ REQUIRED = {
     "InboxDuplicateSurge",
     "InboxIdempotencyConflict",
     "InboxOldestPendingTooOld",
+    "InboxLaneBlocked",
 }
 DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 METRIC = re.compile(r"\binbox_[a-z0-9_]+\b")
@@ -59,6 +60,8 @@ def exposed() -> dict[str, set[str]]:
         "inbox_dead_letters": {"tenant", "source"},
         "inbox_delivery_backlog": {"tenant", "state"},
         "inbox_oldest_pending_delivery_age_seconds": {"tenant"},
+        "inbox_lanes_blocked": {"tenant", "source"},
+        "inbox_lane_held_events": {"tenant", "source"},
         "inbox_stats_up": set(),
     }
     described = {f.name for f in StatsCollector(engine=None).describe()}  # type: ignore[arg-type]
@@ -230,6 +233,18 @@ SCENARIOS = {
             "alert_rule_test": [
                 _alert("InboxReconcileGapsFilled", "20m"),
                 _alert("InboxReconcileGapsFilled", "40m", ({"tenant": "a", "source": "gap"}, "")),
+            ],
+        },
+        {
+            "interval": "1m",
+            "input_series": [
+                # blocked from minute 6 on; another source blocked for 3 minutes only
+                {"series": 'inbox_lanes_blocked{tenant="a",source="held"}', "values": "0x5 2x30"},
+                {"series": 'inbox_lanes_blocked{tenant="a",source="brief"}', "values": "1x2 0x30"},
+            ],
+            "alert_rule_test": [
+                _alert("InboxLaneBlocked", "10m"),  # blocked, but not yet for 10m
+                _alert("InboxLaneBlocked", "20m", ({"tenant": "a", "source": "held"}, "2")),
             ],
         },
     ],

@@ -34,6 +34,7 @@ from inbox.store.schema.ledger_tables import (
     event_keys,
     events,
     idempotency_conflicts,
+    lane_blocks,
     ledger_floor,
     steps,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "event_keys",
     "events",
     "idempotency_conflicts",
+    "lane_blocks",
     "ledger_floor",
     "legal_holds",
     "metadata",
