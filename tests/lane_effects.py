@@ -14,7 +14,7 @@ class Verdict:
     overlaps: int = 0  # a start of an event while another of its lane had started, not ended
     out_of_order: int = 0  # an event first started before an earlier one of its lane
     starts: dict[str, list[int]] = field(default_factory=dict)  # lane -> positions, in order
-    ends: dict[str, list[int]] = field(default_factory=dict)  # lane -> positions completed
+    ends: dict[str, list[int]] = field(default_factory=dict)  # lane -> first ends, in order
 
 
 def judge(rows: Iterable[Any], position: dict[str, tuple[str, int]]) -> Verdict:
@@ -38,8 +38,9 @@ def judge(rows: Iterable[Any], position: dict[str, tuple[str, int]]) -> Verdict:
         else:
             if running.get(lane) == r.event:
                 running[lane] = None
-            if r.step == "end":
-                v.ends.setdefault(lane, []).append(n)
+            done = v.ends.setdefault(lane, [])
+            if r.step == "end" and n not in done:  # a rerun's end (lease lost) counts once
+                done.append(n)
     for order in v.starts.values():
         v.out_of_order += sum(1 for a, b in itertools.pairwise(order) if b < a)
     return v

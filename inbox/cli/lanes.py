@@ -15,7 +15,7 @@ from inbox.services.operations import Actor
 @main.group()
 def lanes() -> None:
     """Ordered lanes (sources with serialize_by_business_key): a quarantined event holds
-    the events behind it until it is replayed (`inbox events replay EVT`: it runs first,
+    the events behind it until it is replayed (`inbox replay EVT`: it runs first,
     then the rest) or skipped (`inbox lanes skip EVT --reason R`)."""
 
 
