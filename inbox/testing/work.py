@@ -101,10 +101,15 @@ class InMemoryStore(Memory):
         return not any(
             p.tenant_id == row.tenant_id
             and p.ordering_key == row.ordering_key
-            and p.id < row.id
             and (
-                p.state in (EventState.RECEIVED, EventState.PROCESSING)
-                or (p.state == EventState.QUARANTINED and not p.lane_skipped)
+                p.state == EventState.PROCESSING
+                or (
+                    p.id < row.id
+                    and (
+                        p.state == EventState.RECEIVED
+                        or (p.state == EventState.QUARANTINED and not p.lane_skipped)
+                    )
+                )
             )
             for p in self.data.events.values()
         )

@@ -23,19 +23,20 @@ from inbox.store.db.days import OPEN_DAYS, DayBounded, open_days
 # :per_tenant due events, so one tenant's backlog cannot fill every batch; what is
 # left of the batch is then filled oldest-first from anyone. SKIP LOCKED lets
 # concurrent drainers take disjoint rows. An event whose source processes one
-# business key at a time (ordering_key) waits while an earlier event with that key
-# is unfinished, and while an earlier event of its lane is quarantined and neither
-# replayed nor skipped (``lane_blocks``, written by a trigger as the event is quarantined:
-# a primary-key probe, whatever the blocker's day). The attempt is counted here, in the
-# claiming transaction, so an event that kills its worker every time still runs out of
-# attempts.
+# business key at a time (its lane, ordering_key) waits while an earlier event of its
+# lane is unfinished, while any event of its lane runs (a skipped blocker replayed after
+# its lane moved on waits for the one running), and while an earlier event of its lane is
+# quarantined and neither replayed nor skipped (``lane_blocks``, written by a trigger as
+# the event is quarantined: a primary-key probe, whatever the blocker's day). The attempt
+# is counted here, in the claiming transaction, so an event that kills its worker every
+# time still runs out of attempts.
 _DUE = """
     ev.state = 'received' AND ev.available_at <= now()
     AND (ev.ordering_key IS NULL OR (NOT EXISTS (
           SELECT 1 FROM events p
            WHERE p.tenant_id = ev.tenant_id AND p.ordering_key = ev.ordering_key
-             AND p.id >= {lo} AND p.id < {hi} AND p.id < ev.id
-             AND p.state IN ('received', 'processing'))
+             AND p.id >= {lo} AND p.id < {hi} AND p.state IN ('received', 'processing')
+             AND (p.id < ev.id OR p.state = 'processing'))
          AND NOT EXISTS (
           SELECT 1 FROM lane_blocks b
            WHERE b.tenant_id = ev.tenant_id AND b.lane = ev.ordering_key
