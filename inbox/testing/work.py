@@ -102,11 +102,11 @@ class InMemoryStore(Memory):
             p.tenant_id == row.tenant_id
             and p.ordering_key == row.ordering_key
             and (
-                p.state == EventState.PROCESSING
+                (p.state == EventState.PROCESSING and row.replay > 0)
                 or (
                     p.id < row.id
                     and (
-                        p.state == EventState.RECEIVED
+                        p.state in (EventState.RECEIVED, EventState.PROCESSING)
                         or (p.state == EventState.QUARANTINED and not p.lane_skipped)
                     )
                 )
@@ -155,6 +155,7 @@ class InMemoryStore(Memory):
             trace_context=row.trace_context,
             age_seconds=self.now - row.received_at,
             lane=row.ordering_key,
+            replay=row.replay,
         )
 
     def _held(self, c: Claim) -> Row | None:

@@ -52,6 +52,7 @@ class Fake:
         row = self.store.event(event_id)
         self.store._move(row, EventState.RECEIVED)
         row.attempts, row.available_at, row.lane_skipped = 0, self.store.now, False
+        row.replay += 1
 
     def skip(self, event_id: int) -> None:
         self.store.event(event_id).lane_skipped = True

@@ -24,8 +24,10 @@ from inbox.store.db.days import OPEN_DAYS, DayBounded, open_days
 # left of the batch is then filled oldest-first from anyone. SKIP LOCKED lets
 # concurrent drainers take disjoint rows. An event whose source processes one
 # business key at a time (its lane, ordering_key) waits while an earlier event of its
-# lane is unfinished, while any event of its lane runs (a skipped blocker replayed after
-# its lane moved on waits for the one running), and while an earlier event of its lane is
+# lane is unfinished (an index probe that stops at the lane's first unfinished event; a
+# separate clause, as an OR here turns it into a scan of the lane), a replayed one also
+# while any event of its lane runs (a skipped blocker replayed after its lane moved on
+# waits for the one running), and every one while an earlier event of its lane is
 # quarantined and neither replayed nor skipped (``lane_blocks``, written by a trigger as
 # the event is quarantined: a primary-key probe, whatever the blocker's day). The attempt
 # is counted here, in the claiming transaction, so an event that kills its worker every
@@ -35,8 +37,12 @@ _DUE = """
     AND (ev.ordering_key IS NULL OR (NOT EXISTS (
           SELECT 1 FROM events p
            WHERE p.tenant_id = ev.tenant_id AND p.ordering_key = ev.ordering_key
-             AND p.id >= {lo} AND p.id < {hi} AND p.state IN ('received', 'processing')
-             AND (p.id < ev.id OR p.state = 'processing'))
+             AND p.id >= {lo} AND p.id < {hi} AND p.id < ev.id
+             AND p.state IN ('received', 'processing'))
+         AND (ev.replay = 0 OR NOT EXISTS (
+          SELECT 1 FROM events r
+           WHERE r.tenant_id = ev.tenant_id AND r.ordering_key = ev.ordering_key
+             AND r.id >= {lo} AND r.id < {hi} AND r.state = 'processing'))
          AND NOT EXISTS (
           SELECT 1 FROM lane_blocks b
            WHERE b.tenant_id = ev.tenant_id AND b.lane = ev.ordering_key
