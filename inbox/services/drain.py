@@ -76,18 +76,20 @@ def drain_once(
     t_loaded = time.monotonic()
     result = DrainResult(claimed=len(claims))
 
-    def advanced(n: int) -> None:
-        """``n`` events of lanes completed in the commit just made."""
+    def advanced(n: int, more: bool) -> None:
+        """``n`` events of lanes completed in the commit just made; ``more``: the batch
+        still has work, so the doorbell lets another process take their next events now
+        (at the batch's end the caller claims again at once: no ring is needed)."""
         if n:
             result.advanced += n
-            if wake is not None:
+            if wake is not None and more:
                 wake()
 
     cfg = run_config(settings)
     done: list[Completion] = []
     together: list[tuple[Claim, LoadedEvent, Playbook]] = []
     alone: list[tuple[Claim, LoadedEvent]] = []
-    for c in claims:
+    for idx, c in enumerate(claims):
         ev = loaded.get(c.id)
         if ev is None:
             result.states["lost"] += 1
@@ -109,12 +111,15 @@ def drain_once(
                     store, c, cfg, reg, notify=notify, ev=ev, on_retry=result.retry_in.append
                 )
                 result.states[state] += 1
-                advanced(int(state == EventState.COMPLETED and ev.lane is not None))
+                more = idx + 1 < len(claims) or bool(together or alone)
+                advanced(int(state == EventState.COMPLETED and ev.lane is not None), more)
             else:
                 done.append(completion)
                 state = completion.outcome
             tracing.set_attributes(current, {"inbox.outcome": state})
-    advanced(_finish(store, done, loaded, result, time.monotonic() - t_loaded))
+    advanced(
+        _finish(store, done, loaded, result, time.monotonic() - t_loaded), bool(together or alone)
+    )
     if together:
         lockstep.run_batch(
             store,
@@ -125,7 +130,7 @@ def drain_once(
             notify=notify,
             on_retry=result.retry_in.append,
             clock=time.monotonic,
-            advanced=advanced,
+            advanced=lambda n, more: advanced(n, more or bool(alone)),
         )
     _run_alone(store, alone, settings, reg, notify, result, advanced, t_loaded)
     return result
@@ -138,7 +143,7 @@ def _run_alone(
     reg: Registry,
     notify: Callable[[set[EndpointId]], None] | None,
     result: DrainResult,
-    advanced: Callable[[int], None],
+    advanced: Callable[[int, bool], None],
     renewed: float,
 ) -> None:
     """The batch's events that commit step by step, one after another (``run_claimed``)."""
@@ -155,7 +160,7 @@ def _run_alone(
             )
             result.states[state] += 1
             tracing.set_attributes(current, {"inbox.outcome": state})
-        advanced(int(state == EventState.COMPLETED and ev.lane is not None))
+        advanced(int(state == EventState.COMPLETED and ev.lane is not None), i + 1 < len(alone))
 
 
 def _finish(

@@ -1,6 +1,7 @@
-"""A lane advances on its predecessor's commit: the drain rings ``wake`` right after the
-commit that completed an event of a lane, on every path an event can take (run in memory,
-in lockstep, alone), and the lane's next event is due at that moment."""
+"""A lane advances on its predecessor's commit: the drain counts every event of a lane it
+completed (its caller claims again at once), and rings ``wake`` right after that commit
+while the batch still has work, on every path an event can take (run in memory, in
+lockstep, alone), so another process can take the lane's next event, due from then on."""
 
 from __future__ import annotations
 
@@ -44,6 +45,21 @@ def _alone() -> Playbook:
     return pb
 
 
+def _long() -> Playbook:
+    """Two steps in lockstep: it goes on after a one-step event of the batch ends."""
+    pb = Playbook("long")
+    pb.step("one")(lambda ctx: {"one": True})
+    pb.step("two")(lambda ctx: {"two": True})
+    return pb
+
+
+def _later() -> Playbook:
+    """Run alone, after everything else of the batch."""
+    pb = Playbook("later")
+    pb.step("later", once_per_business_key=True)(lambda ctx: {"later": True})
+    return pb
+
+
 PATHS = {
     "in memory": ("ping", None),
     "pure, callback": ("tell", _callback),
@@ -57,6 +73,8 @@ def _registry(event_type: str, make: Any) -> Registry:
     reg.by_name["record"] = record
     if make is not None:
         reg.register(make(), event_type=event_type)
+    reg.register(_long(), event_type="long")
+    reg.register(_later(), event_type="later")
     return reg
 
 
@@ -69,6 +87,10 @@ def test_completing_an_event_of_a_lane_wakes_its_next_event_after_the_commit(pat
         for _ in range(3)
     )
     other = store.add_event(event_type=event_type)  # no lane: completes, wakes nothing
+    # Work the batch still has after the lane's event ends: a longer run in lockstep, and
+    # one run alone after everything else.
+    store.add_event(event_type="long", business_key_digest=b"x")
+    store.add_event(event_type="later", business_key_digest=b"y")
     seen: list[tuple[EventState, bool]] = []
 
     def wake() -> None:  # what the doorbell would find, had it rung now
@@ -76,14 +98,16 @@ def test_completing_an_event_of_a_lane_wakes_its_next_event_after_the_commit(pat
 
     reg = _registry(event_type, make)
     result = drain_once(store, SETTINGS, owner="w", reg=reg, wake=wake)
-    assert result.claimed == 2 and result.advanced == 1
+    assert result.claimed == 4 and result.advanced == 1
     assert store.event(other).state == EventState.COMPLETED
     # Rung once, after the commit: the first is completed, the second due from then on.
     assert seen == [(EventState.COMPLETED, True)]
     assert store.event(third).state == EventState.RECEIVED and not store._due(store.event(third))
+    seen.clear()
     again = drain_once(store, SETTINGS, owner="w", reg=reg, wake=wake)
     assert again.claimed == 1 and again.advanced == 1
     assert store.event(second).state == EventState.COMPLETED
+    assert seen == []  # the batch's last work: its caller claims again, no ring needed
 
 
 def test_a_retry_does_not_advance_its_lane() -> None:
