@@ -181,3 +181,43 @@ def close_case(ctx: StepContext) -> dict[str, Any]:
     sink(ctx)
     ctx.send("case.closed", {"case": ctx.payload["case"]})
     return {"closed": True}
+
+
+# Ordered lanes (tests/integration/test_lanes.py, tests/e2e/test_lane_processes.py): one
+# step whose start and end (or failure) are sink rows, so overlap and order are counted from
+# the effects. The payload: ``ms`` (the step's time), ``poison`` (fails permanently until
+# replayed), ``crash`` (a marker file: the worker sleeps after the start row, to be killed),
+# ``fail_times`` (retryable failures first).
+lane = register(Playbook("lane"), event_type="lane")
+
+
+def _lane_row(ctx: StepContext, what: str) -> None:
+    url = os.environ.get("INBOX_TEST_SINK_URL") or os.environ["DATABASE_URL"]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO test_sink (step_key, step, event, pid) VALUES (%s, %s, %s, %s)",
+            (
+                f"{ctx.step_key}:{ctx.event.attempt}:{ctx.replay}",
+                what,
+                ctx.event.public_id,
+                os.getpid(),
+            ),
+        )
+
+
+@lane.step("work")
+def lane_work(ctx: StepContext) -> dict[str, Any]:
+    _lane_row(ctx, "start")
+    p = ctx.payload
+    marker = CRASH_DIR / str(p.get("crash", ""))
+    if p.get("crash") and marker.exists():
+        marker.unlink()
+        time.sleep(3600)  # the test SIGKILLs this worker here, mid-step
+    time.sleep(float(p.get("ms", 0)) / 1000)
+    if (p.get("poison") and ctx.replay == 0) or ctx.event.attempt <= p.get("fail_times", 0):
+        _lane_row(ctx, "fail")
+        if p.get("poison"):
+            raise PermanentError("poison event")
+        raise RuntimeError("not yet")
+    _lane_row(ctx, "end")
+    return {"n": p.get("n")}

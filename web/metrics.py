@@ -29,7 +29,7 @@ from inbox.domain.errors import Unauthorized
 from inbox.domain.states import DeliveryState, EventState
 from inbox.infra import config
 from inbox.infra.metrics import tenant_label
-from inbox.store.reads import endpoint_health, stats
+from inbox.store.reads import endpoint_health, lanes, stats
 from web import throttle
 from web.errors import error_response
 from web.services import services
@@ -39,7 +39,8 @@ metrics_bp = Blueprint("metrics", __name__)
 
 
 class StatsCollector(Collector):
-    """Inbox depth, oldest pending age, dead letters and delivery backlog, read per scrape."""
+    """Inbox depth, oldest pending age, dead letters, blocked lanes and delivery backlog,
+    read per scrape."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -92,6 +93,16 @@ class StatsCollector(Collector):
                 "Share of the endpoint's attempts in the last 15 minutes that got no 2xx.",
                 labels=["tenant", "endpoint"],
             ),
+            "lanes": GaugeMetricFamily(
+                "inbox_lanes_blocked",
+                "Ordered lanes held by a quarantined event (until it is replayed or skipped).",
+                labels=["tenant", "source"],
+            ),
+            "lane_held": GaugeMetricFamily(
+                "inbox_lane_held_events",
+                "Events waiting behind a quarantined event of their ordered lane.",
+                labels=["tenant", "source"],
+            ),
             "up": GaugeMetricFamily(
                 "inbox_stats_up", "1 when the scrape-time database query succeeded."
             ),
@@ -108,6 +119,7 @@ class StatsCollector(Collector):
                 depth = stats.inbox_depth(conn)
                 backlog = stats.delivery_backlog(conn)
                 endpoints = endpoint_health.statuses(conn)
+                blocked = lanes.blocked_counts(conn)
         except Exception as exc:  # a scrape must still answer; inbox_stats_up says why not
             log.warning("metrics: database statistics unavailable (%s)", type(exc).__name__)
             fam["up"].add_metric([], 0)
@@ -133,6 +145,10 @@ class StatsCollector(Collector):
             )
             if b.state == DeliveryState.PENDING:
                 ages[tenant] = max(ages.get(tenant, 0.0), b.oldest_age_seconds)
+        for lane in blocked:
+            key = (tenant_label(lane.tenant), lane.source)
+            counts[("lanes", *key)] = counts.get(("lanes", *key), 0) + lane.lanes
+            counts[("lane_held", *key)] = counts.get(("lane_held", *key), 0) + lane.held
         for (family, *labels), value in counts.items():
             fam[family].add_metric(labels, value)
         for key, age in oldest.items():

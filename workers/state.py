@@ -8,6 +8,7 @@ process drops its parent's (``reset``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from celery import Celery, current_app
@@ -31,6 +32,7 @@ class WorkerState:
     flag: broker.FlagClearer = field(default_factory=broker.FlagClearer)
     outages: Outages = field(default_factory=Outages)
     alarms: broker.Alarms = field(init=False)
+    bell_: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         horizon = broker.alarm_horizon(self.settings.sweep_seconds)
@@ -38,6 +40,19 @@ class WorkerState:
 
     def _send_later(self, task: str, args: list[int], countdown: float) -> None:
         self.app.send_task(task, args=args, countdown=broker.countdown(self.settings, countdown))
+
+    def lane_bell(self) -> None:
+        """Ring the doorbell for a lane's next event (``drain_once``'s ``wake``): from a
+        thread of its own (``broker.Ringer``), through the Redis flag that coalesces rings,
+        so a worker never waits on Redis or the broker between two events."""
+        if self.bell_ is None:
+            send = self._send_drain
+            redis_url = self.settings.redis_url
+            self.bell_ = broker.Ringer(broker.make_doorbell(redis_url, send) if redis_url else send)
+        self.bell_()
+
+    def _send_drain(self) -> None:
+        self.app.send_task(broker.DRAIN)
 
     def engine(self) -> Engine:
         if self.engine_ is None:
@@ -49,6 +64,7 @@ class WorkerState:
         if self.engine_ is not None:
             self.engine_.dispose(close=False)
         self.engine_ = None
+        self.bell_ = None
         self.flag.reset()
         self.alarms.reset()
 

@@ -74,14 +74,14 @@ def drain() -> int:
     deadline = time.monotonic() + DRAIN_BUDGET_SECONDS
     done, helped = 0, False
     while time.monotonic() < deadline:
-        batch = drain_once(engine(), settings, notify=ring_couriers)
+        batch = drain_once(engine(), settings, notify=ring_couriers, wake=state.current().lane_bell)
         set_alarms(broker.DRAIN, [], batch.retry_in)
         done += batch.claimed
         if batch.states.get(DEFERRED):
             # Put back behind another event with its business key: look again shortly.
             drain.apply_async(countdown=1)
-        if batch.claimed < settings.batch_size:
-            return done
+        if batch.claimed < settings.batch_size and not batch.advanced:
+            return done  # drained (a lane that moved on is claimed again at once)
         if not helped:
             drain.delay()  # a full batch: let another worker process help
             helped = True

@@ -8,6 +8,7 @@ from inbox.cli import (  # noqa: F401  (they add their groups)
     events,
     evidence,
     holds,
+    lanes,
     ops,
     playbooks,
     secrets,

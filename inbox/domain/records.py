@@ -74,6 +74,9 @@ class LoadedEvent:
     replay: int = 0
     # The ingest's W3C traceparent (None when it was not traced): its runs continue it.
     trace_context: str | None = None
+    # Its lane (``events.ordering_key``): set when its source runs one business key at a
+    # time; finishing it lets the lane's next event run (inbox.services.drain wakes it).
+    lane: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,6 +176,12 @@ class Settings:
         "discarding more of an endpoint's held deliveries than this waits for a second "
         "operator's approval",
     )
+    lane_skip_approval_above: int = setting(
+        "INBOX_LANE_SKIP_APPROVAL_ABOVE",
+        100,
+        "skipping a quarantined event that blocks its ordered lane takes a second operator's"
+        " confirmation when more events than this wait behind it",
+    )
     kek: str = setting(
         "INBOX_KEK",
         "",

@@ -44,6 +44,9 @@ class DrainResult:
     claimed: int = 0
     states: Counter[str] = field(default_factory=Counter)
     retry_in: list[float] = field(default_factory=list)  # seconds until each retry is due
+    # Events of a lane (an ordered source's business key) that completed: each may have let
+    # its lane's next event become due, so the caller claims again at once.
+    advanced: int = 0
 
 
 def drain_once(
@@ -52,8 +55,13 @@ def drain_once(
     owner: str | None = None,
     notify: Callable[[set[EndpointId]], None] | None = None,
     reg: Registry = registry,
+    wake: Callable[[], None] | None = None,
 ) -> DrainResult:
     """Claim one batch of due events and run each; returns what became of them.
+
+    ``wake`` is rung right after each commit that completed an event of a lane (an ordered
+    source's business key): the lane's next event is due from that commit on, and the
+    doorbell lets an idle worker process take it while this one goes on with its batch.
 
     Events whose playbook has no outside effects run in memory and complete together in
     one statement; events whose playbook has effects run in lockstep (``lockstep``: one
@@ -67,11 +75,21 @@ def drain_once(
         loaded = store.load_many(tx, claims)
     t_loaded = time.monotonic()
     result = DrainResult(claimed=len(claims))
+
+    def advanced(n: int, more: bool) -> None:
+        """``n`` events of lanes completed in the commit just made; ``more``: the batch
+        still has work, so the doorbell lets another process take their next events now
+        (at the batch's end the caller claims again at once: no ring is needed)."""
+        if n:
+            result.advanced += n
+            if wake is not None and more:
+                wake()
+
     cfg = run_config(settings)
     done: list[Completion] = []
     together: list[tuple[Claim, LoadedEvent, Playbook]] = []
     alone: list[tuple[Claim, LoadedEvent]] = []
-    for c in claims:
+    for idx, c in enumerate(claims):
         ev = loaded.get(c.id)
         if ev is None:
             result.states["lost"] += 1
@@ -93,11 +111,15 @@ def drain_once(
                     store, c, cfg, reg, notify=notify, ev=ev, on_retry=result.retry_in.append
                 )
                 result.states[state] += 1
+                more = idx + 1 < len(claims) or bool(together or alone)
+                advanced(int(state == EventState.COMPLETED and ev.lane is not None), more)
             else:
                 done.append(completion)
                 state = completion.outcome
             tracing.set_attributes(current, {"inbox.outcome": state})
-    _finish(store, done, loaded, result, time.monotonic() - t_loaded)
+    advanced(
+        _finish(store, done, loaded, result, time.monotonic() - t_loaded), bool(together or alone)
+    )
     if together:
         lockstep.run_batch(
             store,
@@ -108,8 +130,24 @@ def drain_once(
             notify=notify,
             on_retry=result.retry_in.append,
             clock=time.monotonic,
+            advanced=lambda n, more: advanced(n, more or bool(alone)),
         )
-    renewed = t_loaded
+    _run_alone(store, alone, settings, reg, notify, result, advanced, t_loaded)
+    return result
+
+
+def _run_alone(
+    store: WorkStore[Any],
+    alone: list[tuple[Claim, LoadedEvent]],
+    settings: Settings,
+    reg: Registry,
+    notify: Callable[[set[EndpointId]], None] | None,
+    result: DrainResult,
+    advanced: Callable[[int, bool], None],
+    renewed: float,
+) -> None:
+    """The batch's events that commit step by step, one after another (``run_claimed``)."""
+    cfg = run_config(settings)
     for i, (c, ev) in enumerate(alone):
         if time.monotonic() - renewed > settings.lease_seconds / 3:
             # The rest of the batch is still waiting its turn: keep its leases.
@@ -122,7 +160,7 @@ def drain_once(
             )
             result.states[state] += 1
             tracing.set_attributes(current, {"inbox.outcome": state})
-    return result
+        advanced(int(state == EventState.COMPLETED and ev.lane is not None), i + 1 < len(alone))
 
 
 def _finish(
@@ -131,11 +169,13 @@ def _finish(
     loaded: dict[EventId, LoadedEvent],
     result: DrainResult,
     since_load: float,
-) -> None:
+) -> int:
+    """Complete the events run in memory in one commit; how many of them had a lane."""
     if not done:
-        return
+        return 0
     with store.begin() as tx:
         completed = store.complete_many(tx, done)
+    lanes = sum(1 for x in done if x.claim.id in completed and loaded[x.claim.id].lane)
     for x in done:
         ev = loaded[x.claim.id]
         if x.claim.id in completed:
@@ -145,6 +185,7 @@ def _finish(
         else:
             result.states["lost"] += 1
     done.clear()
+    return lanes
 
 
 @dataclass(frozen=True)

@@ -114,8 +114,11 @@ def run_batch(
     notify: Callable[[set[EndpointId]], None] | None = None,
     on_retry: Callable[[float], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    advanced: Callable[[int, bool], None] | None = None,
 ) -> None:
-    """Run every event of ``batch`` to its end; counts each one's resulting state."""
+    """Run every event of ``batch`` to its end; counts each one's resulting state.
+    ``advanced`` hears, after each commit, how many events of lanes it completed and
+    whether runs of the batch go on."""
     started = clock()
     renewal = _Renewal(store, cfg.lease_seconds, clock)
     runs: list[_Run] = []
@@ -131,7 +134,9 @@ def run_batch(
     try:
         while runs:
             effects = _run_round(store, runs, k, cfg, states, workers, renewal, on_retry, started)
-            runs = _commit(store, runs, k, effects, cfg, states, notify, clock() - started)
+            runs = _commit(
+                store, runs, k, effects, cfg, states, notify, clock() - started, advanced
+            )
             renewal.renewed()
             k += 1
     finally:
@@ -212,6 +217,7 @@ def _commit(
     states: Counter[str],
     notify: Callable[[set[EndpointId]], None] | None,
     elapsed: float,
+    advanced: Callable[[int, bool], None] | None = None,
 ) -> list[_Run]:
     """After step k: one transaction records the recovery points of the runs whose step k
     had an effect and completes the runs at their end, each fenced; returns the runs that
@@ -248,6 +254,9 @@ def _commit(
             if r.claim.id in live:
                 r.new = {}
             going.append(r)
+    if advanced is not None:
+        lanes = sum(1 for r in ending if r.claim.id in done and r.ev.lane is not None)
+        advanced(lanes, bool(going))
     return going
 
 

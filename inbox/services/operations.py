@@ -27,10 +27,13 @@ from inbox.services.runtime import Rung, Runtime
 from inbox.store.reads import admin
 from inbox.store.reads import endpoints as ereads
 from inbox.store.reads import holds as hreads
+from inbox.store.reads import lanes as lreads
 from inbox.store.write import deliveries as dstore
 from inbox.store.write import endpoints as estore
 from inbox.store.write import holds as hstore
+from inbox.store.write import lanes as lstore
 from inbox.store.write import operator, redaction
+from inbox.store.write.lanes import Skipped
 from inbox.store.write.redaction import Redaction
 
 __all__ = [
@@ -38,6 +41,8 @@ __all__ = [
     "Hold",
     "Redaction",
     "Replayed",
+    "Skipped",
+    "blocked_lanes",
     "create_endpoint",
     "finish_endpoint_rotation",
     "get_endpoint",
@@ -53,6 +58,7 @@ __all__ = [
     "replay_events",
     "rotate_endpoint_secret",
     "set_endpoint_enabled",
+    "skip_lane",
 ]
 
 # Reads the CLI shows, from the read model.
@@ -124,6 +130,32 @@ def replay_event(rt: Runtime, actor: Actor, public_id: str) -> Replayed:
     if not done.moved:
         raise NotReplayable("Only a quarantined or filtered event can be replayed.")
     return done
+
+
+def skip_lane(rt: Runtime, actor: Actor, public_id: str, reason: str | None) -> Skipped:
+    """Let an ordered lane move on past its quarantined event (which stays quarantined),
+    audited with the reason; two operators when more than ``lane_skip_approval_above``
+    events wait behind it (the first asks, another confirms). 404 unless the actor sees
+    the event, 409 unless it blocks a lane. The doorbell rings once the lane moves on."""
+    with rt.engine.begin() as conn:
+        event_id = admin.visible(conn, "events", public_id, actor.scope)
+        if event_id is None:
+            raise NotFound(f"No event {public_id}.")
+        done = lstore.skip(
+            conn, event_id, public_id, actor.name, reason, rt.settings.lane_skip_approval_above
+        )
+    if done.status == "skipped":
+        rt.bells.ring("doorbell")
+    return done
+
+
+def blocked_lanes(
+    rt: Runtime, scope: TenantId | None, limit: int = 100
+) -> list[lreads.BlockedLane]:
+    """The lanes held by a quarantined event, longest blocked first, with how many
+    events wait behind each."""
+    with rt.engine.connect() as conn:
+        return lreads.blocked(conn, scope, limit)
 
 
 def replay_deliveries(rt: Runtime, actor: Actor, public_ids: Sequence[str]) -> Replayed:

@@ -27,6 +27,10 @@ class Row:
     event_type: str | None = None
     business_key_digest: bytes | None = None
     ordering_key: bytes | None = None
+    # A quarantined event of a lane blocks the lane's later events until an operator
+    # replays or skips it (``lane_blocks``); True once skipped.
+    lane_skipped: bool = False
+    replay: int = 0  # 0 for the original processing; each operator replay adds one
     source_options: dict[str, Any] = field(default_factory=dict)
     content_type: str = "application/json"
     max_attempts: int = 5

@@ -72,6 +72,8 @@ class InMemoryStore(Memory):
 
     def _move(self, row: Row, target: EventState) -> None:
         row.state = transition(row.state, target)
+        if target == EventState.QUARANTINED:
+            row.lane_skipped = False  # a new quarantine blocks its lane again
 
     def _live(self, c: Claim) -> Row:
         row = self.data.events.get(c.id)
@@ -99,8 +101,16 @@ class InMemoryStore(Memory):
         return not any(
             p.tenant_id == row.tenant_id
             and p.ordering_key == row.ordering_key
-            and p.id < row.id
-            and p.state in (EventState.RECEIVED, EventState.PROCESSING)
+            and (
+                (p.state == EventState.PROCESSING and row.replay > 0)
+                or (
+                    p.id < row.id
+                    and (
+                        p.state in (EventState.RECEIVED, EventState.PROCESSING)
+                        or (p.state == EventState.QUARANTINED and not p.lane_skipped)
+                    )
+                )
+            )
             for p in self.data.events.values()
         )
 
@@ -144,6 +154,8 @@ class InMemoryStore(Memory):
             steps=copy.deepcopy(row.steps),
             trace_context=row.trace_context,
             age_seconds=self.now - row.received_at,
+            lane=row.ordering_key,
+            replay=row.replay,
         )
 
     def _held(self, c: Claim) -> Row | None:

@@ -20,6 +20,7 @@ from inbox.domain.errors import LeaseLost
 from inbox.domain.ordering import Position
 from inbox.domain.records import Claim, Completion
 from inbox.services.ports import WorkStore
+from inbox.store.write import lanes
 from inbox.store.write.work import SqlWorkStore
 from inbox.testing import InMemoryStore
 
@@ -39,6 +40,8 @@ class Subject(Protocol):
     def state(self, event_id: int) -> str: ...
 
     def public_id(self, event_id: int) -> str: ...
+
+    def skip(self, event_id: int) -> None: ...
 
 
 class Sql:
@@ -102,6 +105,10 @@ class Sql:
                 ).scalar_one()
             )
 
+    def skip(self, event_id: int) -> None:
+        with self.engine.begin() as conn:
+            lanes.skip(conn, event_id, self.public_id(event_id), "op", "known bad", 100)
+
 
 class Fake:
     def __init__(self) -> None:
@@ -127,6 +134,9 @@ class Fake:
 
     def public_id(self, event_id: int) -> str:
         return self.fake.event(event_id).public_id
+
+    def skip(self, event_id: int) -> None:
+        self.fake.event(event_id).lane_skipped = True
 
 
 @pytest.fixture(params=["postgresql", "in-memory"])
@@ -271,6 +281,20 @@ def test_an_ordering_key_holds_back_the_later_event(subject: Subject) -> None:
     subject.add_event(ok=b"o")
     free = subject.add_event(ok=b"p")
     assert sorted(c.id for c in claim(subject)) == [first, free]
+
+
+def test_a_quarantined_event_holds_its_lane_until_skipped(subject: Subject) -> None:
+    first = subject.add_event(ok=b"o", max_attempts=1)
+    second = subject.add_event(ok=b"o")
+    [c] = claim(subject)
+    assert c.id == first
+    with subject.store.begin() as tx:  # a permanent failure: quarantined, the lane blocked
+        assert subject.store.fail(tx, c, ValueError("x"), True, 0.0) == "quarantined"
+    free = subject.add_event(ok=b"p")
+    assert [c.id for c in claim(subject)] == [free]  # the held lane waits, another goes on
+    subject.skip(first)
+    assert [c.id for c in claim(subject)] == [second]
+    assert subject.state(first) == "quarantined"
 
 
 def test_an_older_fact_is_judged_stale_and_a_running_one_holds_the_next_back(

@@ -28,6 +28,7 @@ REQUIRED = {
     "InboxEndpointCircuitOpen",
     "InboxEndpointDeliveriesHeld",
     "InboxEndpointFailureRate",
+    "InboxLaneBlocked",
 }
 DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 METRIC = re.compile(r"\binbox_[a-z0-9_]+\b")
@@ -62,6 +63,8 @@ def exposed() -> dict[str, set[str]]:
         "inbox_dead_letters": {"tenant", "source"},
         "inbox_delivery_backlog": {"tenant", "state"},
         "inbox_oldest_pending_delivery_age_seconds": {"tenant"},
+        "inbox_lanes_blocked": {"tenant", "source"},
+        "inbox_lane_held_events": {"tenant", "source"},
         "inbox_stats_up": set(),
         "inbox_endpoint_state": {"tenant", "endpoint", "state"},
         "inbox_endpoint_held_deliveries": {"tenant", "endpoint"},
@@ -291,6 +294,18 @@ SCENARIOS = {
                     "15m",
                     ({"tenant": "a", "endpoint": "ep_bad"}, "50%"),
                 ),
+            ],
+        },
+        {
+            "interval": "1m",
+            "input_series": [
+                # blocked from minute 6 on; another source blocked for 3 minutes only
+                {"series": 'inbox_lanes_blocked{tenant="a",source="held"}', "values": "0x5 2x30"},
+                {"series": 'inbox_lanes_blocked{tenant="a",source="brief"}', "values": "1x2 0x30"},
+            ],
+            "alert_rule_test": [
+                _alert("InboxLaneBlocked", "10m"),  # blocked, but not yet for 10m
+                _alert("InboxLaneBlocked", "20m", ({"tenant": "a", "source": "held"}, "2")),
             ],
         },
     ],

@@ -111,6 +111,17 @@ _REPLAYED = {
     },
 }
 
+_SKIPPED = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "status": {"type": "string", "enum": ["skipped", "skip requested"]},
+        "held": {"type": "integer", "description": "Events waiting behind it."},
+        "reason": {"type": "string"},
+        "requested_by": {"type": "string"},
+    },
+}
+
 _REDACTED = {
     "type": "object",
     "properties": {
@@ -164,7 +175,9 @@ _SCHEMAS: dict[str, Any] = {
         " credentials), with steps, conflicts, deliveries (with attempts_log) and audit."
         " replay: 0 for the original, N after the N-th operator replay (each step and delivery"
         " has its own); occurred_at or version: the provider's, for a source that names them;"
-        " newer_event: for outcome stale, the newer completed event it yielded to.",
+        " newer_event: for outcome stale, the newer completed event it yielded to;"
+        " lane (an ordered source's event): held_behind and reason while a quarantined"
+        " event of its lane holds it, blocking (events waiting) while it holds its lane.",
         "properties": {
             k: {"type": "array", "items": _OBJ}
             for k in ("steps", "conflicts", "deliveries", "audit")
@@ -323,6 +336,23 @@ _SCHEMAS: dict[str, Any] = {
             "decided_by": {"type": ["string", "null"]},
         },
     },
+    "BlockedLane": {
+        "type": "object",
+        "description": "A lane held by its quarantined event: nothing behind it runs until"
+        " the event is replayed or skipped.",
+        "properties": {
+            "event": {"type": "string", "description": "The blocker's id (evt_...)."},
+            "tenant": {"type": "string"},
+            "source": {"type": "string"},
+            "since": {"type": "string", **_TIME},
+            "state": {"type": "string", "enum": ["blocked", "skip requested"]},
+            "error_class": {"type": ["string", "null"]},
+            "error_message": {"type": ["string", "null"]},
+            "held": {"type": "integer", "description": "Events waiting behind it."},
+            "skip_requested_by": {"type": ["string", "null"]},
+            "skip_reason": {"type": ["string", "null"]},
+        },
+    },
     "LegalHoldRequest": {
         "type": "object",
         "required": ["tenant", "reason"],
@@ -370,6 +400,42 @@ _PATHS: dict[str, Any] = {
                 },
             },
             "responses": {**_ok(_REDACTED), **_errors(400, 403, 404, 409)},
+        }
+    },
+    "/api/v1/events/{public_id}/skip": {
+        "post": {
+            "summary": "Let an ordered lane move on past its quarantined event, which stays"
+            " quarantined; audited (operator). With more than INBOX_LANE_SKIP_APPROVAL_ABOVE"
+            " events held behind it, the first call asks (status: skip requested) and a"
+            " second operator's confirms (403 for the one who asked). 409 (lane_not_blocked)"
+            " unless the event blocks a lane.",
+            "parameters": [_PATH_ID],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "properties": {"reason": {"type": "string", "maxLength": 2000}},
+                            "additionalProperties": False,
+                        }
+                    }
+                },
+            },
+            "responses": {**_ok(_SKIPPED), **_errors(400, 403, 404, 409)},
+        }
+    },
+    "/api/v1/lanes/blocked": {
+        "get": {
+            "summary": "Ordered lanes held by a quarantined event, longest blocked first.",
+            "responses": {
+                **_ok(
+                    {
+                        "type": "object",
+                        "properties": {"data": {"type": "array", "items": _ref("BlockedLane")}},
+                    }
+                ),
+            },
         }
     },
     "/api/v1/deliveries": _listing(

@@ -7,6 +7,7 @@ from flask import redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from inbox.store.reads import history, reads
+from inbox.store.reads import lanes as lreads
 from web.services import services
 from web.ui.blueprint import ui
 from web.ui.session import scope
@@ -17,7 +18,10 @@ def dead_letters() -> str:
     with services().engine.connect() as conn:
         groups = reads.dead_letter_groups(conn, scope())
         deliveries = reads.failed_delivery_groups(conn, scope())
-    return render_template("ui/dead_letters.html", groups=groups, deliveries=deliveries)
+        lanes = lreads.blocked(conn, scope())
+    return render_template(
+        "ui/dead_letters.html", groups=groups, deliveries=deliveries, lanes=lanes
+    )
 
 
 @ui.get("/search")

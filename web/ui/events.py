@@ -90,6 +90,21 @@ def confirm_event_replay(public_id: str) -> str:
     )
 
 
+@ui.post("/events/<public_id>/skip")
+def skip_lane(public_id: str) -> Response:
+    """Let the event's ordered lane move on without it: audited with the reason; a second
+    operator confirms when many events wait behind it."""
+    require_operator()
+    done = operations.skip_lane(
+        actions.runtime(), actions.actor(current()), public_id, request.form.get("reason")
+    )
+    if done.status == "skipped":
+        flash(f"Lane moved on: {done.held} events behind {public_id} run now.")
+    else:
+        flash(f"Skip asked: {done.held} events wait behind it, another operator confirms.")
+    return redirect(url_for("ui.event", public_id=public_id))
+
+
 @ui.post("/events/<public_id>/replay")
 def replay_event(public_id: str) -> Response:
     """quarantined or filtered → received, audited with the token's name; 409 otherwise."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from inbox.store.reads.lanes import LaneState, lane_state
 from inbox.store.reads.ledger_reads import (
     COUNTERS,
     KEYS_JOIN,
@@ -139,9 +140,15 @@ class EventDetail:
     conflicts: tuple[Conflict, ...]
     audit: tuple[AuditRecord, ...]
     deliveries: tuple[DeliveryDetail, ...]
+    # Its ordered lane: the quarantined event it waits behind, or how many wait behind it
+    # (None: no lane, or neither).
+    lane: LaneState | None = None
 
     def public(self) -> dict[str, Any]:
-        return _public(self)
+        out = _public(self)
+        if self.lane is not None:
+            out["lane"] = self.lane.public()
+        return out
 
 
 def _public(row: EventDetail | DeliveryDetail) -> dict[str, Any]:
@@ -236,6 +243,7 @@ def event(conn: Connection, public_id: str) -> EventDetail | None:
     m["conflicts"] = tuple(Conflict(**r._mapping) for r in conn.execute(text(CONFLICTS), params))
     m["audit"] = tuple(AuditRecord(**r._mapping) for r in conn.execute(text(EVENT_AUDIT), params))
     m["deliveries"] = event_deliveries(conn, ev.id)
+    m["lane"] = lane_state(conn, ev.id)
     return EventDetail(**m)
 
 

@@ -285,6 +285,32 @@ effects = Table(
 )
 
 
+# Ordered lanes (truth 15): an event of a lane (``events.ordering_key``) that is quarantined
+# blocks the lane's later events until an operator replays it (the row goes, in the same
+# transaction: the trigger of migration 0024) or skips it (``skipped_at``, audited). One row
+# per blocking event, written by that trigger on every path into quarantine, so the
+# claim's check is one primary-key probe (``inbox.store.write.queue._DUE``). Not
+# partitioned, small (one row per dead letter of an ordered source), and it outlives the
+# blocker's day: the lane's position is the event id (its receipt order), so
+# ``event_id`` and the lane say which events were held behind it.
+lane_blocks = Table(
+    "lane_blocks",
+    metadata,
+    Column("tenant_id", BigInteger, primary_key=True),
+    Column("lane", LargeBinary, primary_key=True),
+    Column("event_id", BigInteger, primary_key=True),
+    Column("since", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # A skip asked for by one operator, awaiting a second (more events waited behind it
+    # than INBOX_LANE_SKIP_APPROVAL_ABOVE), then the skip itself.
+    Column("skip_requested_by", Text),
+    Column("skip_requested_at", DateTime(timezone=True)),
+    Column("skip_reason", Text),
+    Column("skipped_by", Text),
+    Column("skipped_at", DateTime(timezone=True)),
+    Index("ix_lane_blocks_event_id", "event_id"),
+)
+
+
 deliveries = Table(
     "deliveries",
     metadata,

@@ -179,8 +179,10 @@ def contents(conn: Connection, day: dt.date) -> DayContents:
 
     return DayContents(
         unfinished_events=count(
+            # A quarantined event that blocks its ordered lane counts as unfinished.
             f"SELECT count(*) FROM events WHERE {_in_day('id')}"
-            " AND state IN ('received', 'processing')"
+            " AND (state IN ('received', 'processing') OR id IN (SELECT event_id"
+            f" FROM lane_blocks WHERE skipped_at IS NULL AND {_in_day('event_id')}))"
         ),
         unfinished_deliveries=count(
             f"SELECT count(*) FROM deliveries WHERE {_in_day('id')}"

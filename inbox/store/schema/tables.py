@@ -35,6 +35,7 @@ from inbox.store.schema.ledger_tables import (
     event_keys,
     events,
     idempotency_conflicts,
+    lane_blocks,
     ledger_floor,
     steps,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "events",
     "held_discards",
     "idempotency_conflicts",
+    "lane_blocks",
     "ledger_floor",
     "legal_holds",
     "metadata",

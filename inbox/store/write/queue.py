@@ -23,16 +23,30 @@ from inbox.store.db.days import OPEN_DAYS, DayBounded, open_days
 # :per_tenant due events, so one tenant's backlog cannot fill every batch; what is
 # left of the batch is then filled oldest-first from anyone. SKIP LOCKED lets
 # concurrent drainers take disjoint rows. An event whose source processes one
-# business key at a time (ordering_key) waits while an earlier event with that key
-# is unfinished. The attempt is counted here, in the claiming transaction, so an
-# event that kills its worker every time still runs out of attempts.
+# business key at a time (its lane, ordering_key) waits while an earlier event of its
+# lane is unfinished (an index probe that stops at the lane's first unfinished event; a
+# separate clause, as an OR here turns it into a scan of the lane), a replayed one also
+# while any event of its lane runs (a skipped blocker replayed after its lane moved on
+# waits for the one running), and every one while an earlier event of its lane is
+# quarantined and neither replayed nor skipped (``lane_blocks``, written by a trigger as
+# the event is quarantined: a primary-key probe, whatever the blocker's day). The attempt
+# is counted here, in the claiming transaction, so an event that kills its worker every
+# time still runs out of attempts.
 _DUE = """
     ev.state = 'received' AND ev.available_at <= now()
-    AND (ev.ordering_key IS NULL OR NOT EXISTS (
+    AND (ev.ordering_key IS NULL OR (NOT EXISTS (
           SELECT 1 FROM events p
            WHERE p.tenant_id = ev.tenant_id AND p.ordering_key = ev.ordering_key
              AND p.id >= {lo} AND p.id < {hi} AND p.id < ev.id
-             AND p.state IN ('received', 'processing')))
+             AND p.state IN ('received', 'processing'))
+         AND (ev.replay = 0 OR NOT EXISTS (
+          SELECT 1 FROM events r
+           WHERE r.tenant_id = ev.tenant_id AND r.ordering_key = ev.ordering_key
+             AND r.id >= {lo} AND r.id < {hi} AND r.state = 'processing'))
+         AND NOT EXISTS (
+          SELECT 1 FROM lane_blocks b
+           WHERE b.tenant_id = ev.tenant_id AND b.lane = ev.ordering_key
+             AND b.event_id < ev.id AND b.skipped_at IS NULL)))
 """
 # ``{lo}`` and ``{hi}`` everywhere events is named (inbox.store.db.days): from the floor's day
 # to tomorrow's, constants in the text, so every plan of the claim (custom or generic)
@@ -121,7 +135,7 @@ def raise_floor(conn: Connection) -> int:
 LOAD_COLUMNS = """
     SELECT e.id, e.public_id, e.tenant_id, t.name AS tenant, s.name AS source,
            s.options AS source_options, e.event_type, e.business_key_digest, e.content_type,
-           e.body, e.attempts, e.max_attempts, e.sync, e.replay, e.trace_context,
+           e.body, e.attempts, e.max_attempts, e.sync, e.replay, e.trace_context, e.ordering_key,
            extract(epoch FROM clock_timestamp() - e.received_at) AS age_seconds,
            coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
                       WHERE st.event_id = e.id AND st.event_id >= {lo} AND st.event_id < {hi}),
@@ -170,6 +184,7 @@ def to_loaded(row: Any) -> LoadedEvent:
         steps=dict(row.steps),
         age_seconds=float(row.age_seconds),
         trace_context=row.trace_context,
+        lane=bytes(row.ordering_key) if row.ordering_key is not None else None,
     )
 
 

@@ -65,7 +65,12 @@ BATCH_SIZE = 1000
 STATEMENT_TIMEOUT_MS = 300_000
 
 _NOW = "coalesce(CAST(:now AS timestamptz), now())"
-_FINISHED = "state IN ('completed', 'quarantined', 'filtered')"
+# A quarantined event that blocks its ordered lane (``lane_blocks``, not skipped) is not
+# finished for retention: an operator is still to replay it (its body and key are needed)
+# or skip it, and the events held behind it are unfinished anyway.
+_FINISHED = """state IN ('completed', 'quarantined', 'filtered')
+     AND NOT EXISTS (SELECT 1 FROM lane_blocks lb WHERE lb.event_id = e.id
+                      AND lb.skipped_at IS NULL)"""
 
 # A key, with its event: the event must be finished and past the retry horizon.
 _EXPIRED_KEYS = f"""
