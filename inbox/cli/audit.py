@@ -74,7 +74,9 @@ def audit_cmd(
             click.echo(f"{c.invariant.value:<22} {verdict:<14} {c.seconds * 1000:8.1f} ms")
             for f in c.found:
                 problems = [str(r["problem"]) for r in f.rows if r.get("problem")]
-                click.echo(f"  {f.subject}: {'; '.join(problems) or MEANING[f.invariant]}")
+                click.echo(
+                    f"  {f.subject}: {'; '.join(problems) or MEANING[Invariant(f.invariant)]}"
+                )
                 if f.trace_id:
                     click.echo(f"    trace {f.trace_id}")
     if report.violations:

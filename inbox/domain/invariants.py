@@ -128,16 +128,17 @@ class Found:
     checks, so a violation is opened once and closed when it is no longer found) and the
     rows involved, as the console and the CLI show them."""
 
-    invariant: Invariant
+    invariant: str  # an Invariant's value
     subject: str
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    # JSON: a list of objects, one per row involved (its table, ids, state, problem).
+    rows: Any = field(default_factory=list)
     trace_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "invariant": self.invariant.value,
+            "invariant": self.invariant,
             "subject": self.subject,
-            "meaning": MEANING[self.invariant],
+            "meaning": MEANING[Invariant(self.invariant)],
             "rows": self.rows,
             "trace_id": self.trace_id,
         }

@@ -149,13 +149,13 @@ def _problem(f: Found) -> str:
     for row in f.rows:
         if isinstance(row, dict) and row.get("problem"):
             return str(row["problem"])
-    return MEANING[f.invariant]
+    return MEANING[Invariant(f.invariant)]
 
 
 def _fields(violation_id: int, f: Found) -> dict[str, object]:
     """A violation's log fields: its ids, never a body or a secret."""
     out: dict[str, object] = {
-        "invariant": f.invariant.value,
+        "invariant": f.invariant,
         "violation_id": violation_id,
         "subject": f.subject,
         "rows": [

@@ -441,7 +441,7 @@ class Violation:
     id: int
     invariant: str
     subject: str
-    rows: list[dict[str, Any]]
+    rows: Any  # JSON: a list of objects, one per row involved
     trace_id: str | None
     first_seen_at: dt.datetime
     last_seen_at: dt.datetime
