@@ -68,11 +68,13 @@ LANE_RELEASING_STATES: tuple[str, ...] = (
 # An expired lease the sweep has not reclaimed this long after it expired is a violation:
 # the sweep runs every INBOX_SWEEP_SECONDS, so it is that many rounds late.
 SWEEP_ROUNDS_LATE = 3
+LEASE_BOUND_MIN_SECONDS = 15.0  # a beat on a loaded machine may tick a few seconds late
 
 
 def lease_bound_seconds(sweep_seconds: float) -> float:
-    """How long after its expiry a lease must have been reclaimed (a minute at least)."""
-    return max(60.0, SWEEP_ROUNDS_LATE * sweep_seconds)
+    """How long after its expiry a lease must have been reclaimed: three sweeps (90 s at
+    the default INBOX_SWEEP_SECONDS of 30), and never less than 15 s."""
+    return max(LEASE_BOUND_MIN_SECONDS, SWEEP_ROUNDS_LATE * sweep_seconds)
 
 
 # How far ahead partitions must exist for retries that are due later: at most this many
