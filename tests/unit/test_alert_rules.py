@@ -259,11 +259,13 @@ SCENARIOS = {
             "input_series": [
                 # checked every minute; the other last checked at minute 10
                 {
-                    "series": 'inbox_invariant_last_check_timestamp_seconds{invariant="event_state"}',
+                    "series": "inbox_invariant_last_check_timestamp_seconds"
+                    '{invariant="event_state"}',
                     "values": "0+60x40",
                 },
                 {
-                    "series": 'inbox_invariant_last_check_timestamp_seconds{invariant="lane_order"}',
+                    "series": "inbox_invariant_last_check_timestamp_seconds"
+                    '{invariant="lane_order"}',
                     "values": "0+60x10 600x30",
                 },
             ],
