@@ -250,3 +250,8 @@ def _apply(conn: Connection, kind: RepairKind) -> dict[str, int]:
 def open_violations(engine: Engine, invariant: str | None = None) -> list[checks.Violation]:
     with engine.connect() as conn:
         return checks.open_violations(conn, invariant)
+
+
+def pending_repairs(engine: Engine) -> list[checks.PendingRepair]:
+    with engine.connect() as conn:
+        return checks.pending_repairs(conn)

@@ -430,3 +430,52 @@ def test_no_repair_is_offered_where_it_could_double_an_effect(client, engine, ws
         audit.propose(engine, wsettings, "alice", v.id)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM invariant_repairs")).scalar() == 0
+
+
+def test_the_console_lists_each_violation_and_repairs_with_two_operators(
+    client, app, engine, wsettings, forward
+):
+    from tests.integration.ui_support import CSRF, grab, new_token, sign_in
+
+    decided(client, engine, wsettings, forward, "k1")
+    with engine.connect() as conn:
+        pid = conn.execute(text("SELECT public_id FROM events")).scalar_one()
+    alice = new_token(engine, "alice", "operator")
+    bob = new_token(engine, "bob", "operator")
+    scoped = new_token(engine, "ops-t", "operator", forward.tenant)
+    sign_in(client, alice)
+    page = client.get("/ui/invariants").get_data(as_text=True)
+    assert 'id="no-violations"' in page and 'href="/ui/invariants"' in page
+    _expired_lease(engine, pid)
+    corrupt(engine, "UPDATE events SET trace_id = 'cafe01'")
+    audit.run(engine, wsettings, full=True)
+    with engine.connect() as conn:
+        [v] = checks.open_violations(conn)
+    page = client.get("/ui/invariants").get_data(as_text=True)
+    assert f'data-violation="{v.id}"' in page and f"event:{pid}" in page
+    assert "lease expired" in page and "not reclaimed" in page  # the row's problem
+    assert "sweep&#39;s bound" in page or "sweep's bound" in page  # what it means
+    assert 'data-field="trace">cafe01' in page and "lease_owner=dead" in page
+    proposed = client.post(f"/ui/invariants/{v.id}/repair", data={"csrf": grab(CSRF, page)})
+    assert proposed.status_code == 302
+    page = client.get("/ui/invariants").get_data(as_text=True)
+    repair_id = grab(r'data-repair="(rep_[0-9a-f]+)"', page)
+    assert 'data-field="own-proposal"' in page and 'data-action="approve"' not in page
+    url = f"/ui/invariants/repairs/{repair_id}/approve"
+    assert client.post(url, data={"csrf": grab(CSRF, page)}).status_code == 403
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT state FROM events")).scalar_one() == "processing"
+
+    other = app.test_client()
+    sign_in(other, scoped)
+    assert other.get("/ui/invariants").status_code == 403  # violations span tenants
+
+    second = app.test_client()
+    sign_in(second, bob)
+    page = second.get("/ui/invariants").get_data(as_text=True)
+    assert second.post(url, data={"csrf": grab(CSRF, page)}).status_code == 302
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT state FROM events")).scalar_one() == "received"
+        assert checks.open_violations(conn) == []
+    page = second.get("/ui/invariants").get_data(as_text=True)
+    assert 'id="no-violations"' in page and "the violation is gone" in page

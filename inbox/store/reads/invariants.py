@@ -505,3 +505,25 @@ def open_counts(conn: Connection) -> list[OpenCount]:
         ).all()
     )
     return [OpenCount(i.value, int(found.get(i.value, 0))) for i in Invariant]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRepair:
+    """A repair proposed and waiting for a second operator."""
+
+    public_id: str
+    violation_id: int
+    kind: str
+    preview: dict[str, Any]
+    proposed_by: str
+    created_at: dt.datetime
+
+
+def pending_repairs(conn: Connection) -> list[PendingRepair]:
+    rows = conn.execute(
+        text(
+            "SELECT public_id, violation_id, kind, preview, proposed_by, created_at"
+            " FROM invariant_repairs WHERE status = 'awaiting_approval' ORDER BY id"
+        )
+    )
+    return [PendingRepair(**r._mapping) for r in rows]
