@@ -129,7 +129,7 @@ def _check_one(
         found = checks.check(conn, invariant, checks.Scope(start, floor, bound))
         # Only a pass over everything the invariant covers may say a violation is gone.
         recorded = store.record(conn, invariant, found, whole=(table is None or start == 0))
-        if table is not None and mode == "incremental":
+        if table is not None and mode != "since":  # a full pass read everything too
             store.advance(conn, invariant, highest, full=start == 0)
     seconds = time.monotonic() - started
     metrics.record_invariant_check(invariant.value, len(recorded.opened), seconds)

@@ -51,7 +51,9 @@ def advance(conn: Connection, invariant: Invariant, highest: int, full: bool) ->
     passes, so a row whose transaction was still open at the first is seen by the second."""
     conn.execute(
         text(
-            "UPDATE invariant_watermarks SET since_id = next_id, next_id = :h,"
+            # The first pass read everything: the next starts where it ended.
+            "UPDATE invariant_watermarks"
+            " SET since_id = CASE WHEN next_id = 0 THEN :h ELSE next_id END, next_id = :h,"
             " checked_at = now(), full_at = CASE WHEN :full THEN now() ELSE full_at END"
             " WHERE invariant = :i"
         ),
