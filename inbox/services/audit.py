@@ -39,7 +39,7 @@ from inbox.infra import metrics
 from inbox.infra.config import Settings
 from inbox.store.reads import invariants as checks
 from inbox.store.write import audit as store
-from inbox.store.write import deliveries, queue
+from inbox.store.write import deliveries, intents, queue
 from inbox.store.write.audit import NotAwaitingReview, Repair, RepairNotFound
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,7 @@ class Checked:
 class Report:
     mode: str
     checked: list[Checked] = field(default_factory=list)
+    pruned_intents: int = 0  # callback intents of dropped days, deleted by a full pass
 
     @property
     def violations(self) -> int:
@@ -109,6 +110,10 @@ def run(
     bound = lease_bound_seconds(settings.sweep_seconds)
     for invariant in invariants or list(Invariant):
         report.checked.append(_check_one(engine, invariant, mode, since, bound))
+    if full:
+        with engine.begin() as conn:
+            store.allow_long(conn)
+            report.pruned_intents = intents.prune(conn)
     return report
 
 

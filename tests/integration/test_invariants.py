@@ -479,3 +479,19 @@ def test_the_console_lists_each_violation_and_repairs_with_two_operators(
         assert checks.open_violations(conn) == []
     page = second.get("/ui/invariants").get_data(as_text=True)
     assert 'id="no-violations"' in page and "the violation is gone" in page
+
+
+def test_an_intent_whose_event_retention_dropped_owes_nothing_and_is_pruned(
+    client, engine, wsettings, forward
+):
+    endpoint(engine, forward.tenant)
+    decided(client, engine, wsettings, forward, "k1")
+    # As after retention dropped the day: the event and its delivery are gone.
+    corrupt(engine, "DELETE FROM deliveries")
+    assert len(found(engine, wsettings, I.DELIVERY_PER_ENDPOINT)["delivery_per_endpoint"]) == 1
+    corrupt(engine, "DELETE FROM events")
+    corrupt(engine, "UPDATE callback_intents SET created_at = now() - interval '2 days'")
+    report = audit.run(engine, wsettings, [I.DELIVERY_PER_ENDPOINT], full=True)
+    assert report.violations == 0 and report.pruned_intents == 1
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM callback_intents")).scalar() == 0

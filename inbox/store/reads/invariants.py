@@ -70,6 +70,13 @@ def _day_of(expr: str) -> str:
     return _DAY.format(id=expr)
 
 
+# No row's id is past tomorrow's day (ids carry the database clock's day): a lookup bounded
+# by it is not planned over the week of partitions made ahead.
+_BEFORE_DAY_AFTER_TOMORROW = (
+    "((CAST(floor(extract(epoch FROM now()) / 86400) AS bigint) + 2) << 40)"
+)
+
+
 _IN_SCOPE = "(e.id >= :since OR (e.id >= :floor AND e.state IN ('received', 'processing')))"
 
 _EVENT_ROW = """jsonb_build_object('table', 'events', 'id', {e}.id, 'public_id', {e}.public_id,
@@ -199,8 +206,12 @@ _DELIVERY_PER_ENDPOINT = text(
                       'state', x.state) ORDER BY x.id), '[]'::jsonb) AS rows
              FROM deliveries x
             WHERE x.public_id = i.public_id
-              AND x.id >= {_day_of("coalesce(i.event_id, 0)")}) d
+              AND x.id >= {_day_of("coalesce(i.event_id, 0)")}
+              AND x.id < {_BEFORE_DAY_AFTER_TOMORROW}) d
      WHERE i.id >= :since AND NOT (d.n = 1 AND d.owed = 1)
+       -- An intent whose event's day retention dropped (its deliveries' days went
+       -- first or with it) owes nothing any more; the full pass prunes it.
+       AND (i.event_id IS NULL OR ev.id IS NOT NULL)
      ORDER BY i.id
     """
 )
@@ -221,6 +232,7 @@ _WEBHOOK_ID = text(
       FROM deliveries d
       JOIN deliveries o ON o.public_id = d.public_id AND o.id <> d.id
                        AND o.id >= {_day_of("coalesce(d.event_id, 0)")}
+                       AND o.id < {_BEFORE_DAY_AFTER_TOMORROW}
                        AND o.attempts > 0 AND o.body <> d.body
      WHERE d.id >= :since AND d.attempts > 0
      ORDER BY d.public_id, d.id

@@ -73,3 +73,21 @@ def enqueue(
     return deliveries.enqueue(
         conn, tenant_id, tenant, event_id, event_public_id, step, messages, replay
     )
+
+
+# Intents outlive nothing they describe: once their event's day is dropped by retention
+# (its deliveries' days go no later), the full pass deletes them, a batch at a time.
+_PRUNE = text(
+    """
+    DELETE FROM callback_intents WHERE id IN (
+        SELECT i.id FROM callback_intents i
+         WHERE i.created_at < now() - interval '1 day'
+           AND NOT EXISTS (SELECT 1 FROM events e WHERE e.id = i.event_id)
+         ORDER BY i.id LIMIT :limit)
+    """
+)
+
+
+def prune(conn: Connection, limit: int = 10_000) -> int:
+    """Delete intents whose event is gone (its day dropped); returns how many."""
+    return int(conn.execute(_PRUNE, {"limit": limit}).rowcount)
