@@ -366,6 +366,11 @@ def test_cli_exit_status_json_and_one_invariant(client, engine, wsettings, forwa
         main, ["audit", "operator_audited", "--since", "2999-01-01T00:00:00"], env=env
     )
     assert since.exit_code == 0, since.output  # nothing from then on
+    yesterday = (dt.datetime.now(dt.UTC) - dt.timedelta(days=1)).isoformat()
+    earlier = CliRunner().invoke(main, ["audit", "operator_audited", "--since", yesterday], env=env)
+    assert earlier.exit_code == 1 and "1 replays, 0 audited" in earlier.output
+    inc = CliRunner().invoke(main, ["audit", "operator_audited", "--incremental"], env=env)
+    assert inc.exit_code == 0, inc.output  # the full passes above moved the watermark past it
     unknown = CliRunner().invoke(main, ["audit", "no_such"], env=env)
     assert unknown.exit_code == 2 and "unknown invariant no_such" in unknown.output
 

@@ -52,10 +52,11 @@ def advance(conn: Connection, invariant: Invariant, highest: int, full: bool) ->
     conn.execute(
         text(
             # The first pass read everything: the next starts where it ended.
-            "UPDATE invariant_watermarks"
-            " SET since_id = CASE WHEN next_id = 0 THEN :h ELSE next_id END, next_id = :h,"
-            " checked_at = now(), full_at = CASE WHEN :full THEN now() ELSE full_at END"
-            " WHERE invariant = :i"
+            "INSERT INTO invariant_watermarks AS w (invariant, since_id, next_id, checked_at,"
+            " full_at) VALUES (:i, :h, :h, now(), CASE WHEN :full THEN now() END)"
+            " ON CONFLICT (invariant) DO UPDATE"
+            " SET since_id = CASE WHEN w.next_id = 0 THEN :h ELSE w.next_id END, next_id = :h,"
+            " checked_at = now(), full_at = CASE WHEN :full THEN now() ELSE w.full_at END"
         ),
         {"i": invariant.value, "h": highest + 1, "full": full},
     )
