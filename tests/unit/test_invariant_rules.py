@@ -81,3 +81,15 @@ def test_beat_sends_an_incremental_pass_every_minute_and_a_full_one_every_six_ho
     by_kind = {bool(e.get("kwargs", {}).get("full")): e["schedule"] for e in entries}
     assert by_kind == {False: INCREMENTAL_SECONDS, True: FULL_SECONDS}
     assert (INCREMENTAL_SECONDS, FULL_SECONDS) == (60.0, 6 * 3600.0)
+
+
+def test_the_next_pass_starts_a_sixth_of_an_interval_before_the_highest_id_seen():
+    from inbox.domain import ledger
+    from inbox.store.write.audit import next_since
+
+    assert next_since(0, 1000) == 1000  # after a first pass: where it ended
+    assert next_since(400, 1000) == 900  # 600 new ids: the last 100 are read again
+    assert next_since(1000, 1000) == 1000  # nothing new
+    day = ledger.bounds(ledger.EPOCH.replace(year=2026))[0]
+    # Across a ledger day the ids do not continue: the new day's are read from its highest.
+    assert next_since(day - 5, day + 50) == day + 50

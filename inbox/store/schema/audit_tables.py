@@ -70,8 +70,8 @@ invariant_watermarks = Table(
     Column("invariant", Text, primary_key=True),
     # The lowest ledger id the next incremental pass reads from (new rows since then).
     Column("since_id", BigInteger, nullable=False, server_default=text("0")),
-    # The highest id when the last pass started, plus one: where the pass after next
-    # starts (each row is read by two incremental passes, so one still running is seen).
+    # The highest id the last pass saw, plus one (``inbox.store.write.audit.next_since``
+    # starts the next pass a sixth of an interval before it).
     Column("next_id", BigInteger, nullable=False, server_default=text("0")),
     Column("checked_at", DateTime(timezone=True)),
     Column("full_at", DateTime(timezone=True)),
