@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "rate": args.rate,
             "seconds": round(elapsed, 1),
             "events": result["events"],
+            "completed": result["completed"],
             "deliveries": result["deliveries"],
             "lost": result["lost"],
             "passes": passes,
