@@ -109,7 +109,7 @@ def repair_open(as_json: bool) -> None:
 
 
 @repair.command("propose")
-@click.argument("violation_id", type=int)
+@click.argument("violation_id", type=click.IntRange(min=1, max=2**63 - 1))
 @_ACTOR
 def repair_propose(violation_id: int, actor: str) -> None:
     """Propose the safe repair of an open violation; prints its preview."""
