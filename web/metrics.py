@@ -29,7 +29,7 @@ from inbox.domain.errors import Unauthorized
 from inbox.domain.states import DeliveryState, EventState
 from inbox.infra import config
 from inbox.infra.metrics import tenant_label
-from inbox.store.reads import endpoint_health, lanes, stats
+from inbox.store.reads import endpoint_health, invariants, lanes, stats
 from web import throttle
 from web.errors import error_response
 from web.services import services
@@ -166,6 +166,36 @@ class StatsCollector(Collector):
         return list(fam.values())
 
 
+class ViolationsCollector(Collector):
+    """Open invariant violations per invariant (every invariant, zero included), read per
+    scrape from the self-audit's table (inbox.services.audit)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "inbox_invariant_violations_open",
+            "Violations of an invariant open now (found, not yet found gone by a full check).",
+            labels=["invariant"],
+        )
+
+    def describe(self) -> Iterable[Metric]:
+        return [self._family()]
+
+    def collect(self) -> Iterable[Metric]:
+        fam = self._family()
+        try:
+            with self.engine.connect() as conn:
+                counts = invariants.open_counts(conn)
+        except Exception as exc:  # inbox_stats_up already says the database did not answer
+            log.warning("metrics: open violations unavailable (%s)", type(exc).__name__)
+            return []
+        for c in counts:
+            fam.add_metric([c.invariant], c.count)
+        return [fam]
+
+
 class _ProcessRegistry(Collector):
     """This process's default registry, as one collector of a per-scrape registry."""
 
@@ -185,6 +215,7 @@ def build_registry(engine: Engine) -> CollectorRegistry:
     else:
         registry.register(_ProcessRegistry())
     registry.register(StatsCollector(engine))
+    registry.register(ViolationsCollector(engine))
     return registry
 
 

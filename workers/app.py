@@ -27,6 +27,7 @@ from celery.signals import (
     worker_ready,
 )
 
+from inbox.domain import invariants
 from inbox.infra import broker, tracing
 from inbox.infra.config import Settings
 from inbox.infra.logs import configure_logging
@@ -83,6 +84,13 @@ def make_celery(settings: Settings) -> Celery:
             "inbox-partitions": {"task": broker.PARTITIONS, "schedule": 3600.0},
             # Each source with a reconcile option runs at its own every_minutes.
             "inbox-reconcile": {"task": broker.RECONCILE, "schedule": 300.0},
+            # The self-audit: new rows every minute, everything every few hours.
+            "inbox-audit": {"task": broker.AUDIT, "schedule": invariants.INCREMENTAL_SECONDS},
+            "inbox-audit-full": {
+                "task": broker.AUDIT,
+                "schedule": invariants.FULL_SECONDS,
+                "kwargs": {"full": True},
+            },
         },
         worker_hijack_root_logger=False,
     )

@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 
 from inbox.domain.records import BulkJobId, EndpointId
 from inbox.infra import broker
+from inbox.services import audit as auditor
 from inbox.services import gapfill, upkeep
 from inbox.services import sweep as sweeper
 from inbox.services.bulk import run_bulk_once
@@ -189,3 +190,12 @@ def bulk_replay(job_id: int) -> dict[str, object]:
         bulk_replay.delay(job_id)
     result: dict[str, object] = r.to_dict()
     return result
+
+
+@shared_task(name=broker.AUDIT)  # type: ignore[untyped-decorator]
+@through_outages
+def audit(full: bool = False) -> dict[str, object]:
+    """The self-audit: an incremental pass (or a full one); violations are logged, counted
+    and kept for the console (``inbox.services.audit``)."""
+    report = auditor.run(engine(), state.current().settings, full=full)
+    return {"mode": report.mode, "violations": report.violations, "seconds": report.seconds}

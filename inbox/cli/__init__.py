@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from inbox.cli import (  # noqa: F401  (they add their groups)
+    audit,
     callbacks,
     endpoint_state,
     events,

@@ -42,6 +42,7 @@ PRUNE = "inbox.prune"
 PARTITIONS = "inbox.partitions"
 RECONCILE = "inbox.reconcile"
 BULK_REPLAY = "inbox.bulk_replay"
+AUDIT = "inbox.audit"  # the self-audit (inbox.services.audit)
 FLAG = "inbox:doorbell"
 FLAG_TTL_MS = 10_000
 ALARM = "inbox:alarm:"

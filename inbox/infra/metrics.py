@@ -163,6 +163,23 @@ DB_OUTAGES = Counter(
     "Database outages (unreachable or read-only) met by a worker or courier process: "
     "one per outage and process, counted when its first error is seen.",
 )
+INVARIANT_VIOLATIONS = Counter(
+    "inbox_invariant_violations",
+    "Violations of an invariant the self-audit opened (inbox.domain.invariants); the open"
+    " ones are inbox_invariant_violations_open.",
+    ("invariant",),
+)
+INVARIANT_CHECK_SECONDS = Counter(
+    "inbox_invariant_check_seconds",
+    "Seconds the self-audit spent checking an invariant (its share of the database's time).",
+    ("invariant",),
+)
+INVARIANT_LAST_CHECK = Gauge(
+    "inbox_invariant_last_check_timestamp_seconds",
+    "Unix time an invariant was last checked.",
+    ("invariant",),
+    multiprocess_mode="max",
+)
 
 ALL: tuple[MetricWrapperBase, ...] = (
     ACCEPTED,
@@ -185,6 +202,9 @@ ALL: tuple[MetricWrapperBase, ...] = (
     SWEEP_QUARANTINED,
     SWEEP_LAST_RUN,
     DB_OUTAGES,
+    INVARIANT_VIOLATIONS,
+    INVARIANT_CHECK_SECONDS,
+    INVARIANT_LAST_CHECK,
 )
 
 _INGEST = {
@@ -348,6 +368,16 @@ def record_database_outage() -> None:
         DB_OUTAGES.inc()
     except Exception as exc:
         _failed("record_database_outage", exc)
+
+
+def record_invariant_check(invariant: str, opened: int, seconds: float) -> None:
+    """One check of an invariant: the violations it opened and what it cost."""
+    try:
+        INVARIANT_VIOLATIONS.labels(invariant).inc(max(0, int(opened)))
+        INVARIANT_CHECK_SECONDS.labels(invariant).inc(max(0.0, float(seconds)))
+        INVARIANT_LAST_CHECK.labels(invariant).set(time.time())
+    except Exception as exc:
+        _failed("record_invariant_check", exc)
 
 
 def sample_names() -> frozenset[str]:

@@ -17,7 +17,7 @@ import yaml
 from prometheus_client import Histogram
 
 from inbox.infra import metrics
-from web.metrics import StatsCollector
+from web.metrics import StatsCollector, ViolationsCollector
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
 REQUIRED = {
@@ -74,6 +74,10 @@ def exposed() -> dict[str, set[str]]:
     described = {f.name for f in StatsCollector(engine=None).describe()}  # type: ignore[arg-type]
     assert described == set(labels_of)
     names.update(labels_of)
+    violations = {"inbox_invariant_violations_open": {"invariant"}}
+    described = {f.name for f in ViolationsCollector(engine=None).describe()}  # type: ignore[arg-type]
+    assert described == set(violations)
+    names.update(violations)
     return names
 
 
@@ -306,6 +310,44 @@ SCENARIOS = {
             "alert_rule_test": [
                 _alert("InboxLaneBlocked", "10m"),  # blocked, but not yet for 10m
                 _alert("InboxLaneBlocked", "20m", ({"tenant": "a", "source": "held"}, "2")),
+            ],
+        },
+        {
+            "interval": "1m",
+            "input_series": [
+                # two lane violations open from minute 5; no event_state violation
+                {
+                    "series": 'inbox_invariant_violations_open{invariant="lane_order"}',
+                    "values": "0x5 2x5",
+                },
+                {
+                    "series": 'inbox_invariant_violations_open{invariant="event_state"}',
+                    "values": "0x10",
+                },
+            ],
+            "alert_rule_test": [
+                _alert("InboxInvariantViolated", "3m"),
+                _alert("InboxInvariantViolated", "7m", ({"invariant": "lane_order"}, "2")),
+            ],
+        },
+        {
+            "interval": "1m",
+            "input_series": [
+                # checked every minute; the other last checked at minute 10
+                {
+                    "series": "inbox_invariant_last_check_timestamp_seconds"
+                    '{invariant="event_state"}',
+                    "values": "0+60x40",
+                },
+                {
+                    "series": "inbox_invariant_last_check_timestamp_seconds"
+                    '{invariant="lane_order"}',
+                    "values": "0+60x10 600x30",
+                },
+            ],
+            "alert_rule_test": [
+                _alert("InboxInvariantNotChecked", "20m"),
+                _alert("InboxInvariantNotChecked", "31m", ({"invariant": "lane_order"}, "21m 0s")),
             ],
         },
     ],

@@ -8,6 +8,12 @@ partitioned by day). Import them from here.
 from __future__ import annotations
 
 from inbox.domain.states import DELIVERY_STATES, STATES
+from inbox.store.schema.audit_tables import (
+    callback_intents,
+    invariant_repairs,
+    invariant_violations,
+    invariant_watermarks,
+)
 from inbox.store.schema.config_tables import (
     BULK_STATUSES,
     TOKEN_ROLES,
@@ -53,6 +59,7 @@ __all__ = [
     "auth_failures",
     "bulk_replay_items",
     "bulk_replays",
+    "callback_intents",
     "console_sessions",
     "deliveries",
     "delivery_attempts",
@@ -63,6 +70,9 @@ __all__ = [
     "event_keys",
     "events",
     "held_discards",
+    "invariant_repairs",
+    "invariant_violations",
+    "invariant_watermarks",
     "idempotency_conflicts",
     "lane_blocks",
     "ledger_floor",

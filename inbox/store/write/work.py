@@ -2,8 +2,9 @@
 
 ``SqlWorkStore`` is ``inbox.services.ports.WorkStore`` over PostgreSQL: ``begin`` is the
 engine's transaction and every other method is a function of ``queue``, ``batch``,
-``staleness`` or ``deliveries``, called with that transaction. Unit tests pass an in-memory
-store of the same shape instead (``tests/unit/fake_store.py``).
+``staleness`` or ``intents`` (the deliveries, and the callback intents they answer), called
+with that transaction. Unit tests pass an in-memory store of the same shape instead
+(``tests/unit/fake_store.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from contextlib import AbstractContextManager
 from sqlalchemy import Connection, Engine
 
 from inbox.store.reads import queue as queue_reads
-from inbox.store.write import batch, deliveries, queue, staleness
+from inbox.store.write import batch, intents, queue, staleness
 
 
 class SqlWorkStore:
@@ -30,7 +31,7 @@ class SqlWorkStore:
     record_many = staticmethod(batch.record_many)
     claim_effect = staticmethod(queue.claim_effect)
     judge = staticmethod(staleness.judge)
-    enqueue_deliveries = staticmethod(deliveries.enqueue)
+    enqueue_deliveries = staticmethod(intents.enqueue)  # intents, then deliveries
     complete = staticmethod(queue.complete)
     complete_many = staticmethod(batch.complete_many)
     fail = staticmethod(queue.fail)
