@@ -8,6 +8,7 @@ from inbox.cli import (  # noqa: F401  (they add their groups)
     evidence,
     holds,
     ops,
+    payloads,
     playbooks,
     secrets,
     sources,

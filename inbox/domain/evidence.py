@@ -1,6 +1,8 @@
 """Evidence bundles: what an event's record proves, sealed so an auditor can check it offline.
 
-A bundle is a set of named parts (bytes): the body as stored, the headers as received minus
+A bundle is a set of named parts (bytes): the body as received (opened where it is sealed at
+rest; empty once removed or erased: ``event.json`` then says ``body_stored`` "removed", or
+"erased" with when, by whom and by which erasure), the headers as received minus
 credentials, the verification verdict, the event's decision, its step results, its outbound
 attempts and its audit trail. ``manifest.json`` lists the SHA-256 of every part and
 ``manifest.sig`` is an Ed25519 signature over the manifest's exact bytes by the export key.
@@ -127,11 +129,14 @@ def parts(
         "body_sha256",
         "last_error_class",
         "last_error_message",
+        "erased",
     )
     event = {k: detail.get(k) for k in event_keys}
     v = dict(verification or {})
     event["body_stored"] = (
-        "removed"
+        "erased"
+        if detail.get("erased")
+        else "removed"
         if body is None
         else "raw"
         if v.get("raw_sha256") == hashlib.sha256(body).hexdigest()

@@ -74,6 +74,8 @@ class LoadedEvent:
     replay: int = 0
     # The ingest's W3C traceparent (None when it was not traced): its runs continue it.
     trace_context: str | None = None
+    # Its payload key was destroyed (inbox.domain.erasure): ``body`` is empty, nothing runs.
+    erased: bool = False
 
 
 @dataclass(frozen=True, slots=True)

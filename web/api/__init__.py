@@ -8,7 +8,7 @@ token limited to one tenant sees only that tenant: anything else is a 404.
 from __future__ import annotations
 
 # The route modules register themselves on ``api``.
-from web.api import auth, bulk, deliveries, events, holds, openapi
+from web.api import auth, bulk, deliveries, erasures, events, holds, openapi
 from web.api.blueprint import api
 
-__all__ = ["api", "auth", "bulk", "deliveries", "events", "holds", "openapi"]
+__all__ = ["api", "auth", "bulk", "deliveries", "erasures", "events", "holds", "openapi"]

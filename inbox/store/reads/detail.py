@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from inbox.store.db import sealing
 from inbox.store.reads.ledger_reads import (
     COUNTERS,
     KEYS_JOIN,
@@ -139,6 +140,10 @@ class EventDetail:
     conflicts: tuple[Conflict, ...]
     audit: tuple[AuditRecord, ...]
     deliveries: tuple[DeliveryDetail, ...]
+    # Whether the payload is sealed at rest (inbox.infra.envelope); when its key was
+    # destroyed, the erasure: {"at", "by", "erasure"} (body None, headers empty).
+    sealed: bool = False
+    erased: dict[str, Any] | None = None
 
     def public(self) -> dict[str, Any]:
         return _public(self)
@@ -154,6 +159,7 @@ def _public(row: EventDetail | DeliveryDetail) -> dict[str, Any]:
 # The event's own columns that an EventDetail carries as they are stored.
 _STORED = (
     "id, public_id, tenant_id, source_id, event_type, content_type, body, body_sha256, headers,"
+    " key_id, headers_sealed,"
     " verification, response_status, sync, state, attempts, max_attempts, replay, available_at,"
     " lease_owner, lease_expires_at, fence, received_at, finished_at, last_error_class,"
     " last_error_message, outcome, decision, duplicate_of, occurred_at, version,"
@@ -226,8 +232,14 @@ def event(conn: Connection, public_id: str) -> EventDetail | None:
     if ev is None:
         return None
     m = dict(ev._mapping)
-    body = m.pop("body")
-    m["body"] = bytes(body).decode("utf-8", "replace") if body is not None else None
+    key_id = m.pop("key_id")
+    opened = sealing.for_engine(conn.engine).open(
+        conn, key_id, m.pop("body"), m["headers"], m.pop("headers_sealed")
+    )
+    body, m["headers"] = opened.body, opened.headers
+    m["body"] = body.decode("utf-8", "replace") if body is not None else None
+    m["sealed"] = key_id is not None
+    m["erased"] = erased(conn, key_id) if opened.erased else None
     m["body_sha256"] = bytes(m["body_sha256"]).hex()
     m["duplicate_of"] = _public_id(conn, m["duplicate_of"])
     m["newer_event"] = _public_id(conn, m.pop("newer_event_id"))
@@ -237,6 +249,22 @@ def event(conn: Connection, public_id: str) -> EventDetail | None:
     m["audit"] = tuple(AuditRecord(**r._mapping) for r in conn.execute(text(EVENT_AUDIT), params))
     m["deliveries"] = event_deliveries(conn, ev.id)
     return EventDetail(**m)
+
+
+ERASED = (
+    "SELECT k.destroyed_at AS at, k.destroyed_by AS by, x.public_id AS erasure"
+    " FROM data_keys k LEFT JOIN erasures x ON x.id = k.erasure_id WHERE k.id = :id"
+)
+
+
+def erased(conn: Connection, key_id: int | None) -> dict[str, Any] | None:
+    """When, by whom and by which erasure the key ``key_id`` was destroyed (None: live)."""
+    if key_id is None:
+        return None
+    row = conn.execute(text(ERASED), {"id": key_id}).first()
+    if row is None or row.at is None:
+        return None
+    return {"at": row.at.isoformat(), "by": row.by, "erasure": row.erasure}
 
 
 def delivery(conn: Connection, public_id: str, since: int = 0) -> DeliveryDetail | None:

@@ -24,6 +24,12 @@ from inbox.store.schema.config_tables import (
     sources,
     tenants,
 )
+from inbox.store.schema.key_tables import (
+    ERASURE_STATUSES,
+    data_keys,
+    erasures,
+    sealing_progress,
+)
 from inbox.store.schema.ledger_tables import (
     DROP_ORDER,
     PARTITIONED,
@@ -43,6 +49,7 @@ __all__ = [
     "BULK_STATUSES",
     "DELIVERY_STATES",
     "DROP_ORDER",
+    "ERASURE_STATUSES",
     "PARTITIONED",
     "STATES",
     "TOKEN_ROLES",
@@ -52,11 +59,13 @@ __all__ = [
     "bulk_replay_items",
     "bulk_replays",
     "console_sessions",
+    "data_keys",
     "deliveries",
     "delivery_attempts",
     "effects",
     "endpoint_secrets",
     "endpoints",
+    "erasures",
     "event_attempts",
     "event_keys",
     "events",
@@ -64,6 +73,7 @@ __all__ = [
     "ledger_floor",
     "legal_holds",
     "metadata",
+    "sealing_progress",
     "source_secrets",
     "sources",
     "steps",

@@ -36,7 +36,7 @@ def load_many(conn: Connection, claims: list[Claim]) -> dict[EventId, LoadedEven
         return {}
     ids = [c.id for c in claims]
     rows = conn.execute(_LOAD_MANY.spanning(ids), {"ids": ids, "fences": [c.fence for c in claims]})
-    return {EventId(row.id): to_loaded(row) for row in rows}
+    return {EventId(row.id): to_loaded(conn, row) for row in rows}
 
 
 # Every row is fenced like queue.complete: an event whose lease was lost or taken

@@ -17,6 +17,7 @@ from inbox.domain.errors import LeaseLost
 from inbox.domain.outcomes import RunOutcome
 from inbox.domain.records import Claim, EventId, LoadedEvent, SourceId, TenantId
 from inbox.domain.states import EventState
+from inbox.store.db import sealing
 from inbox.store.db.days import OPEN_DAYS, DayBounded, open_days
 
 # Fair across tenants: tenants are visited in random order and each gives at most
@@ -121,7 +122,7 @@ def raise_floor(conn: Connection) -> int:
 LOAD_COLUMNS = """
     SELECT e.id, e.public_id, e.tenant_id, t.name AS tenant, s.name AS source,
            s.options AS source_options, e.event_type, e.business_key_digest, e.content_type,
-           e.body, e.attempts, e.max_attempts, e.sync, e.replay, e.trace_context,
+           e.body, e.key_id, e.attempts, e.max_attempts, e.sync, e.replay, e.trace_context,
            extract(epoch FROM clock_timestamp() - e.received_at) AS age_seconds,
            coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
                       WHERE st.event_id = e.id AND st.event_id >= {lo} AND st.event_id < {hi}),
@@ -146,10 +147,12 @@ def load(conn: Connection, c: Claim) -> LoadedEvent:
     row = conn.execute(_LOAD.over(c.id, c.id), {"id": c.id, "fence": c.fence}).first()
     if row is None:
         raise LeaseLost()
-    return to_loaded(row)
+    return to_loaded(conn, row)
 
 
-def to_loaded(row: Any) -> LoadedEvent:
+def to_loaded(conn: Connection, row: Any) -> LoadedEvent:
+    """A loaded row, its body opened (a payload whose key was destroyed: ``erased``)."""
+    opened = sealing.for_engine(conn.engine).open(conn, row.key_id, row.body, None, None)
     return LoadedEvent(
         id=row.id,
         public_id=row.public_id,
@@ -162,7 +165,7 @@ def to_loaded(row: Any) -> LoadedEvent:
             bytes(row.business_key_digest) if row.business_key_digest is not None else None
         ),
         content_type=row.content_type,
-        body=bytes(row.body) if row.body is not None else b"",
+        body=opened.body if opened.body is not None else b"",
         attempts=row.attempts,
         max_attempts=row.max_attempts,
         sync=row.sync,
@@ -170,6 +173,7 @@ def to_loaded(row: Any) -> LoadedEvent:
         steps=dict(row.steps),
         age_seconds=float(row.age_seconds),
         trace_context=row.trace_context,
+        erased=opened.erased,
     )
 
 

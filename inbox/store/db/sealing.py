@@ -1,0 +1,201 @@
+"""The data keys of a process: sealing payloads on the way in, opening them on the way out.
+
+A payload is sealed under its tenant's data key, or its subject's (``inbox.domain.erasure``),
+with one AEAD call per column (``inbox.infra.envelope``). The keys are unwrapped once and
+kept per engine in a bounded cache (least recently used out first, each entry for at most
+``INBOX_DATA_KEY_TTL_S``): a receiver whose tenant's key is cached seals with no round trip
+at all. A key is made on first use (a tenant's first payload, a subject's first): read if
+another process made it, else inserted (``ON CONFLICT DO NOTHING`` on the live key's unique
+index, so two processes racing end up with the same key), in a short transaction of its own.
+
+Opening reads the wrapped key by id (cached as well). A destroyed key (erasure) opens
+nothing: ``open`` answers None and the reader says the payload was erased. The process
+that erases forgets the keys at once; another process may keep an unwrapped key until its
+entry expires (the threat model in docs/explanation/security.md says so).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy import Connection, Engine, text
+
+from inbox.domain.erasure import TENANT_KEY
+from inbox.domain.intake import Prepared
+from inbox.infra import config
+from inbox.infra import keyring as kr
+from inbox.infra.envelope import DataKey, SealBroken, new_key, unwrap, wrap
+
+BODY = "body"
+HEADERS = "headers"
+
+_LIVE = text(
+    "SELECT id, wrapped FROM data_keys"
+    " WHERE tenant_id = :t AND subject_digest = :s AND destroyed_at IS NULL"
+)
+_MAKE = text(
+    "INSERT INTO data_keys (tenant_id, subject_digest, wrapped) VALUES (:t, :s, :w)"
+    " ON CONFLICT (tenant_id, subject_digest) WHERE destroyed_at IS NULL DO NOTHING"
+    " RETURNING id, wrapped"
+)
+_BY_ID = text("SELECT wrapped FROM data_keys WHERE id = :id")
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """A stored payload as a reader sees it: ``erased`` when its key was destroyed (then
+    ``body`` is None and ``headers`` empty)."""
+
+    body: bytes | None
+    headers: dict[str, Any]
+    erased: bool = False
+
+
+class PayloadKeys:
+    """One engine's data keys, unwrapped, in a bounded cache (thread-safe)."""
+
+    def __init__(self, engine: Engine, size: int, ttl_s: float, enabled: bool) -> None:
+        self._engine = weakref.ref(engine)
+        self.size = max(1, size)
+        self.ttl_s = ttl_s
+        self.enabled = enabled
+        self._lock = threading.Lock()
+        self._live: OrderedDict[tuple[int, bytes], tuple[DataKey, float]] = OrderedDict()
+        self._by_id: OrderedDict[int, tuple[DataKey | None, float]] = OrderedDict()
+        self.misses = 0  # keys read from the database (for tests and the benchmark)
+
+    # -- the cache -------------------------------------------------------------------
+    def _get(self, cache: OrderedDict[Any, Any], k: Any) -> Any:
+        with self._lock:
+            found = cache.get(k)
+            if found is None:
+                return None
+            if found[1] < time.monotonic():
+                del cache[k]
+                return None
+            cache.move_to_end(k)
+            return found
+
+    def _put(self, cache: OrderedDict[Any, Any], k: Any, value: Any) -> None:
+        with self._lock:
+            cache[k] = (value, time.monotonic() + self.ttl_s)
+            cache.move_to_end(k)
+            while len(cache) > self.size:
+                cache.popitem(last=False)
+
+    def cached(self) -> int:
+        with self._lock:
+            return len(self._live) + len(self._by_id)
+
+    def clear(self) -> None:
+        """Forget every key (a restored or emptied database)."""
+        with self._lock:
+            self._live.clear()
+            self._by_id.clear()
+
+    def forget(self, key_ids: set[int]) -> None:
+        """Drop these keys (destroyed by an erasure in this process) from the cache."""
+        with self._lock:
+            for k in [k for k, (dk, _) in self._live.items() if dk.id in key_ids]:
+                del self._live[k]
+            for i in key_ids:
+                self._by_id.pop(i, None)
+
+    # -- sealing -----------------------------------------------------------------------
+    def key_for(self, tenant_id: int, subject: bytes | None) -> DataKey:
+        """The live key of a tenant (``subject`` None) or of one of its subjects, made on
+        first use."""
+        k = (tenant_id, subject or TENANT_KEY)
+        found = self._get(self._live, k)
+        if found is not None:
+            key: DataKey = found[0]
+            return key
+        engine = self._engine()
+        assert engine is not None
+        ring = kr.keyring()
+        self.misses += 1
+        params = {"t": k[0], "s": k[1]}
+        with engine.begin() as conn:
+            row = conn.execute(_LIVE, params).first()
+            if row is None:
+                row = conn.execute(_MAKE, {**params, "w": wrap(ring, new_key())}).first()
+            if row is None:  # another process made it meanwhile
+                row = conn.execute(_LIVE, params).one()
+        key = DataKey(int(row.id), unwrap(ring, row.wrapped))
+        self._put(self._live, k, key)
+        self._put(self._by_id, key.id, key)
+        return key
+
+    def seal(self, tenant_id: int, ev: Prepared) -> Prepared:
+        """``ev`` with its body and headers sealed (unchanged while sealing is off)."""
+        if not self.enabled or ev.key_id is not None:
+            return ev
+        key = self.key_for(tenant_id, ev.subject_digest)
+        sealed_headers = key.seal(json.dumps(ev.headers).encode(), HEADERS)
+        return _replace(ev, key.id, key.seal(ev.body, BODY), sealed_headers)
+
+    # -- opening -----------------------------------------------------------------------
+    def key_by_id(self, conn: Connection, key_id: int) -> DataKey | None:
+        """The key ``key_id`` (read on ``conn`` when not cached); None once destroyed."""
+        found = self._get(self._by_id, key_id)
+        if found is not None:
+            key: DataKey | None = found[0]
+            return key
+        self.misses += 1
+        wrapped = conn.execute(_BY_ID, {"id": key_id}).scalar()
+        key = None if wrapped is None else DataKey(key_id, unwrap(kr.keyring(), wrapped))
+        self._put(self._by_id, key_id, key)
+        return key
+
+    def open(
+        self,
+        conn: Connection,
+        key_id: int | None,
+        body: bytes | None,
+        headers: dict[str, Any] | None,
+        headers_sealed: bytes | None,
+    ) -> Opened:
+        """A stored payload in clear: as it is where ``key_id`` is None (stored in clear)."""
+        if key_id is None:
+            return Opened(None if body is None else bytes(body), dict(headers or {}))
+        key = self.key_by_id(conn, key_id)
+        if key is None:
+            return Opened(None, {}, erased=True)
+        opened = None if body is None else key.open(bytes(body), BODY)
+        hdrs = (
+            {} if headers_sealed is None else json.loads(key.open(bytes(headers_sealed), HEADERS))
+        )
+        return Opened(opened, hdrs)
+
+
+def _replace(ev: Prepared, key_id: int, body: bytes, headers_sealed: bytes) -> Prepared:
+    return replace(ev, key_id=key_id, body=body, headers={}, headers_sealed=headers_sealed)
+
+
+_shared: weakref.WeakKeyDictionary[Engine, PayloadKeys] = weakref.WeakKeyDictionary()
+_shared_lock = threading.Lock()
+
+
+def for_engine(engine: Engine) -> PayloadKeys:
+    """The data keys of ``engine`` (made on first use, from the settings as they are then:
+    sealing is on where ``INBOX_ENCRYPT_PAYLOADS`` is and ``INBOX_KEK`` names a key)."""
+    with _shared_lock:
+        found = _shared.get(engine)
+        if found is None:
+            enabled = bool(config.current("encrypt_payloads")) and kr.configured()
+            found = _shared[engine] = PayloadKeys(
+                engine,
+                int(config.current("data_key_cache")),
+                float(config.current("data_key_ttl_s")),
+                enabled,
+            )
+        return found
+
+
+__all__ = ["BODY", "HEADERS", "Opened", "PayloadKeys", "SealBroken", "for_engine"]
