@@ -47,6 +47,12 @@ _MAKE = text(
 _BY_ID = text("SELECT wrapped FROM data_keys WHERE id = :id")
 
 
+def live(event: str) -> str:
+    """SQL: whether the key of the events row aliased ``event`` is live (NULL: in clear);
+    one primary-key probe inside the reader's own statement."""
+    return f"(SELECT k.wrapped IS NOT NULL FROM data_keys k WHERE k.id = {event}.key_id)"
+
+
 @dataclass(frozen=True, slots=True)
 class Opened:
     """A stored payload as a reader sees it: ``erased`` when its key was destroyed (then
@@ -160,10 +166,16 @@ class PayloadKeys:
         body: bytes | None,
         headers: dict[str, Any] | None,
         headers_sealed: bytes | None,
+        live: bool | None = None,
     ) -> Opened:
-        """A stored payload in clear: as it is where ``key_id`` is None (stored in clear)."""
+        """A stored payload in clear: as it is where ``key_id`` is None (stored in clear).
+        ``live``: whether the key is live as the reader's own statement found it (``LIVE``),
+        so an erasure is seen at once, whatever this process has cached."""
         if key_id is None:
             return Opened(None if body is None else bytes(body), dict(headers or {}))
+        if live is False:
+            self.forget({key_id})
+            return Opened(None, {}, erased=True)
         key = self.key_by_id(conn, key_id)
         if key is None:
             return Opened(None, {}, erased=True)
@@ -198,4 +210,4 @@ def for_engine(engine: Engine) -> PayloadKeys:
         return found
 
 
-__all__ = ["BODY", "HEADERS", "Opened", "PayloadKeys", "SealBroken", "for_engine"]
+__all__ = ["BODY", "HEADERS", "Opened", "PayloadKeys", "SealBroken", "for_engine", "live"]

@@ -169,6 +169,7 @@ _STORED = (
 # One event by its public id, pruned to its day's partitions, with its key's counters.
 EVENT = f"""
 SELECT {", ".join("e." + c.strip() for c in _STORED.split(","))}, {COUNTERS},
+       {sealing.live("e")} AS key_live,
        t.name AS tenant, s.name AS source
   FROM events e JOIN tenants t ON t.id = e.tenant_id
   JOIN sources s ON s.id = e.source_id {KEYS_JOIN}
@@ -234,7 +235,7 @@ def event(conn: Connection, public_id: str) -> EventDetail | None:
     m = dict(ev._mapping)
     key_id = m.pop("key_id")
     opened = sealing.for_engine(conn.engine).open(
-        conn, key_id, m.pop("body"), m["headers"], m.pop("headers_sealed")
+        conn, key_id, m.pop("body"), m["headers"], m.pop("headers_sealed"), m.pop("key_live")
     )
     body, m["headers"] = opened.body, opened.headers
     m["body"] = body.decode("utf-8", "replace") if body is not None else None

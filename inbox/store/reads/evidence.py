@@ -24,10 +24,15 @@ def event_evidence(conn: Connection, public_id: str) -> EventEvidence | None:
     if detail is None:
         return None
     row = conn.execute(
-        text(f"SELECT e.body, e.key_id FROM events e WHERE {ledger_reads.by_public_id('e')}"),
+        text(
+            f"SELECT e.body, e.key_id, {sealing.live('e')} AS key_live FROM events e"
+            f" WHERE {ledger_reads.by_public_id('e')}"
+        ),
         ledger_reads.bounds_params(public_id),
     ).one()
-    opened = sealing.for_engine(conn.engine).open(conn, row.key_id, row.body, None, None)
+    opened = sealing.for_engine(conn.engine).open(
+        conn, row.key_id, row.body, None, None, row.key_live
+    )
     return EventEvidence(public_id, detail, opened.body)
 
 

@@ -66,7 +66,9 @@ _EVENT = text(
     """
     SELECT e.id, e.public_id, e.tenant_id, t.name AS tenant, s.name AS source,
            s.options AS source_options, e.event_type, e.business_key_digest, e.content_type,
-           e.body, e.key_id, e.state, e.replay,
+           e.body, e.key_id, """
+    + sealing.live("e")
+    + """ AS key_live, e.state, e.replay,
            coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
                       WHERE st.event_id = e.id), '{}'::jsonb) AS steps
       FROM events e
@@ -98,7 +100,7 @@ def events(conn: Connection, public_ids: list[str]) -> list[PlannedEvent]:
                 bytes(r.business_key_digest) if r.business_key_digest is not None else None
             ),
             content_type=r.content_type,
-            body=keys.open(conn, r.key_id, r.body, None, None).body,
+            body=keys.open(conn, r.key_id, r.body, None, None, r.key_live).body,
             state=r.state,
             replay=r.replay,
             steps=dict(r.steps),

@@ -119,15 +119,20 @@ def raise_floor(conn: Connection) -> int:
     return floor(conn)
 
 
-LOAD_COLUMNS = """
+# ``key_live``: whether the payload's key is live (sealing.live), read in the same statement.
+LOAD_COLUMNS = (
+    """
     SELECT e.id, e.public_id, e.tenant_id, t.name AS tenant, s.name AS source,
            s.options AS source_options, e.event_type, e.business_key_digest, e.content_type,
-           e.body, e.key_id, e.attempts, e.max_attempts, e.sync, e.replay, e.trace_context,
+           e.body, e.key_id, """
+    + sealing.live("e")
+    + """ AS key_live, e.attempts, e.max_attempts, e.sync, e.replay, e.trace_context,
            extract(epoch FROM clock_timestamp() - e.received_at) AS age_seconds,
            coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
                       WHERE st.event_id = e.id AND st.event_id >= {lo} AND st.event_id < {hi}),
                     '{}'::jsonb) AS steps
 """
+)
 # Every statement that names events (or steps) by a claim or a batch of them is bounded by
 # their days, ``{lo}`` and ``{hi}`` (inbox.store.db.days): planned over those days alone, not
 # over every daily partition.
@@ -152,7 +157,9 @@ def load(conn: Connection, c: Claim) -> LoadedEvent:
 
 def to_loaded(conn: Connection, row: Any) -> LoadedEvent:
     """A loaded row, its body opened (a payload whose key was destroyed: ``erased``)."""
-    opened = sealing.for_engine(conn.engine).open(conn, row.key_id, row.body, None, None)
+    opened = sealing.for_engine(conn.engine).open(
+        conn, row.key_id, row.body, None, None, row.key_live
+    )
     return LoadedEvent(
         id=row.id,
         public_id=row.public_id,

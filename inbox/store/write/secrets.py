@@ -11,10 +11,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, select, update
 
-from inbox.store.schema.tables import data_keys
-
 from inbox.infra.keyring import Keyring, is_encrypted
 from inbox.store.reads.secrets import TABLES
+from inbox.store.schema.tables import data_keys
 
 
 @dataclass(frozen=True)
