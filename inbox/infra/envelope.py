@@ -22,6 +22,7 @@ import os
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from inbox.domain.errors import InboxError
 from inbox.infra.keyring import Keyring
 
 VERSION = b"\x01"
@@ -29,7 +30,7 @@ NONCE_BYTES = 12
 OVERHEAD = len(VERSION) + NONCE_BYTES + 16  # the tag
 
 
-class SealBroken(Exception):
+class SealBroken(InboxError):
     """A sealed value does not open under its key (tampered, or the wrong key)."""
 
 

@@ -31,6 +31,7 @@ from inbox.services.drain import drain_once
 from inbox.store.db import sealing
 from inbox.store.write import tokens as tstore
 from tests.helpers import body_of, hmac_headers, wait_for
+from tests.integration.ui_support import CSRF, grab, new_token, sign_in
 
 SECRET = "s3cret"
 SEEN = register(Playbook("payload-keys-seen"), event_type="person.changed")
@@ -378,3 +379,23 @@ def _sealed(engine: Engine) -> int:
         return int(
             conn.execute(text("SELECT count(*) FROM events WHERE key_id IS NOT NULL")).scalar_one()
         )
+
+
+def test_the_console_erases_a_subject_and_shows_it_on_the_event(
+    client, app, make_source, engine, keys
+):
+    src = subject_source(make_source)
+    gone = post(client, src, person("Jane Roe", "acct-1"), "k1")
+    kept = post(client, src, person("Rob Poe", "acct-2"), "k2")
+    _finish(engine)
+    sign_in(client, new_token(engine, "carol", "operator"))
+    page = client.get("/ui/erasures").get_data(as_text=True)
+    assert 'id="no-erasures"' in page and 'id="erase"' in page
+    form = {"csrf": grab(CSRF, page), "tenant": src.tenant, "subject": "acct-1", "reason": "r"}
+    assert client.post("/ui/erasures", data=form).status_code == 302
+    page = client.get("/ui/erasures").get_data(as_text=True)
+    [era] = re.findall(r'data-erasure="(era_[0-9a-f]+)"', page)
+    event = client.get(f"/ui/events/{gone}").get_data(as_text=True)
+    assert 'id="erased"' in event and "by carol" in event and era in event
+    assert "Jane Roe" not in event
+    assert "Rob Poe" in client.get(f"/ui/events/{kept}").get_data(as_text=True)

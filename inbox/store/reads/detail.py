@@ -240,7 +240,7 @@ def event(conn: Connection, public_id: str) -> EventDetail | None:
     body, m["headers"] = opened.body, opened.headers
     m["body"] = body.decode("utf-8", "replace") if body is not None else None
     m["sealed"] = key_id is not None
-    m["erased"] = erased(conn, key_id) if opened.erased else None
+    m["erased"] = _erased(conn, key_id) if opened.erased else None
     m["body_sha256"] = bytes(m["body_sha256"]).hex()
     m["duplicate_of"] = _public_id(conn, m["duplicate_of"])
     m["newer_event"] = _public_id(conn, m.pop("newer_event_id"))
@@ -258,7 +258,7 @@ ERASED = (
 )
 
 
-def erased(conn: Connection, key_id: int | None) -> dict[str, Any] | None:
+def _erased(conn: Connection, key_id: int | None) -> dict[str, Any] | None:
     """When, by whom and by which erasure the key ``key_id`` was destroyed (None: live)."""
     if key_id is None:
         return None
