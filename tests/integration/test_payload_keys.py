@@ -123,8 +123,22 @@ def test_stored_sealed_read_in_clear_and_cached(client, make_source, engine, key
     wsettings = Settings(database_url=settings.database_url, batch_size=10)
     wait_for(lambda: drain_once(engine, wsettings).claimed == 0 and _all_done(engine), 60, "done")
     with engine.connect() as conn:
-        results = [r[0] for r in conn.execute(text("SELECT result FROM steps ORDER BY event_id"))]
-    assert results == [{"name": "Jane Roe"}, {"name": "Jane Roe"}, {"name": "Rob Poe"}]
+        stored_steps = conn.execute(text("SELECT result, key_id FROM steps ORDER BY event_id"))
+        stored_steps = stored_steps.all()
+    # Step results are sealed under their event's key: no name in the table.
+    assert [s.key_id for s in stored_steps] == [
+        row.key_id,
+        row.key_id,
+        stored(engine, other).key_id,
+    ]
+    assert all(isinstance(s.result, str) and "Roe" not in s.result for s in stored_steps)
+    seen = [detail(client, engine, i)["steps"][0]["result"] for i in (first, second, other)]
+    assert seen == [{"name": "Jane Roe"}, {"name": "Jane Roe"}, {"name": "Rob Poe"}]
+    # The decision (the last step's result by default) likewise.
+    with engine.connect() as conn:
+        decisions = [r[0] for r in conn.execute(text("SELECT decision FROM events"))]
+    assert all(isinstance(d, str) and "Roe" not in d for d in decisions)
+    assert detail(client, engine, first)["decision"] == {"name": "Jane Roe"}
 
 
 def _all_done(engine: Engine) -> bool:
@@ -399,3 +413,43 @@ def test_the_console_erases_a_subject_and_shows_it_on_the_event(
     assert 'id="erased"' in event and "by carol" in event and era in event
     assert "Jane Roe" not in event
     assert "Rob Poe" in client.get(f"/ui/events/{kept}").get_data(as_text=True)
+
+
+def test_a_payload_sealed_under_a_key_destroyed_since_is_quarantined_as_erased(
+    client, make_source, engine, keys
+):
+    """A process that had an erased key cached may seal a payload under it for a while
+    (INBOX_DATA_KEY_TTL_S): the worker finds nothing to run and quarantines it, never runs
+    the playbook on an empty body. A payload without the subject is under the tenant's key."""
+    src = subject_source(make_source)
+    late = post(client, src, person("Jane Roe", "acct-1"), "k1")
+    anonymous = post(client, src, {"type": "person.changed", "name": "nobody"}, "k2")
+    with engine.begin() as conn:
+        subjects = dict(
+            conn.execute(
+                text("SELECT id, subject_digest = ''::bytea FROM data_keys ORDER BY id")
+            ).all()
+        )
+        assert subjects[stored(engine, anonymous).key_id] is True  # the tenant's key
+        assert subjects[stored(engine, late).key_id] is False
+        conn.execute(
+            text(
+                "UPDATE data_keys SET wrapped = NULL, destroyed_at = now(), destroyed_by = 'x'"
+                " WHERE id = :k"
+            ),
+            {"k": stored(engine, late).key_id},
+        )
+    _finish(engine)
+    with engine.connect() as conn:
+        ev = conn.execute(
+            text("SELECT state, last_error_class FROM events WHERE public_id = :p"), {"p": late}
+        ).one()
+        ran = conn.execute(
+            text(
+                "SELECT count(*) FROM steps s JOIN events e ON e.id = s.event_id"
+                " WHERE e.public_id = :p"
+            ),
+            {"p": late},
+        ).scalar_one()
+    assert (ev.state, ev.last_error_class, ran) == ("quarantined", "PayloadErased", 0)
+    assert stored(engine, anonymous).state == "completed"

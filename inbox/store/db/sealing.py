@@ -16,6 +16,7 @@ entry expires (the threat model in docs/explanation/security.md says so).
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -74,6 +75,8 @@ class PayloadKeys:
         self._lock = threading.Lock()
         self._live: OrderedDict[tuple[int, bytes], tuple[DataKey, float]] = OrderedDict()
         self._by_id: OrderedDict[int, tuple[DataKey | None, float]] = OrderedDict()
+        # The key each loaded event's payload is sealed under, for its step results.
+        self._events: OrderedDict[int, tuple[DataKey, float]] = OrderedDict()
         self.misses = 0  # keys read from the database (for tests and the benchmark)
 
     # -- the cache -------------------------------------------------------------------
@@ -104,6 +107,7 @@ class PayloadKeys:
         with self._lock:
             self._live.clear()
             self._by_id.clear()
+            self._events.clear()
 
     def forget(self, key_ids: set[int]) -> None:
         """Drop these keys (destroyed by an erasure in this process) from the cache."""
@@ -112,6 +116,8 @@ class PayloadKeys:
                 del self._live[k]
             for i in key_ids:
                 self._by_id.pop(i, None)
+            for e in [e for e, (dk, _) in self._events.items() if dk.id in key_ids]:
+                del self._events[e]
 
     # -- sealing -----------------------------------------------------------------------
     def key_for(self, tenant_id: int, subject: bytes | None) -> DataKey:
@@ -185,6 +191,77 @@ class PayloadKeys:
         )
         return Opened(opened, hdrs)
 
+    # -- step results ------------------------------------------------------------------
+    def loaded(self, event_id: int, key: DataKey) -> None:
+        """A worker loaded this event (sealed under ``key``): its step results are too."""
+        self._put(self._events, event_id, key)
+
+    def seal_steps(
+        self, conn: Connection, event_id: int, steps: dict[str, Any]
+    ) -> tuple[dict[str, Any], int | None]:
+        """Step results as stored: each a JSON string of its sealed bytes (base64) under the
+        event's key, and that key's id; as they are (and None) for a payload in clear."""
+        if not steps:
+            return steps, None
+        found = self._get(self._events, event_id)
+        key: DataKey | None = found[0] if found is not None else None
+        if key is None:  # not loaded here, or dropped from the cache: its row says
+            key_id = conn.execute(_EVENT_KEY, {"id": event_id}).scalar()
+            key = None if key_id is None else self.key_by_id(conn, int(key_id))
+        if key is None:
+            return steps, None
+        return {
+            n: _b64(key.seal(json.dumps(r).encode(), STEP + n)) for n, r in steps.items()
+        }, key.id
+
+    def seal_decision(self, conn: Connection, event_id: int, decision: Any) -> Any:
+        """A decision as stored: a JSON string (the base64 of it sealed under the event's
+        key) where the payload is sealed, else as it is (a decision in clear is an object,
+        never a string, so the two cannot be mistaken)."""
+        sealed, key = self.seal_steps(conn, event_id, {DECISION: decision})
+        return sealed[DECISION] if key is not None else decision
+
+    def open_decision(self, conn: Connection, key_id: int | None, decision: Any) -> Any:
+        """A stored decision in clear (None under a destroyed key)."""
+        if key_id is None or not isinstance(decision, str):
+            return decision
+        return self.open_steps(conn, {DECISION: decision}, {DECISION: key_id})[DECISION]
+
+    def open_steps(
+        self, conn: Connection, steps: dict[str, Any], sealed: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """Step results in clear: ``sealed`` names the sealed ones, with their key's id (a
+        destroyed key: the result reads None)."""
+        if not sealed:
+            return dict(steps)
+        out = dict(steps)
+        for name, key_id in sealed.items():
+            key = self.key_by_id(conn, int(key_id))
+            raw = str(steps[name])
+            out[name] = (
+                None if key is None else json.loads(key.open(base64.b64decode(raw), STEP + name))
+            )
+        return out
+
+
+STEP = "step:"
+DECISION = "\x00decision"  # sealed as a step of this name: no step name holds a NUL
+_EVENT_KEY = text("SELECT key_id FROM events WHERE id = :id")
+
+
+def _b64(sealed: bytes) -> str:
+    return base64.b64encode(sealed).decode()
+
+
+def steps_sealed(alias: str, lo: str = "", hi: str = "") -> str:
+    """SQL: the sealed step results of the events row aliased ``alias``, by name, with
+    their key's id (NULL: none sealed); ``lo`` and ``hi`` bound the steps' days."""
+    bound = f" AND st.event_id >= {lo} AND st.event_id < {hi}" if lo else ""
+    return (
+        "(SELECT jsonb_object_agg(st.name, st.key_id) FROM steps st"
+        f" WHERE st.event_id = {alias}.id AND st.key_id IS NOT NULL{bound})"
+    )
+
 
 def _replace(ev: Prepared, key_id: int, body: bytes, headers_sealed: bytes) -> Prepared:
     return replace(ev, key_id=key_id, body=body, headers={}, headers_sealed=headers_sealed)
@@ -210,4 +287,14 @@ def for_engine(engine: Engine) -> PayloadKeys:
         return found
 
 
-__all__ = ["BODY", "HEADERS", "Opened", "PayloadKeys", "SealBroken", "for_engine", "live"]
+__all__ = [
+    "BODY",
+    "HEADERS",
+    "STEP",
+    "Opened",
+    "PayloadKeys",
+    "SealBroken",
+    "for_engine",
+    "live",
+    "steps_sealed",
+]

@@ -8,6 +8,7 @@ it: row ids stay inside, the API speaks public ids.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -181,7 +182,7 @@ SELECT {", ".join("e." + c.strip() for c in _STORED.split(","))}, {COUNTERS},
 EVENT_PUBLIC_ID = "SELECT public_id FROM events WHERE id = :id"
 
 STEPS = (
-    "SELECT name, result, attempt, replay, completed_at FROM steps WHERE event_id = :id"
+    "SELECT name, result, key_id, attempt, replay, completed_at FROM steps WHERE event_id = :id"
     " ORDER BY completed_at, name"
 )
 
@@ -234,22 +235,33 @@ def event(conn: Connection, public_id: str) -> EventDetail | None:
         return None
     m = dict(ev._mapping)
     key_id = m.pop("key_id")
-    opened = sealing.for_engine(conn.engine).open(
+    keys = sealing.for_engine(conn.engine)
+    opened = keys.open(
         conn, key_id, m.pop("body"), m["headers"], m.pop("headers_sealed"), m.pop("key_live")
     )
     body, m["headers"] = opened.body, opened.headers
     m["body"] = body.decode("utf-8", "replace") if body is not None else None
     m["sealed"] = key_id is not None
+    m["decision"] = None if opened.erased else keys.open_decision(conn, key_id, m["decision"])
     m["erased"] = _erased(conn, key_id) if opened.erased else None
     m["body_sha256"] = bytes(m["body_sha256"]).hex()
     m["duplicate_of"] = _public_id(conn, m["duplicate_of"])
     m["newer_event"] = _public_id(conn, m.pop("newer_event_id"))
     params = {"id": ev.id}
-    m["steps"] = tuple(Step(**r._mapping) for r in conn.execute(text(STEPS), params))
+    m["steps"] = _steps(conn, conn.execute(text(STEPS), params).all())
     m["conflicts"] = tuple(Conflict(**r._mapping) for r in conn.execute(text(CONFLICTS), params))
     m["audit"] = tuple(AuditRecord(**r._mapping) for r in conn.execute(text(EVENT_AUDIT), params))
     m["deliveries"] = event_deliveries(conn, ev.id)
     return EventDetail(**m)
+
+
+def _steps(conn: Connection, rows: Sequence[Any]) -> tuple[Step, ...]:
+    """The step rows, their sealed results opened (None under a destroyed key)."""
+    keys = sealing.for_engine(conn.engine)
+    results = {r.name: r.result for r in rows}
+    sealed = {r.name: r.key_id for r in rows if r.key_id is not None}
+    opened = keys.open_steps(conn, results, sealed)
+    return tuple(Step(r.name, opened[r.name], r.attempt, r.replay, r.completed_at) for r in rows)
 
 
 ERASED = (

@@ -70,7 +70,10 @@ _EVENT = text(
     + sealing.live("e")
     + """ AS key_live, e.state, e.replay,
            coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
-                      WHERE st.event_id = e.id), '{}'::jsonb) AS steps
+                      WHERE st.event_id = e.id), '{}'::jsonb) AS steps,
+           """
+    + sealing.steps_sealed("e")
+    + """ AS steps_sealed
       FROM events e
       JOIN tenants t ON t.id = e.tenant_id
       JOIN sources s ON s.id = e.source_id
@@ -103,7 +106,7 @@ def events(conn: Connection, public_ids: list[str]) -> list[PlannedEvent]:
             body=keys.open(conn, r.key_id, r.body, None, None, r.key_live).body,
             state=r.state,
             replay=r.replay,
-            steps=dict(r.steps),
+            steps=keys.open_steps(conn, r.steps, r.steps_sealed),
         )
         for r in rows
     ]

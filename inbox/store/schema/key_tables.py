@@ -9,6 +9,9 @@ in clear, before sealing was turned on or the sealing job reached it).
 
 ``erasures``: each request, with the second operator of a tenant-wide one.
 ``sealing_progress``: where the background job that seals rows stored in clear is.
+``retention_reports``: what each prune (with its day drops) and each erasure removed, by
+which rule or request, and what holds kept; the report's exact bytes, and its manifest and
+signature by the evidence key where the writing process had it (``inbox.services.reports``).
 """
 
 from __future__ import annotations
@@ -95,4 +98,17 @@ sealing_progress = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("finished_at", DateTime(timezone=True)),
     CheckConstraint("singleton", name="singleton"),
+)
+
+retention_reports = Table(
+    "retention_reports",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("public_id", Text, nullable=False, unique=True),
+    Column("kind", Text, nullable=False),
+    now_column(),
+    Column("report", LargeBinary, nullable=False),  # report.json, exactly as signed
+    Column("manifest", LargeBinary),  # NULL: signed when exported
+    Column("signature", LargeBinary),
+    CheckConstraint("kind IN ('prune', 'erasure')", name="kind"),
 )

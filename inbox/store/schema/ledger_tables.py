@@ -246,6 +246,9 @@ steps = Table(
     Column("event_id", BigInteger, primary_key=True),  # its day's events (see the top)
     Column("name", Text, primary_key=True),
     Column("result", JSONB),
+    # Set: ``result`` is a JSON string, the base64 of the result sealed under this data key
+    # (its event's, inbox.store.db.sealing); NULL: stored in clear.
+    Column("key_id", BigInteger),
     Column("attempt", Integer, nullable=False),
     # The event's replay number when the step ran (0: the original processing).
     Column("replay", Integer, nullable=False, server_default=text("0")),

@@ -28,6 +28,7 @@ from inbox.store.schema.key_tables import (
     ERASURE_STATUSES,
     data_keys,
     erasures,
+    retention_reports,
     sealing_progress,
 )
 from inbox.store.schema.ledger_tables import (
@@ -73,6 +74,7 @@ __all__ = [
     "ledger_floor",
     "legal_holds",
     "metadata",
+    "retention_reports",
     "sealing_progress",
     "source_secrets",
     "sources",

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from inbox.domain.records import Claim, Completion, EventId, LoadedEvent
+from inbox.store.db import sealing
 from inbox.store.db.days import DayBounded
 from inbox.store.write.queue import LOAD_COLUMNS, to_loaded
 
@@ -45,7 +46,8 @@ _COMPLETE_MANY = DayBounded(
     """
     WITH input AS (
         SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb))
-            AS i(id bigint, fence bigint, steps jsonb, outcome text, decision jsonb, resp text)
+            AS i(id bigint, fence bigint, steps jsonb, key_id bigint, outcome text, decision jsonb,
+                 resp text)
     ), done AS (
         UPDATE events e
            SET state = 'completed', outcome = i.outcome, decision = i.decision,
@@ -58,8 +60,8 @@ _COMPLETE_MANY = DayBounded(
            AND e.id >= {lo} AND e.id < {hi} AND e.lease_expires_at > now()
         RETURNING e.id, e.attempts, e.replay
     ), recorded AS (
-        INSERT INTO steps (event_id, name, result, attempt, replay)
-        SELECT done.id, s.name, s.result, done.attempts, done.replay
+        INSERT INTO steps (event_id, name, result, key_id, attempt, replay)
+        SELECT done.id, s.name, s.result, i.key_id, done.attempts, done.replay
           FROM done JOIN input i ON i.id = done.id, jsonb_each(i.steps) AS s(name, result)
         ON CONFLICT (event_id, name) DO NOTHING
     )
@@ -68,17 +70,26 @@ _COMPLETE_MANY = DayBounded(
 )
 
 
+def _steps(
+    keys: sealing.PayloadKeys, conn: Connection, event_id: int, steps: dict[str, Any]
+) -> dict[str, Any]:
+    """A row's ``steps`` and ``key_id``: its results sealed under its event's key."""
+    sealed, key = keys.seal_steps(conn, event_id, steps)
+    return {"steps": sealed, "key_id": key}
+
+
 def complete_many(conn: Connection, completions: list[Completion]) -> set[EventId]:
     """Record the steps and complete every event still leased to us; returns their ids."""
     if not completions:
         return set()
+    keys = sealing.for_engine(conn.engine)
     rows = [
         {
             "id": x.claim.id,
             "fence": x.claim.fence,
-            "steps": x.steps,
+            **_steps(keys, conn, x.claim.id, x.steps),
             "outcome": x.outcome,
-            "decision": x.decision,
+            "decision": keys.seal_decision(conn, x.claim.id, x.decision),
             "resp": x.sync_response,
         }
         for x in completions
@@ -95,7 +106,7 @@ _RECORD_MANY = DayBounded(
     """
     WITH input AS (
         SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb))
-            AS i(id bigint, fence bigint, steps jsonb)
+            AS i(id bigint, fence bigint, steps jsonb, key_id bigint)
     ), live AS (
         UPDATE events e SET lease_expires_at = now() + make_interval(secs => :lease)
           FROM input i
@@ -103,8 +114,8 @@ _RECORD_MANY = DayBounded(
            AND e.id >= {lo} AND e.id < {hi} AND e.lease_expires_at > now()
         RETURNING e.id, e.attempts, e.replay
     ), recorded AS (
-        INSERT INTO steps (event_id, name, result, attempt, replay)
-        SELECT live.id, s.name, s.result, live.attempts, live.replay
+        INSERT INTO steps (event_id, name, result, key_id, attempt, replay)
+        SELECT live.id, s.name, s.result, i.key_id, live.attempts, live.replay
           FROM live JOIN input i ON i.id = live.id, jsonb_each(i.steps) AS s(name, result)
         ON CONFLICT (event_id, name) DO NOTHING
     )
@@ -120,7 +131,10 @@ def record_many(
     extend those leases; returns the ids still leased to us."""
     if not points:
         return set()
-    rows = [{"id": c.id, "fence": c.fence, "steps": steps} for c, steps in points]
+    keys = sealing.for_engine(conn.engine)
+    rows = [
+        {"id": c.id, "fence": c.fence, **_steps(keys, conn, c.id, steps)} for c, steps in points
+    ]
     stmt = _RECORD_MANY.spanning([c.id for c, _ in points])
     live = conn.execute(stmt, {"rows": json.dumps(rows), "lease": lease})
     return {EventId(r.id) for r in live}

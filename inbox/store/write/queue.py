@@ -130,7 +130,10 @@ LOAD_COLUMNS = (
            extract(epoch FROM clock_timestamp() - e.received_at) AS age_seconds,
            coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
                       WHERE st.event_id = e.id AND st.event_id >= {lo} AND st.event_id < {hi}),
-                    '{}'::jsonb) AS steps
+                    '{}'::jsonb) AS steps,
+           """
+    + sealing.steps_sealed("e", "{lo}", "{hi}")
+    + """ AS steps_sealed
 """
 )
 # Every statement that names events (or steps) by a claim or a batch of them is bounded by
@@ -157,9 +160,12 @@ def load(conn: Connection, c: Claim) -> LoadedEvent:
 
 def to_loaded(conn: Connection, row: Any) -> LoadedEvent:
     """A loaded row, its body opened (a payload whose key was destroyed: ``erased``)."""
-    opened = sealing.for_engine(conn.engine).open(
-        conn, row.key_id, row.body, None, None, row.key_live
-    )
+    keys = sealing.for_engine(conn.engine)
+    opened = keys.open(conn, row.key_id, row.body, None, None, row.key_live)
+    if row.key_id is not None and not opened.erased:
+        key = keys.key_by_id(conn, row.key_id)
+        if key is not None:
+            keys.loaded(row.id, key)  # its step results are sealed under it too
     return LoadedEvent(
         id=row.id,
         public_id=row.public_id,
@@ -177,7 +183,7 @@ def to_loaded(conn: Connection, row: Any) -> LoadedEvent:
         max_attempts=row.max_attempts,
         sync=row.sync,
         replay=row.replay,
-        steps=dict(row.steps),
+        steps={} if opened.erased else keys.open_steps(conn, row.steps, row.steps_sealed),
         age_seconds=float(row.age_seconds),
         trace_context=row.trace_context,
         erased=opened.erased,
@@ -199,8 +205,8 @@ _STEP = DayBounded(
          WHERE {_LIVE}
         RETURNING id, attempts, replay
     )
-    INSERT INTO steps (event_id, name, result, attempt, replay)
-    SELECT live.id, s.name, s.result, live.attempts, live.replay
+    INSERT INTO steps (event_id, name, result, key_id, attempt, replay)
+    SELECT live.id, s.name, s.result, CAST(:key AS bigint), live.attempts, live.replay
       FROM live, jsonb_each(CAST(:steps AS jsonb)) AS s(name, result)
     ON CONFLICT (event_id, name) DO NOTHING
     RETURNING name
@@ -222,7 +228,8 @@ def record_steps(conn: Connection, c: Claim, results: dict[str, Any], lease: flo
     if not results:
         _check_live(conn, c)
         return
-    params = {"id": c.id, "fence": c.fence, "lease": lease, "steps": json.dumps(results)}
+    sealed, key = sealing.for_engine(conn.engine).seal_steps(conn, c.id, results)
+    params = {"id": c.id, "fence": c.fence, "lease": lease, "steps": json.dumps(sealed), "key": key}
     written = conn.execute(_STEP.over(c.id, c.id), params).fetchall()
     if not written:
         _check_live(conn, c)  # either no lease, or every step was already recorded
@@ -280,7 +287,9 @@ def complete(
             "id": c.id,
             "fence": c.fence,
             "outcome": outcome,
-            "decision": json.dumps(decision),
+            "decision": json.dumps(
+                sealing.for_engine(conn.engine).seal_decision(conn, c.id, decision)
+            ),
             "dup": duplicate_of,
             "resp": sync_response,
         },

@@ -6,8 +6,10 @@ Create Date: 2026-12-06
 
 Envelope encryption (inbox.infra.envelope, inbox.store.schema.key_tables): ``data_keys``
 (one live key per tenant and per named subject, wrapped), ``erasures`` (each request to
-destroy keys), ``sealing_progress`` (the background job that seals rows stored in clear).
-``events`` gains ``key_id`` and ``headers_sealed``: both NULL on every existing row, which
+destroy keys), ``sealing_progress`` (the background job that seals rows stored in clear),
+``retention_reports`` (what each prune and erasure removed and what holds kept, signed).
+``events`` gains ``key_id`` and ``headers_sealed``, ``steps`` a ``key_id`` (its result sealed
+under its event's key): all NULL on every existing row, which
 reads as stored in clear, so nothing is rewritten here; the job (``inbox payloads seal``)
 seals them later, resumably, while everything keeps reading.
 """
@@ -107,13 +109,31 @@ def upgrade() -> None:
         sa.CheckConstraint("singleton", name=op.f("ck_sealing_progress_singleton")),
         sa.PrimaryKeyConstraint("singleton", name=op.f("pk_sealing_progress")),
     )
+    op.create_table(
+        "retention_reports",
+        sa.Column("id", sa.BigInteger(), sa.Identity(), nullable=False),
+        sa.Column("public_id", sa.Text(), nullable=False),
+        sa.Column("kind", sa.Text(), nullable=False),
+        sa.Column(
+            "created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
+        ),
+        sa.Column("report", sa.LargeBinary(), nullable=False),
+        sa.Column("manifest", sa.LargeBinary(), nullable=True),
+        sa.Column("signature", sa.LargeBinary(), nullable=True),
+        sa.CheckConstraint("kind IN ('prune', 'erasure')", name=op.f("ck_retention_reports_kind")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_retention_reports")),
+        sa.UniqueConstraint("public_id", name=op.f("uq_retention_reports_public_id")),
+    )
     op.add_column("events", sa.Column("key_id", sa.BigInteger(), nullable=True))
     op.add_column("events", sa.Column("headers_sealed", sa.LargeBinary(), nullable=True))
+    op.add_column("steps", sa.Column("key_id", sa.BigInteger(), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column("steps", "key_id")
     op.drop_column("events", "headers_sealed")
     op.drop_column("events", "key_id")
+    op.drop_table("retention_reports")
     op.drop_table("sealing_progress")
     op.drop_table("erasures")
     op.drop_index("ix_data_keys_live", table_name="data_keys")
