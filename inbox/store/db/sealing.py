@@ -192,8 +192,9 @@ class PayloadKeys:
         return Opened(opened, hdrs)
 
     # -- step results ------------------------------------------------------------------
-    def loaded(self, event_id: int, key: DataKey) -> None:
-        """A worker loaded this event (sealed under ``key``): its step results are too."""
+    def loaded(self, event_id: int, key: DataKey | None) -> None:
+        """A worker loaded this event, sealed under ``key`` (None: in clear): its step
+        results and decision are stored the same way, with no round trip to ask."""
         self._put(self._events, event_id, key)
 
     def seal_steps(
@@ -204,8 +205,10 @@ class PayloadKeys:
         if not steps:
             return steps, None
         found = self._get(self._events, event_id)
-        key: DataKey | None = found[0] if found is not None else None
-        if key is None:  # not loaded here, or dropped from the cache: its row says
+        key: DataKey | None
+        if found is not None:
+            key = found[0]
+        else:  # not loaded here, or dropped from the cache: its row says
             key_id = conn.execute(_EVENT_KEY, {"id": event_id}).scalar()
             key = None if key_id is None else self.key_by_id(conn, int(key_id))
         if key is None:

@@ -162,10 +162,8 @@ def to_loaded(conn: Connection, row: Any) -> LoadedEvent:
     """A loaded row, its body opened (a payload whose key was destroyed: ``erased``)."""
     keys = sealing.for_engine(conn.engine)
     opened = keys.open(conn, row.key_id, row.body, None, None, row.key_live)
-    if row.key_id is not None and not opened.erased:
-        key = keys.key_by_id(conn, row.key_id)
-        if key is not None:
-            keys.loaded(row.id, key)  # its step results are sealed under it too
+    if not opened.erased:  # its step results and decision are stored as its payload is
+        keys.loaded(row.id, None if row.key_id is None else keys.key_by_id(conn, row.key_id))
     return LoadedEvent(
         id=row.id,
         public_id=row.public_id,
