@@ -453,3 +453,23 @@ def test_a_payload_sealed_under_a_key_destroyed_since_is_quarantined_as_erased(
         ).scalar_one()
     assert (ev.state, ev.last_error_class, ran) == ("quarantined", "PayloadErased", 0)
     assert stored(engine, anonymous).state == "completed"
+
+
+def test_the_key_cache_is_bounded_and_expires(make_source, engine):
+    """At most INBOX_DATA_KEY_CACHE keys per process; an entry past INBOX_DATA_KEY_TTL_S is
+    read again (the unwrapped key does not outlive its time in memory)."""
+    src = subject_source(make_source)
+    bounded = sealing.PayloadKeys(engine, size=2, ttl_s=3600, enabled=True)
+    for n in range(5):
+        bounded.key_for(src.tenant_id, f"subject-{n}".encode())
+    assert bounded.misses == 5 and bounded.cached() <= 4  # two live, two by id
+    bounded.key_for(src.tenant_id, b"subject-4")  # the newest is still there
+    assert bounded.misses == 5
+    bounded.key_for(src.tenant_id, b"subject-0")  # the oldest was dropped
+    assert bounded.misses == 6
+    expiring = sealing.PayloadKeys(engine, size=100, ttl_s=0, enabled=True)
+    expiring.key_for(src.tenant_id, None)
+    expiring.key_for(src.tenant_id, None)
+    assert expiring.misses == 2
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM data_keys")).scalar_one() == 6
