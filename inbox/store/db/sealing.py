@@ -22,7 +22,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, text
@@ -267,7 +267,13 @@ def steps_sealed(alias: str, lo: str = "", hi: str = "") -> str:
 
 
 def _replace(ev: Prepared, key_id: int, body: bytes, headers_sealed: bytes) -> Prepared:
-    return replace(ev, key_id=key_id, body=body, headers={}, headers_sealed=headers_sealed)
+    """``dataclasses.replace`` without its cost on the receiver's path (it runs ``__init__``
+    with every field: the larger part of sealing's CPU per request, in a profile): a copy
+    of the frozen instance's fields with the sealed ones changed."""
+    sealed = object.__new__(Prepared)
+    sealed.__dict__.update(ev.__dict__)
+    sealed.__dict__.update(key_id=key_id, body=body, headers={}, headers_sealed=headers_sealed)
+    return sealed
 
 
 _shared: weakref.WeakKeyDictionary[Engine, PayloadKeys] = weakref.WeakKeyDictionary()
