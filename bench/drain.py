@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -89,6 +90,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     own = "broker, flushed between phases (default: a redis-server of the run's own; never"
     add("--redis-url", default=None, help=own + " a shared one: other work uses it)")
     add("--out", type=Path, default=procs.RESULTS / "drain.json", help="JSON results")
+    add(
+        "--sealed",
+        action="store_true",
+        help="seal the pending events' payloads first (`inbox payloads seal`): the workers"
+        " open each body and seal each step result and decision",
+    )
     return p.parse_args(argv)
 
 
@@ -198,6 +205,14 @@ def run_inbox(b: Bench, concurrency: int, pooled: bool = False) -> dict[str, Any
     with psycopg.connect(b.url, autocommit=True) as conn:
         conn.execute("TRUNCATE events CASCADE")
         fill_pending(conn, src.tenant_id, src.id, n, f"evt_c{concurrency}_", EVENT_TYPE)
+        if b.args.sealed:  # untimed: the rows as a receiver with sealing on writes them
+            subprocess.run(
+                [sys.executable, "-m", "inbox.cli", "payloads", "seal", "--batch", "2000"],
+                env={**os.environ, **b.env()},
+                cwd=procs.ROOT,
+                check=True,
+                capture_output=True,
+            )
         b.redis.flushdb()
 
         def ring() -> None:
@@ -433,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     config = {k: getattr(a, k) for k in ("events", "repeats", "concurrency", "rate", "seconds")}
     config |= {"sweep_seconds": a.sweep_seconds, "batch_size": a.batch_size or 100}
+    config |= {"sealed": a.sealed}
     host = {"python": platform.python_version(), "cpus": os.cpu_count()}
     results: dict[str, Any] = {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -62,12 +62,14 @@ SECRET = "benchsecret"
 TENANT, SOURCE = "bench", "own"
 HOST = "127.0.0.1"
 POOLED = "inbox-pgbouncer"  # the inbox behind a private PgBouncer (``--pgbouncer``)
+CLEAR = "inbox-clear"  # the inbox with payloads stored in clear (``--clear``)
 APPS = {
     "inbox": "web.wsgi:app",
     POOLED: "web.wsgi:app",
     "handwritten": "bench.common.baselines:handwritten",
     "naive": "bench.common.baselines:naive",
     "inbox-otlp": "web.wsgi:app",
+    CLEAR: "web.wsgi:app",
 }
 ROWS_SQL = {
     "inbox": "SELECT count(*) FROM events",
@@ -75,6 +77,7 @@ ROWS_SQL = {
     "handwritten": "SELECT count(*) FROM handwritten_events",
     "naive": "SELECT count(*) FROM naive_events",
     "inbox-otlp": "SELECT count(*) FROM events",
+    CLEAR: "SELECT count(*) FROM events",
 }
 TRACED = "inbox-otlp"
 WORKLOADS = ("unique", "storm")
@@ -105,8 +108,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"also {POOLED}: the inbox through a private pgbouncer in transaction mode"
         " (INBOX_DB_POOLER=transaction), reported as a ratio to the direct inbox",
     )
+    p.add_argument(
+        "--clear",
+        action="store_true",
+        help=f"also {CLEAR}: the inbox with payload sealing off (INBOX_ENCRYPT_PAYLOADS=0),"
+        " reported as the sealed inbox's ratio to it",
+    )
     args = p.parse_args(argv)
     args.receiver_list = [r for r in args.receivers.split(",") if r]
+    if args.clear and CLEAR not in args.receiver_list:
+        args.receiver_list.append(CLEAR)
     if args.otlp and TRACED not in args.receiver_list:
         args.receiver_list.append(TRACED)
     if args.pgbouncer and POOLED not in args.receiver_list:
@@ -141,12 +152,15 @@ def start_receiver(
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": str(procs.ROOT),
         "WEB_KEEPALIVE_REQUESTS": str(keepalive_requests(os.environ)),
+        # Payloads sealed at rest (the default), except for the inbox-clear receiver.
+        "INBOX_ENCRYPT_PAYLOADS": "0" if name == CLEAR else "1",
     }
     if name == TRACED:
         env["OTEL_TRACES_EXPORTER"] = "otlp"
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp_url
         env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
-    elif name != "inbox":  # a baseline makes its table on first use; the rows are counted first
+    elif name not in ("inbox", CLEAR):
+        # a baseline makes its table on first use; the rows are counted first
         baselines.ensure_table(db_url)
     proc, port = procs.web(APPS[name], env, args.workers, args.threads, f"web-{name}")
     procs.wait_http(proc, port, any_answer=True)  # the baselines have no /healthz
@@ -360,6 +374,20 @@ def tracing_cost(levels: list[dict[str, Any]], runs: int) -> dict[str, Any]:
     return out
 
 
+def sealing_cost(levels: list[dict[str, Any]], runs: int) -> dict[str, Any]:
+    """Per workload: inbox (sealed) over inbox-clear 2xx/s per run, and the median."""
+    by = {(lv["run"], lv["receiver"], lv["workload"]): lv for lv in levels}
+    out: dict[str, Any] = {}
+    for workload in sorted({lv["workload"] for lv in levels if lv["receiver"] == CLEAR}):
+        ratios = []
+        for run in range(1, runs + 1):
+            on, off = by.get((run, "inbox", workload)), by.get((run, CLEAR, workload))
+            if on is not None and off is not None and off["ok_per_s"]:
+                ratios.append(on["ok_per_s"] / off["ok_per_s"])
+        out[workload] = {"ratios": ratios, "ratio": _median(ratios)}
+    return out
+
+
 def print_report(report: dict[str, Any]) -> None:
     print()
     print(f"{report['settings']['server']}; {report['settings']['senders']} senders (wrk)")
@@ -398,6 +426,11 @@ def print_report(report: dict[str, Any]) -> None:
             f"{workload}: {TRACED}/inbox (OTLP tracing on over off) {c_fmt(t['ratio'])}x (runs: "
             + ", ".join(c_fmt(r) for r in t["ratios"])
             + ")"
+        )
+    for workload, t in report.get("sealing", {}).items():
+        print(
+            f"{workload}: inbox/{CLEAR} (payloads sealed over in clear) {c_fmt(t['ratio'])}x"
+            " (runs: " + ", ".join(c_fmt(r) for r in t["ratios"]) + "; target >= 0.9x)"
         )
     for workload, t in report["targets"].items():
         if t["pgbouncer_ratios"]:
@@ -455,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         if TRACED in args.receiver_list:
             report["tracing"] = tracing_cost(levels, args.repeats)
+        if CLEAR in args.receiver_list:
+            report["sealing"] = sealing_cost(levels, args.repeats)
         print_report(report)
         args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
         print(f"\nwrote {args.out}")

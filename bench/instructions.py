@@ -51,7 +51,10 @@ from typing import Any
 from bench.common import procs
 
 TENANT, SOURCE, SECRET = "bench", "own", "benchsecret"
-VIEWS = ("receiver", "floor")
+# ``receiver-clear``: the receiver with payload sealing off (INBOX_ENCRYPT_PAYLOADS=0), to
+# state what sealing costs per request beside ``receiver`` (sealed, the default).
+VIEWS = ("receiver", "floor", "receiver-clear")
+CLEAR_VIEW = "receiver-clear"
 WARM = 200
 _REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
@@ -280,10 +283,13 @@ def measure(args: argparse.Namespace, otlp_url: str | None) -> int:
             env.update(
                 DATABASE_URL=db_url, PYTHONHASHSEED="0", PROMETHEUS_MULTIPROC_DIR=metrics_dir
             )
-            per_request = {
-                view: (count(view, args.requests, env) - count(view, 0, env)) // args.requests
-                for view in args.view_list
-            }
+            per_request = {}
+            for view in args.view_list:
+                own = env if view != CLEAR_VIEW else {**env, "INBOX_ENCRYPT_PAYLOADS": "0"}
+                kind = "receiver" if view == CLEAR_VIEW else view
+                per_request[view] = (
+                    count(kind, args.requests, own) - count(kind, 0, own)
+                ) // args.requests
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
     for view, n in per_request.items():

@@ -51,6 +51,9 @@ hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default")
 # Signing secrets are stored encrypted (inbox/infra/keyring.py): one key for the whole run,
 # inherited by every process a test starts.
 os.environ.setdefault("INBOX_KEK", keyring.new_key())
+# Payloads are stored in clear across the suite (its tests read the ledger's bytes); the
+# sealing tests turn it on for their engine (tests/integration/test_payload_keys.py).
+os.environ.setdefault("INBOX_ENCRYPT_PAYLOADS", "0")
 # One id per run: set by the first process (xdist's controller, which loads this file before
 # it starts its workers) and inherited by the workers, so they agree on the template's name.
 RUN = os.environ.setdefault("INBOX_TEST_RUN", uuid.uuid4().hex[:10])

@@ -11,6 +11,7 @@ from inbox.cli import (  # noqa: F401  (they add their groups)
     holds,
     lanes,
     ops,
+    payloads,
     playbooks,
     secrets,
     sources,

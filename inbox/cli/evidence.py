@@ -11,7 +11,7 @@ import click
 from inbox.cli.base import main, settings, transaction
 from inbox.cli.events import events
 from inbox.domain import evidence as bundle
-from inbox.services import evidence
+from inbox.services import evidence, reports
 from inbox.store.reads import evidence as reads
 from inbox.store.reads.admin import Filter
 
@@ -84,14 +84,30 @@ def keygen(path: str) -> None:
     click.echo(f"export INBOX_EVIDENCE_KEY_FILE={path}")
 
 
+@evidence_group.command("reports")
+@click.option("--out", default=".", show_default=True, help="the directory to write into")
+@click.option("--kind", type=click.Choice(["prune", "erasure"]), help="only this kind")
+def reports_export(out: str, kind: str | None) -> None:
+    """Write one signed bundle per retention report (each prune with its day drops, each
+    erasure: what went, by which rule or request, what holds kept) as OUT/REPORT_ID; check
+    one with `inbox evidence verify OUT/REPORT_ID`. Reports already there are kept."""
+    key = evidence.load_key(settings().evidence_key_file)
+    with transaction() as conn:
+        written = reports.export(conn, Path(out), key, kind)
+    for path in written:
+        click.echo(path)
+    click.echo(f"{len(written)} report(s) written", err=True)
+
+
 @evidence_group.command("verify")
 @click.argument("path")
 @click.option("--public-key", help="the export key's public PEM (PATH.pub of keygen)")
 @click.option("--secret", help="the source's secret: re-verify the provider's signature")
 @click.option("--secret-file", help="the source's secret, read from this file")
 def verify(path: str, public_key: str | None, secret: str | None, secret_file: str | None) -> None:
-    """Check a bundle offline: every digest, the manifest's signature, and (given the
-    source's secret) the provider's signature over the stored bytes."""
+    """Check a bundle (an event's, or a retention report's) offline: every digest, the
+    manifest's signature, and (given the source's secret) the provider's signature over
+    the stored bytes."""
     if secret is not None and secret_file is not None:
         raise click.UsageError("give --secret or --secret-file, not both")
     if secret_file is not None:
@@ -103,7 +119,8 @@ def verify(path: str, public_key: str | None, secret: str | None, secret_file: s
         scheme = bundle.reverify(files, secret) if secret is not None else None
     except bundle.EvidenceError as exc:
         raise click.ClickException(f"{path}: NOT VERIFIED: {exc}") from None
-    click.echo(f"{path}: verified: event {checked.event}, every part matches its digest")
+    what = "report" if checked.event.startswith("rpt_") else "event"
+    click.echo(f"{path}: verified: {what} {checked.event}, every part matches its digest")
     how = "the given key" if checked.pinned else "the key in the bundle (give --public-key)"
     click.echo(f"signed by export key {checked.key_id}, checked against {how}")
     if scheme is not None:

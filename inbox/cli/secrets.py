@@ -23,7 +23,8 @@ def secrets_keygen() -> None:
 
 @secrets.command("reencrypt")
 def secrets_reencrypt() -> None:
-    """Rewrite every stored secret under the first key of INBOX_KEK."""
+    """Rewrite every stored secret, and rewrap every payload data key, under the first key
+    of INBOX_KEK (sealed payloads are not rewritten: their data keys keep their value)."""
     ring = kr.keyring()
     done = admin.reencrypt(engine(), ring)
     for d in done:

@@ -1,6 +1,8 @@
 """Evidence bundles: what an event's record proves, sealed so an auditor can check it offline.
 
-A bundle is a set of named parts (bytes): the body as stored, the headers as received minus
+A bundle is a set of named parts (bytes): the body as received (opened where it is sealed at
+rest; empty once removed or erased: ``event.json`` then says ``body_stored`` "removed", or
+"erased" with when, by whom and by which erasure), the headers as received minus
 credentials, the verification verdict, the event's decision, its step results, its outbound
 attempts and its audit trail. ``manifest.json`` lists the SHA-256 of every part and
 ``manifest.sig`` is an Ed25519 signature over the manifest's exact bytes by the export key.
@@ -27,6 +29,9 @@ from inbox.domain.errors import InboxError
 from inbox.domain.signatures import Scheme, SchemeConfig, SignatureError, SignedRequest, scheme_for
 
 FORMAT = "inbox-evidence/1"
+# A retention report (a prune with its day drops, or an erasure): one part.
+REPORT_FORMAT = "inbox-report/1"
+REPORT_PARTS = ("report.json",)
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
 # The parts, in the order the manifest lists them.
@@ -127,11 +132,14 @@ def parts(
         "body_sha256",
         "last_error_class",
         "last_error_message",
+        "erased",
     )
     event = {k: detail.get(k) for k in event_keys}
     v = dict(verification or {})
     event["body_stored"] = (
-        "removed"
+        "erased"
+        if detail.get("erased")
+        else "removed"
         if body is None
         else "raw"
         if v.get("raw_sha256") == hashlib.sha256(body).hexdigest()
@@ -157,23 +165,29 @@ def key_id(public: Ed25519PublicKey) -> str:
     return hashlib.sha256(raw_public(public)).hexdigest()[:16]
 
 
-def seal(files: Mapping[str, bytes], public_id: str, key: Ed25519PrivateKey) -> dict[str, bytes]:
-    """The bundle: the parts, the manifest of their digests, the manifest's signature."""
+def seal(
+    files: Mapping[str, bytes], public_id: str, key: Ed25519PrivateKey, fmt: str = FORMAT
+) -> dict[str, bytes]:
+    """The bundle: the parts, the manifest of their digests, the manifest's signature (an
+    event's bundle, or with ``fmt`` REPORT_FORMAT a retention report's)."""
     public = key.public_key()
     manifest = {
-        "format": FORMAT,
-        "event": public_id,
+        "format": fmt,
+        "report" if fmt == REPORT_FORMAT else "event": public_id,
         "key_id": key_id(public),
         "public_key": base64.b64encode(raw_public(public)).decode(),
-        "sha256": {name: hashlib.sha256(files[name]).hexdigest() for name in PARTS},
+        "sha256": {name: hashlib.sha256(files[name]).hexdigest() for name in _PARTS[fmt]},
     }
     raw = _json(manifest)
     return {**files, MANIFEST: raw, SIGNATURE: base64.b64encode(key.sign(raw)) + b"\n"}
 
 
+_PARTS = {FORMAT: PARTS, REPORT_FORMAT: REPORT_PARTS}
+
+
 @dataclass(frozen=True)
 class Checked:
-    """A bundle that verified: whose event, under which key."""
+    """A bundle that verified: whose event (or which report), under which key."""
 
     event: str
     key_id: str
@@ -191,7 +205,8 @@ def check(bundle: Mapping[str, bytes], pinned: Ed25519PublicKey | None = None) -
         signature = base64.b64decode(bundle[SIGNATURE].strip(), validate=True)
     except (ValueError, KeyError, TypeError) as exc:
         raise EvidenceError(f"{MANIFEST} or {SIGNATURE} is malformed ({exc})") from None
-    if manifest.get("format") != FORMAT:
+    parts = _PARTS.get(manifest.get("format"))
+    if parts is None:
         raise EvidenceError(f"unknown format {manifest.get('format')!r}")
     key = pinned or embedded
     if pinned is not None and key_id(pinned) != key_id(embedded):
@@ -200,23 +215,25 @@ def check(bundle: Mapping[str, bytes], pinned: Ed25519PublicKey | None = None) -
         key.verify(signature, bundle[MANIFEST])
     except InvalidSignature:
         raise EvidenceError(f"the signature does not match {MANIFEST}") from None
-    extra = set(bundle) - {*PARTS, MANIFEST, SIGNATURE}
+    extra = set(bundle) - {*parts, MANIFEST, SIGNATURE}
     if extra:
         raise EvidenceError(f"files not in {MANIFEST}: {', '.join(sorted(extra))}")
     digests = manifest.get("sha256") or {}
-    if set(digests) != set(PARTS):
-        raise EvidenceError(f"{MANIFEST} does not list exactly the parts {', '.join(PARTS)}")
-    for name in PARTS:
+    if set(digests) != set(parts):
+        raise EvidenceError(f"{MANIFEST} does not list exactly the parts {', '.join(parts)}")
+    for name in parts:
         if name not in bundle:
             raise EvidenceError(f"{name} is missing")
         if hashlib.sha256(bundle[name]).hexdigest() != digests[name]:
             raise EvidenceError(f"{name} does not match its digest in {MANIFEST}")
-    return Checked(manifest["event"], key_id(key), pinned is not None)
+    return Checked(manifest.get("event") or manifest["report"], key_id(key), pinned is not None)
 
 
 def reverify(bundle: Mapping[str, bytes], secret: str) -> str:
     """Run the receiver's scheme over the stored body and headers with ``secret``, at the
     time of receipt; return the scheme's name, or raise EvidenceError saying why not."""
+    if "verification.json" not in bundle:
+        raise EvidenceError("a retention report carries no provider signature to re-verify")
     v = json.loads(bundle["verification.json"])
     if not v.get("scheme"):
         raise EvidenceError("the bundle holds no verdict (the event predates them)")

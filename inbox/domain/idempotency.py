@@ -75,5 +75,11 @@ def business_key_digest(tenant_id: int, values: list[str]) -> bytes:
     return _digest("bk", tenant_id, *values)
 
 
+def subject_digest(tenant_id: int, subject: str) -> bytes:
+    """The stored form of a payload's subject (the account or person a source's
+    ``subject_path`` names): scoped to the tenant, never kept in clear."""
+    return _digest("subject", tenant_id, subject)
+
+
 def body_sha256(body: bytes) -> bytes:
     return hashlib.sha256(body).digest()

@@ -25,6 +25,7 @@ from inbox.domain.idempotency import (
     body_sha256,
     business_key_digest,
     key_digest,
+    subject_digest,
     validate_key,
 )
 from inbox.domain.records import Source
@@ -78,6 +79,13 @@ class Prepared:
     verification: dict[str, Any] | None = None
     # Why the source's filter keeps this event from running (stored as ``filtered``).
     filter_reason: str | None = None
+    # The digest of the subject the source's ``subject_path`` names (inbox.domain.erasure):
+    # its payload is sealed under that subject's key; None: under the tenant's.
+    subject_digest: bytes | None = None
+    # Set once sealed (inbox.store.db.sealing): the data key's id, ``body`` the sealed
+    # bytes and ``headers_sealed`` the sealed headers (``headers`` then empty).
+    key_id: int | None = None
+    headers_sealed: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -231,6 +239,17 @@ def _business_key(source: Source, parsed: Any) -> bytes | None:
     return business_key_digest(source.tenant_id, [v or "" for v in values])
 
 
+def _subject(source: Source, parsed: Any) -> bytes | None:
+    """The digest of the subject the source's ``subject_path`` names (read before
+    redaction), or None: the payload is then sealed under the tenant's key."""
+    path = source.options.subject_path
+    value = jsonpath.get_text(parsed, path) if path and parsed is not None else None
+    if value is None or value == "":
+        return None
+    check_text(value, "The subject")
+    return subject_digest(source.tenant_id, value)
+
+
 def _identity(source: Source, scheme: Scheme, parsed: Any, match: bytes) -> bytes | None:
     """The identity of a delivery that carries no Idempotency-Key and no provider id: the
     digest of its body (without restamped fields), or of the source's identity_paths
@@ -335,6 +354,7 @@ def prepare(
         check_text(provider_id, "The event id")
 
     bk = _business_key(source, parsed)
+    subject = _subject(source, parsed)
 
     if bk is not None and (opts.occurred_at_path or opts.version_path):
         # Checked here so a bad value is a 400 with nothing stored; the worker reads it again.
@@ -367,6 +387,7 @@ def prepare(
         # A filtered event has no decision to wait for.
         wait_seconds=parse_wait(req.headers.get("prefer")) if reason is None else None,
         match_sha256=None if match == raw_sha256 else match,
+        subject_digest=subject,
         verification=evidence.verdict(
             scheme,
             cfg,
@@ -411,6 +432,7 @@ def imported(
     public_id = ledger.public_id("evt_", day, secrets.token_hex(8))
     status = scheme.accept_status
     response = _answer(public_id, status, "accepted")
+    subject = _subject(source, parsed)
     return Prepared(
         public_id=public_id,
         key_digest=digest,
@@ -427,6 +449,7 @@ def imported(
         response_body=response,
         wait_seconds=None,
         match_sha256=None if match == raw_sha256 else match,
+        subject_digest=subject,
         verification={
             "scheme": scheme.name,
             "verified": False,

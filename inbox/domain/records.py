@@ -77,6 +77,8 @@ class LoadedEvent:
     # Its lane (``events.ordering_key``): set when its source runs one business key at a
     # time; finishing it lets the lane's next event run (inbox.services.drain wakes it).
     lane: bytes | None = None
+    # Its payload key was destroyed (inbox.domain.erasure): ``body`` is empty, nothing runs.
+    erased: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,9 @@ class _OptionsSchema(Schema):
     event_type_path = fields.String(validate=validate.Length(min=1))
     event_id_path = fields.String(validate=validate.Length(min=1))
     business_key_paths = fields.List(fields.String(validate=validate.Length(min=1)))
+    # The account or person a body is about: its payload is sealed under that subject's
+    # own key, erased alone (inbox.domain.erasure); without it, under the tenant's key.
+    subject_path = fields.String(validate=validate.Length(min=1))
     redact_paths = fields.List(fields.String(validate=validate.Length(min=1)))
     require_idempotency_key = fields.Boolean()
     # A delivery with no Idempotency-Key and no provider id is keyed by its body's digest
@@ -104,6 +107,7 @@ class SourceOptions:
     event_type_path: str | None = None
     event_id_path: str | None = None
     business_key_paths: tuple[str, ...] = ()
+    subject_path: str | None = None
     redact_paths: tuple[str, ...] = ()
     require_idempotency_key: bool = False
     body_identity: bool | None = None  # None: the scheme's default

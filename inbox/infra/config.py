@@ -190,6 +190,23 @@ class Settings:
         shown="none (required where signing secrets exist)",
         secret=True,
     )
+    encrypt_payloads: bool = setting(
+        "INBOX_ENCRYPT_PAYLOADS",
+        True,
+        "seal raw bodies and stored headers under per-tenant (or per-subject) data keys"
+        " wrapped by INBOX_KEK; takes effect where INBOX_KEK is set (0: store new ones in clear)",
+    )
+    data_key_cache: int = setting(
+        "INBOX_DATA_KEY_CACHE",
+        4096,
+        "unwrapped data keys a process keeps (least recently used dropped first)",
+    )
+    data_key_ttl_s: float = setting(
+        "INBOX_DATA_KEY_TTL_S",
+        60.0,
+        "seconds a process keeps an unwrapped data key; an erased key may seal a payload"
+        " for at most this long after the erasure in a process that had it",
+    )
     public_url: str = setting(
         "INBOX_PUBLIC_URL",
         "",

@@ -34,6 +34,7 @@ from inbox.domain.records import Source
 from inbox.domain.retention import key_window_hours
 from inbox.infra import metrics
 from inbox.outbound import providers
+from inbox.store.db import sealing
 from inbox.store.reads import reconcile as rstore
 from inbox.store.reads.sources import list_sources
 from inbox.store.write import reconciled
@@ -109,6 +110,7 @@ def _stripe(
         body = json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode()
         kind = event.get("type") if isinstance(event.get("type"), str) else None
         ev = intake.imported(source, pid, body, kind, time.time(), ttl_hours, "stripe")
+        ev = sealing.for_engine(engine).seal(source.tenant_id, ev)
         with engine.begin() as conn:
             imported += reconciled.import_event(conn, source, ev, "stripe")
     return _result(source, "stripe", since, len(events), missing, imported, 0)

@@ -42,6 +42,7 @@ from inbox.domain.states import EventState
 from inbox.infra import metrics, tracing
 from inbox.infra.config import Settings
 from inbox.store.db import listener as listeners
+from inbox.store.db import sealing
 from inbox.store.db.claims import Claimed
 from inbox.store.db.engine import deadline_at
 from inbox.store.db.errors import Contended, wrap_exceptions
@@ -90,11 +91,21 @@ class Intake:
     retries: int = 0  # claims sent again after a deadlock or serialization failure
     _listener: listeners.Listener | None = field(default=None, repr=False)
     _listener_known: bool = field(default=False, repr=False)
+    _keys: sealing.PayloadKeys | None = field(default=None, repr=False)
 
     def receive(self, source: Source, ev: Prepared, until: float) -> IngestResult:
         """Store the event (or answer its copy), then ring and, if asked, wait; every
         database wait of the claim ends by ``until``."""
         since = time.monotonic()  # a decision committed after this is one to hear of
+        # Sealed once, before the claim (and its retries): one AEAD call per column, with
+        # the tenant's (or subject's) key from the process's cache; the digests stay the
+        # plaintext's, taken in ``prepare``.
+        keys = self._keys
+        if keys is None:
+            keys = self._keys = sealing.for_engine(self.engine)
+        if keys.enabled:
+            with deadline_at(until), wrap_exceptions():
+                ev = keys.seal(source.tenant_id, ev)
         # The claim's span context is what the event stores (the claim reads it): its
         # trace continues in the worker and the courier. None, at no cost, while off.
         with tracing.span("inbox.claim") as current, deadline_at(until):

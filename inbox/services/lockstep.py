@@ -28,6 +28,7 @@ from typing import Any
 from inbox.domain import ordering
 from inbox.domain.bodyschema import check_body
 from inbox.domain.callbacks import Outgoing
+from inbox.domain.erasure import PayloadErased
 from inbox.domain.errors import LeaseLost
 from inbox.domain.outcomes import RunOutcome
 from inbox.domain.playbooks import Playbook, Step, StepContext
@@ -125,6 +126,8 @@ def run_batch(
     for c, ev, pb in batch:
         run = _Run(c, ev, pb, start_run_span(ev), dict(ev.steps))
         try:
+            if ev.erased:  # its key destroyed by an erasure: nothing left to run on
+                raise PayloadErased(f"The payload of {ev.public_id} was erased.")
             check_body(ev.source_options.get("body_schema") or {}, ev.body, ev.content_type)
         except Exception as exc:
             _fail(store, run, exc, cfg, states, on_retry, clock() - started)

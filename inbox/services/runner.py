@@ -21,6 +21,7 @@ from inbox.domain import ordering
 from inbox.domain.backoff import retry_delay
 from inbox.domain.bodyschema import check_body
 from inbox.domain.callbacks import Outgoing
+from inbox.domain.erasure import PayloadErased
 from inbox.domain.errors import (
     BadRequest,
     LeaseLost,
@@ -98,6 +99,8 @@ def _run_loaded(
         playbook = reg.resolve(
             ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook")
         )
+        if ev.erased:  # its key destroyed by an erasure: nothing left to run on
+            raise PayloadErased(f"The payload of {ev.public_id} was erased.")
         pending.step = "body_schema"
         check_body(ev.source_options.get("body_schema") or {}, ev.body, ev.content_type)
         judgement = _judge(store, c, ev)

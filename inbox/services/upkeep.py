@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from inbox.domain.retention import PruneResult
+from inbox.domain.retention import PruneResult, key_window_hours
 from inbox.infra.config import Settings
+from inbox.services import reports
 from inbox.store.reads import sources as sources_reads
 from inbox.store.schema import partitions
 from inbox.store.schema.partitions import Day, Made, Retired
@@ -17,8 +18,22 @@ __all__ = ["Day", "Made", "PruneResult", "Retired", "ensure_partitions", "ledger
 
 
 def prune(engine: Engine, settings: Settings, dry_run: bool = False) -> PruneResult:
-    """One retention round: expired keys, old bodies and attempts, old ledger days."""
-    return retention.prune_once(engine, settings, dry_run=dry_run)
+    """One retention round: expired keys, old bodies and attempts, old ledger days; a
+    round that ran (not a dry run) writes its signed report (``inbox.services.reports``)."""
+    result = retention.prune_once(engine, settings, dry_run=dry_run)
+    if not dry_run:
+        with engine.begin() as conn:
+            rules = {
+                f"{s.tenant}/{s.name}": {
+                    "retention_days": s.options.retention_days,
+                    "key_window_hours": key_window_hours(
+                        s.scheme, s.options.key_ttl_hours, settings.key_ttl_hours
+                    ),
+                }
+                for s in sources_reads.list_sources(conn)
+            }
+            reports.record(conn, settings, "prune", reports.prune_report(result, settings, rules))
+    return result
 
 
 def ensure_partitions(engine: Engine) -> Made:

@@ -318,7 +318,7 @@ EVENT_DETAIL_KEYS = (
     "last_error_class", "last_error_message", "duplicate_count", "first_duplicate_at",
     "last_duplicate_at", "outcome", "decision", "duplicate_of", "occurred_at", "version",
     "newer_event", "trace_id", "trace_context", "held_reason", "filter_reason", "steps",
-    "conflicts", "audit", "deliveries", "lane",
+    "conflicts", "audit", "deliveries", "lane", "sealed", "erased",
 )  # fmt: skip
 DELIVERY_KEYS = (
     "public_id", "tenant", "endpoint", "url", "event_type", "state", "replay", "attempts",

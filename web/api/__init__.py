@@ -8,7 +8,7 @@ token limited to one tenant sees only that tenant: anything else is a 404.
 from __future__ import annotations
 
 # The route modules register themselves on ``api``.
-from web.api import auth, bulk, deliveries, endpoints, events, holds, lanes, openapi
+from web.api import auth, bulk, deliveries, endpoints, erasures, events, holds, lanes, openapi
 from web.api.blueprint import api
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "bulk",
     "deliveries",
     "endpoints",
+    "erasures",
     "events",
     "holds",
     "lanes",

@@ -353,6 +353,33 @@ _SCHEMAS: dict[str, Any] = {
             "skip_reason": {"type": ["string", "null"]},
         },
     },
+    "Erasure": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "tenant": {"type": "string"},
+            "scope": {"type": "string", "enum": ["subject", "tenant"]},
+            "reason": {"type": "string"},
+            "status": {"type": "string", "enum": ["awaiting_approval", "done", "rejected"]},
+            "requested_by": {"type": "string"},
+            "approved_by": {"type": ["string", "null"]},
+            "keys_destroyed": {"type": "integer"},
+            "events": {"type": "integer", "description": "Events whose payload was erased."},
+            **{k: {"type": ["string", "null"], **_TIME} for k in ("requested_at", "done_at")},
+        },
+    },
+    "ErasureRequest": {
+        "type": "object",
+        "required": ["tenant", "reason"],
+        "additionalProperties": False,
+        "description": "With subject: erase that subject's payloads now; without: ask for a"
+        " tenant-wide erasure, which another operator approves.",
+        "properties": {
+            "tenant": {"type": "string"},
+            "reason": {"type": "string"},
+            "subject": {"type": "string", "description": "The value at the source's subject_path."},
+        },
+    },
     "LegalHoldRequest": {
         "type": "object",
         "required": ["tenant", "reason"],
@@ -598,6 +625,46 @@ _PATHS: dict[str, Any] = {
     ),
     "/api/v1/endpoints/{public_id}/discard/withdraw": _action(
         "Withdraw the awaiting discard: nothing is discarded.", _ref("HeldDiscard"), 409
+    ),
+    "/api/v1/erasures": {
+        "get": {
+            "summary": "The newest erasures.",
+            "responses": {
+                **_ok(
+                    {
+                        "type": "object",
+                        "properties": {"data": {"type": "array", "items": _ref("Erasure")}},
+                    }
+                ),
+            },
+        },
+        "post": {
+            "summary": "Erase payloads by destroying their keys (operator): a subject's now"
+            " (201), a tenant's once another operator approves (202). 409 erasure_held names"
+            " the legal holds that cover them; 409 erasure_unfinished while events under the"
+            " keys still run.",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref("ErasureRequest")}},
+            },
+            "responses": {
+                **_ok(_ref("Erasure"), "201", "Erased"),
+                **_ok(_ref("Erasure"), "202", "Awaiting a second operator"),
+                **_errors(400, 403, 404, 409),
+            },
+        },
+    },
+    "/api/v1/erasures/{public_id}": _detail("One erasure.", "Erasure"),
+    "/api/v1/erasures/{public_id}/approve": _action(
+        "Approve a tenant-wide erasure (another operator than the one who asked: 403)."
+        " The keys are destroyed.",
+        _ref("Erasure"),
+        409,
+    ),
+    "/api/v1/erasures/{public_id}/reject": _action(
+        "Reject a tenant-wide erasure awaiting approval; nothing is erased.",
+        _ref("Erasure"),
+        409,
     ),
     "/api/v1/openapi.json": {
         "get": {"summary": "This document.", "security": [], "responses": _ok({"type": "object"})}

@@ -66,6 +66,8 @@ _PARAMS = (
     ("body_sha256", "bytea"),
     ("match_sha256", "bytea"),
     ("headers", "jsonb"),
+    ("key_id", "bigint"),
+    ("headers_sealed", "bytea"),
     ("response_status", "integer"),
     ("response_body", "bytea"),
     ("sync", "boolean"),
@@ -170,7 +172,8 @@ def statement(rows: int) -> str:
 
 def row(source: Source, ev: Prepared) -> tuple[Any, ...]:
     """One event's parameters, in ``_COLUMNS``' order, with the current span's context
-    (the claim's, see ``inbox.infra.tracing``; None while tracing is off)."""
+    (the claim's, see ``inbox.infra.tracing``; None while tracing is off). ``ev`` as the
+    caller sealed it (``inbox.store.db.sealing``) or in clear."""
     trace_context = tracing.traceparent()
     return (
         ev.public_id,
@@ -186,6 +189,8 @@ def row(source: Source, ev: Prepared) -> tuple[Any, ...]:
         ev.body_sha256,
         ev.match_sha256 or ev.body_sha256,
         json.dumps(ev.headers),
+        ev.key_id,
+        ev.headers_sealed,
         ev.response_status,
         ev.response_body,
         ev.wait_seconds is not None,

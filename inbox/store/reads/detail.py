@@ -8,6 +8,7 @@ it: row ids stay inside, the API speaks public ids.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -16,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.store.reads.lanes import LaneState, lane_state
+from inbox.store.db import sealing
 from inbox.store.reads.ledger_reads import (
     COUNTERS,
     KEYS_JOIN,
@@ -143,6 +145,10 @@ class EventDetail:
     # Its ordered lane: the quarantined event it waits behind, or how many wait behind it
     # (None: no lane, or neither).
     lane: LaneState | None = None
+    # Whether the payload is sealed at rest (inbox.infra.envelope); when its key was
+    # destroyed, the erasure: {"at", "by", "erasure"} (body None, headers empty).
+    sealed: bool = False
+    erased: dict[str, Any] | None = None
 
     def public(self) -> dict[str, Any]:
         out = _public(self)
@@ -161,6 +167,7 @@ def _public(row: EventDetail | DeliveryDetail) -> dict[str, Any]:
 # The event's own columns that an EventDetail carries as they are stored.
 _STORED = (
     "id, public_id, tenant_id, source_id, event_type, content_type, body, body_sha256, headers,"
+    " key_id, headers_sealed,"
     " verification, response_status, sync, state, attempts, max_attempts, replay, available_at,"
     " lease_owner, lease_expires_at, fence, received_at, finished_at, last_error_class,"
     " last_error_message, outcome, decision, duplicate_of, occurred_at, version,"
@@ -170,6 +177,7 @@ _STORED = (
 # One event by its public id, pruned to its day's partitions, with its key's counters.
 EVENT = f"""
 SELECT {", ".join("e." + c.strip() for c in _STORED.split(","))}, {COUNTERS},
+       {sealing.live("e")} AS key_live,
        t.name AS tenant, s.name AS source
   FROM events e JOIN tenants t ON t.id = e.tenant_id
   JOIN sources s ON s.id = e.source_id {KEYS_JOIN}
@@ -181,7 +189,7 @@ SELECT {", ".join("e." + c.strip() for c in _STORED.split(","))}, {COUNTERS},
 EVENT_PUBLIC_ID = "SELECT public_id FROM events WHERE id = :id"
 
 STEPS = (
-    "SELECT name, result, attempt, replay, completed_at FROM steps WHERE event_id = :id"
+    "SELECT name, result, key_id, attempt, replay, completed_at FROM steps WHERE event_id = :id"
     " ORDER BY completed_at, name"
 )
 
@@ -233,18 +241,51 @@ def event(conn: Connection, public_id: str) -> EventDetail | None:
     if ev is None:
         return None
     m = dict(ev._mapping)
-    body = m.pop("body")
-    m["body"] = bytes(body).decode("utf-8", "replace") if body is not None else None
+    key_id = m.pop("key_id")
+    keys = sealing.for_engine(conn.engine)
+    opened = keys.open(
+        conn, key_id, m.pop("body"), m["headers"], m.pop("headers_sealed"), m.pop("key_live")
+    )
+    body, m["headers"] = opened.body, opened.headers
+    m["body"] = body.decode("utf-8", "replace") if body is not None else None
+    m["sealed"] = key_id is not None
+    m["decision"] = None if opened.erased else keys.open_decision(conn, key_id, m["decision"])
+    m["erased"] = _erased(conn, key_id) if opened.erased else None
     m["body_sha256"] = bytes(m["body_sha256"]).hex()
     m["duplicate_of"] = _public_id(conn, m["duplicate_of"])
     m["newer_event"] = _public_id(conn, m.pop("newer_event_id"))
     params = {"id": ev.id}
-    m["steps"] = tuple(Step(**r._mapping) for r in conn.execute(text(STEPS), params))
+    m["steps"] = _steps(conn, conn.execute(text(STEPS), params).all())
     m["conflicts"] = tuple(Conflict(**r._mapping) for r in conn.execute(text(CONFLICTS), params))
     m["audit"] = tuple(AuditRecord(**r._mapping) for r in conn.execute(text(EVENT_AUDIT), params))
     m["deliveries"] = event_deliveries(conn, ev.id)
     m["lane"] = lane_state(conn, ev.id)
     return EventDetail(**m)
+
+
+def _steps(conn: Connection, rows: Sequence[Any]) -> tuple[Step, ...]:
+    """The step rows, their sealed results opened (None under a destroyed key)."""
+    keys = sealing.for_engine(conn.engine)
+    results = {r.name: r.result for r in rows}
+    sealed = {r.name: r.key_id for r in rows if r.key_id is not None}
+    opened = keys.open_steps(conn, results, sealed)
+    return tuple(Step(r.name, opened[r.name], r.attempt, r.replay, r.completed_at) for r in rows)
+
+
+ERASED = (
+    "SELECT k.destroyed_at AS at, k.destroyed_by AS by, x.public_id AS erasure"
+    " FROM data_keys k LEFT JOIN erasures x ON x.id = k.erasure_id WHERE k.id = :id"
+)
+
+
+def _erased(conn: Connection, key_id: int | None) -> dict[str, Any] | None:
+    """When, by whom and by which erasure the key ``key_id`` was destroyed (None: live)."""
+    if key_id is None:
+        return None
+    row = conn.execute(text(ERASED), {"id": key_id}).first()
+    if row is None or row.at is None:
+        return None
+    return {"at": row.at.isoformat(), "by": row.by, "erasure": row.erasure}
 
 
 def delivery(conn: Connection, public_id: str, since: int = 0) -> DeliveryDetail | None:

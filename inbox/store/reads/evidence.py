@@ -1,4 +1,5 @@
-"""What an evidence bundle is made of: one event in full, with its body as stored."""
+"""What an evidence bundle is made of: one event in full, with its body as received (opened
+where it is sealed at rest; None where retention, a redaction or an erasure removed it)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
 
+from inbox.store.db import sealing
 from inbox.store.reads import admin, ledger_reads
 from inbox.store.reads.detail import EventDetail
 
@@ -14,18 +16,24 @@ from inbox.store.reads.detail import EventDetail
 class EventEvidence:
     public_id: str
     detail: EventDetail  # steps, deliveries with attempts, audit
-    body: bytes | None  # the stored bytes, exactly; None once retention removed them
+    body: bytes | None  # the stored bytes, opened; None once removed or erased
 
 
 def event_evidence(conn: Connection, public_id: str) -> EventEvidence | None:
     detail = admin.event_detail(conn, public_id, None)
     if detail is None:
         return None
-    body = conn.execute(
-        text(f"SELECT e.body FROM events e WHERE {ledger_reads.by_public_id('e')}"),
+    row = conn.execute(
+        text(
+            f"SELECT e.body, e.key_id, {sealing.live('e')} AS key_live FROM events e"
+            f" WHERE {ledger_reads.by_public_id('e')}"
+        ),
         ledger_reads.bounds_params(public_id),
-    ).scalar()
-    return EventEvidence(public_id, detail, None if body is None else bytes(body))
+    ).one()
+    opened = sealing.for_engine(conn.engine).open(
+        conn, row.key_id, row.body, None, None, row.key_live
+    )
+    return EventEvidence(public_id, detail, opened.body)
 
 
 def matching(conn: Connection, f: admin.Filter, limit: int) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from inbox.store.db import sealing
 from inbox.store.reads import ledger_reads
 
 # The newest completed event of the same kind of position (time, or version): the replay
@@ -68,9 +69,14 @@ _EVENT = text(
     """
     SELECT e.id, e.public_id, e.tenant_id, t.name AS tenant, s.name AS source,
            s.options AS source_options, e.event_type, e.business_key_digest, e.content_type,
-           e.body, e.state, e.replay,
+           e.body, e.key_id, """
+    + sealing.live("e")
+    + """ AS key_live, e.state, e.replay,
            coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
-                      WHERE st.event_id = e.id), '{}'::jsonb) AS steps
+                      WHERE st.event_id = e.id), '{}'::jsonb) AS steps,
+           """
+    + sealing.steps_sealed("e")
+    + """ AS steps_sealed
       FROM events e
       JOIN tenants t ON t.id = e.tenant_id
       JOIN sources s ON s.id = e.source_id
@@ -86,6 +92,7 @@ def events(conn: Connection, public_ids: list[str]) -> list[PlannedEvent]:
         return []
     lo, hi = ledger_reads.span(public_ids)
     rows = conn.execute(_EVENT, {"ids": public_ids, "lo": lo, "hi": hi})
+    keys = sealing.for_engine(conn.engine)
     return [
         PlannedEvent(
             id=r.id,
@@ -99,10 +106,10 @@ def events(conn: Connection, public_ids: list[str]) -> list[PlannedEvent]:
                 bytes(r.business_key_digest) if r.business_key_digest is not None else None
             ),
             content_type=r.content_type,
-            body=bytes(r.body) if r.body is not None else None,
+            body=keys.open(conn, r.key_id, r.body, None, None, r.key_live).body,
             state=r.state,
             replay=r.replay,
-            steps=dict(r.steps),
+            steps=keys.open_steps(conn, r.steps, r.steps_sealed),
         )
         for r in rows
     ]

@@ -125,6 +125,10 @@ events = Table(
     # SHA-256 of the body exactly as received (before redaction).
     Column("body_sha256", LargeBinary, nullable=False),
     Column("headers", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # The data key ``body`` and ``headers_sealed`` are sealed under (inbox.infra.envelope,
+    # migration 0026); NULL: stored in clear, ``headers_sealed`` NULL and ``headers`` as is.
+    Column("key_id", BigInteger),
+    Column("headers_sealed", LargeBinary),
     # How the request was authenticated (inbox.domain.evidence.verdict); NULL before 0019.
     Column("verification", JSONB),
     # The exact answer given to the first delivery (also on the key, for duplicates).
@@ -242,6 +246,9 @@ steps = Table(
     Column("event_id", BigInteger, primary_key=True),  # its day's events (see the top)
     Column("name", Text, primary_key=True),
     Column("result", JSONB),
+    # Set: ``result`` is a JSON string, the base64 of the result sealed under this data key
+    # (its event's, inbox.store.db.sealing); NULL: stored in clear.
+    Column("key_id", BigInteger),
     Column("attempt", Integer, nullable=False),
     # The event's replay number when the step ran (0: the original processing).
     Column("replay", Integer, nullable=False, server_default=text("0")),

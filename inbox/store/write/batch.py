@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from inbox.domain.records import Claim, Completion, EventId, LoadedEvent
+from inbox.store.db import sealing
 from inbox.store.db.days import DayBounded
 from inbox.store.write.queue import LOAD_COLUMNS, to_loaded
 
@@ -36,7 +37,7 @@ def load_many(conn: Connection, claims: list[Claim]) -> dict[EventId, LoadedEven
         return {}
     ids = [c.id for c in claims]
     rows = conn.execute(_LOAD_MANY.spanning(ids), {"ids": ids, "fences": [c.fence for c in claims]})
-    return {EventId(row.id): to_loaded(row) for row in rows}
+    return {EventId(row.id): to_loaded(conn, row) for row in rows}
 
 
 # Step results arrive as one JSON object per event, its keys in the order the steps ran:
@@ -49,7 +50,8 @@ _COMPLETE_MANY = DayBounded(
     """
     WITH input AS (
         SELECT * FROM json_to_recordset(CAST(:rows AS json))
-            AS i(id bigint, fence bigint, steps json, outcome text, decision jsonb, resp text)
+            AS i(id bigint, fence bigint, steps json, key_id bigint, outcome text, decision jsonb,
+                 resp text)
     ), done AS (
         UPDATE events e
            SET state = 'completed', outcome = i.outcome, decision = i.decision,
@@ -62,8 +64,8 @@ _COMPLETE_MANY = DayBounded(
            AND e.id >= {lo} AND e.id < {hi} AND e.lease_expires_at > now()
         RETURNING e.id, e.attempts, e.replay
     ), recorded AS (
-        INSERT INTO steps (event_id, name, result, attempt, replay, completed_at)
-        SELECT done.id, s.name, CAST(s.result AS jsonb), done.attempts, done.replay,
+        INSERT INTO steps (event_id, name, result, key_id, attempt, replay, completed_at)
+        SELECT done.id, s.name, CAST(s.result AS jsonb), i.key_id, done.attempts, done.replay,
                now() - (count(*) OVER (PARTITION BY done.id) - s.n) * interval '1 us'
           FROM done JOIN input i ON i.id = done.id,
                json_each(i.steps) WITH ORDINALITY AS s(name, result, n)
@@ -74,17 +76,26 @@ _COMPLETE_MANY = DayBounded(
 )
 
 
+def _steps(
+    keys: sealing.PayloadKeys, conn: Connection, event_id: int, steps: dict[str, Any]
+) -> dict[str, Any]:
+    """A row's ``steps`` and ``key_id``: its results sealed under its event's key."""
+    sealed, key = keys.seal_steps(conn, event_id, steps)
+    return {"steps": sealed, "key_id": key}
+
+
 def complete_many(conn: Connection, completions: list[Completion]) -> set[EventId]:
     """Record the steps and complete every event still leased to us; returns their ids."""
     if not completions:
         return set()
+    keys = sealing.for_engine(conn.engine)
     rows = [
         {
             "id": x.claim.id,
             "fence": x.claim.fence,
-            "steps": x.steps,
+            **_steps(keys, conn, x.claim.id, x.steps),
             "outcome": x.outcome,
-            "decision": x.decision,
+            "decision": keys.seal_decision(conn, x.claim.id, x.decision),
             "resp": x.sync_response,
         }
         for x in completions
@@ -101,7 +112,7 @@ _RECORD_MANY = DayBounded(
     """
     WITH input AS (
         SELECT * FROM json_to_recordset(CAST(:rows AS json))
-            AS i(id bigint, fence bigint, steps json)
+            AS i(id bigint, fence bigint, steps json, key_id bigint)
     ), live AS (
         UPDATE events e SET lease_expires_at = now() + make_interval(secs => :lease)
           FROM input i
@@ -109,8 +120,8 @@ _RECORD_MANY = DayBounded(
            AND e.id >= {lo} AND e.id < {hi} AND e.lease_expires_at > now()
         RETURNING e.id, e.attempts, e.replay
     ), recorded AS (
-        INSERT INTO steps (event_id, name, result, attempt, replay, completed_at)
-        SELECT live.id, s.name, CAST(s.result AS jsonb), live.attempts, live.replay,
+        INSERT INTO steps (event_id, name, result, key_id, attempt, replay, completed_at)
+        SELECT live.id, s.name, CAST(s.result AS jsonb), i.key_id, live.attempts, live.replay,
                now() - (count(*) OVER (PARTITION BY live.id) - s.n) * interval '1 us'
           FROM live JOIN input i ON i.id = live.id,
                json_each(i.steps) WITH ORDINALITY AS s(name, result, n)
@@ -128,7 +139,10 @@ def record_many(
     extend those leases; returns the ids still leased to us."""
     if not points:
         return set()
-    rows = [{"id": c.id, "fence": c.fence, "steps": steps} for c, steps in points]
+    keys = sealing.for_engine(conn.engine)
+    rows = [
+        {"id": c.id, "fence": c.fence, **_steps(keys, conn, c.id, steps)} for c, steps in points
+    ]
     stmt = _RECORD_MANY.spanning([c.id for c, _ in points])
     live = conn.execute(stmt, {"rows": json.dumps(rows), "lease": lease})
     return {EventId(r.id) for r in live}

@@ -17,6 +17,7 @@ from inbox.domain.errors import LeaseLost
 from inbox.domain.outcomes import RunOutcome
 from inbox.domain.records import Claim, EventId, LoadedEvent, SourceId, TenantId
 from inbox.domain.states import EventState
+from inbox.store.db import sealing
 from inbox.store.db.days import OPEN_DAYS, DayBounded, open_days
 
 # Fair across tenants: tenants are visited in random order and each gives at most
@@ -132,15 +133,24 @@ def raise_floor(conn: Connection) -> int:
     return floor(conn)
 
 
-LOAD_COLUMNS = """
+# ``key_live``: whether the payload's key is live (sealing.live), read in the same statement.
+LOAD_COLUMNS = (
+    """
     SELECT e.id, e.public_id, e.tenant_id, t.name AS tenant, s.name AS source,
            s.options AS source_options, e.event_type, e.business_key_digest, e.content_type,
-           e.body, e.attempts, e.max_attempts, e.sync, e.replay, e.trace_context, e.ordering_key,
+           e.body, e.key_id, """
+    + sealing.live("e")
+    + """ AS key_live, e.attempts, e.max_attempts, e.sync, e.replay, e.trace_context,
+           e.ordering_key,
            extract(epoch FROM clock_timestamp() - e.received_at) AS age_seconds,
            coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
                       WHERE st.event_id = e.id AND st.event_id >= {lo} AND st.event_id < {hi}),
-                    '{}'::jsonb) AS steps
+                    '{}'::jsonb) AS steps,
+           """
+    + sealing.steps_sealed("e", "{lo}", "{hi}")
+    + """ AS steps_sealed
 """
+)
 # Every statement that names events (or steps) by a claim or a batch of them is bounded by
 # their days, ``{lo}`` and ``{hi}`` (inbox.store.db.days): planned over those days alone, not
 # over every daily partition.
@@ -160,10 +170,15 @@ def load(conn: Connection, c: Claim) -> LoadedEvent:
     row = conn.execute(_LOAD.over(c.id, c.id), {"id": c.id, "fence": c.fence}).first()
     if row is None:
         raise LeaseLost()
-    return to_loaded(row)
+    return to_loaded(conn, row)
 
 
-def to_loaded(row: Any) -> LoadedEvent:
+def to_loaded(conn: Connection, row: Any) -> LoadedEvent:
+    """A loaded row, its body opened (a payload whose key was destroyed: ``erased``)."""
+    keys = sealing.for_engine(conn.engine)
+    opened = keys.open(conn, row.key_id, row.body, None, None, row.key_live)
+    if not opened.erased:  # its step results and decision are stored as its payload is
+        keys.loaded(row.id, None if row.key_id is None else keys.key_by_id(conn, row.key_id))
     return LoadedEvent(
         id=row.id,
         public_id=row.public_id,
@@ -176,15 +191,16 @@ def to_loaded(row: Any) -> LoadedEvent:
             bytes(row.business_key_digest) if row.business_key_digest is not None else None
         ),
         content_type=row.content_type,
-        body=bytes(row.body) if row.body is not None else b"",
+        body=opened.body if opened.body is not None else b"",
         attempts=row.attempts,
         max_attempts=row.max_attempts,
         sync=row.sync,
         replay=row.replay,
-        steps=dict(row.steps),
+        steps={} if opened.erased else keys.open_steps(conn, row.steps, row.steps_sealed),
         age_seconds=float(row.age_seconds),
         trace_context=row.trace_context,
         lane=bytes(row.ordering_key) if row.ordering_key is not None else None,
+        erased=opened.erased,
     )
 
 
@@ -204,9 +220,9 @@ _STEP = DayBounded(
         RETURNING id, attempts, replay
     )
     -- completed_at a microsecond apart, in run order (see write/batch.py)
-    INSERT INTO steps (event_id, name, result, attempt, replay, completed_at)
-    SELECT live.id, s.name, CAST(s.result AS jsonb), live.attempts, live.replay,
-           now() - (count(*) OVER (PARTITION BY live.id) - s.n) * interval '1 us'
+    INSERT INTO steps (event_id, name, result, key_id, attempt, replay, completed_at)
+    SELECT live.id, s.name, CAST(s.result AS jsonb), CAST(:key AS bigint), live.attempts,
+           live.replay, now() - (count(*) OVER (PARTITION BY live.id) - s.n) * interval '1 us'
       FROM live, json_each(CAST(:steps AS json)) WITH ORDINALITY AS s(name, result, n)
     ON CONFLICT (event_id, name) DO NOTHING
     RETURNING name
@@ -228,7 +244,8 @@ def record_steps(conn: Connection, c: Claim, results: dict[str, Any], lease: flo
     if not results:
         _check_live(conn, c)
         return
-    params = {"id": c.id, "fence": c.fence, "lease": lease, "steps": json.dumps(results)}
+    sealed, key = sealing.for_engine(conn.engine).seal_steps(conn, c.id, results)
+    params = {"id": c.id, "fence": c.fence, "lease": lease, "steps": json.dumps(sealed), "key": key}
     written = conn.execute(_STEP.over(c.id, c.id), params).fetchall()
     if not written:
         _check_live(conn, c)  # either no lease, or every step was already recorded
@@ -286,7 +303,9 @@ def complete(
             "id": c.id,
             "fence": c.fence,
             "outcome": outcome,
-            "decision": json.dumps(decision),
+            "decision": json.dumps(
+                sealing.for_engine(conn.engine).seal_decision(conn, c.id, decision)
+            ),
             "dup": duplicate_of,
             "resp": sync_response,
         },

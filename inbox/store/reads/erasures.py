@@ -1,0 +1,48 @@
+"""Erasures as the API, the console and the CLI read them: one, or a tenant's, newest first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from inbox.domain.erasure import Erasure
+
+_ERASURE = """
+    SELECT x.id, x.public_id, t.name AS tenant, x.scope, x.reason, x.status, x.requested_by,
+           x.requested_at, x.approved_by, x.done_at, x.keys_destroyed, x.events
+      FROM erasures x JOIN tenants t ON t.id = x.tenant_id
+"""
+
+
+def _erasure(row: Any) -> Erasure:
+    return Erasure(**row._mapping)
+
+
+def by_id(conn: Connection, erasure_id: int) -> Erasure | None:
+    row = conn.execute(text(f"{_ERASURE} WHERE x.id = :id"), {"id": erasure_id}).first()
+    return None if row is None else _erasure(row)
+
+
+def get(conn: Connection, public_id: str, scope: int | None) -> Erasure | None:
+    """One erasure by its public id (of tenant ``scope``; None: any tenant)."""
+    row = conn.execute(
+        text(
+            f"{_ERASURE} WHERE x.public_id = :p"
+            " AND (CAST(:scope AS bigint) IS NULL OR x.tenant_id = :scope)"
+        ),
+        {"p": public_id, "scope": scope},
+    ).first()
+    return None if row is None else _erasure(row)
+
+
+def listing(conn: Connection, scope: int | None, limit: int = 100) -> list[Erasure]:
+    """The newest erasures (of tenant ``scope``; None: every tenant)."""
+    rows = conn.execute(
+        text(
+            f"{_ERASURE} WHERE CAST(:scope AS bigint) IS NULL OR x.tenant_id = :scope"
+            " ORDER BY x.id DESC LIMIT :n"
+        ),
+        {"scope": scope, "n": limit},
+    )
+    return [_erasure(r) for r in rows]

@@ -1,0 +1,195 @@
+"""Erasure in the database: destroy payload keys, keep every row, digest, verdict and audit.
+
+A subject's erasure runs at once; a tenant-wide one waits for a second operator (the
+requester can never confirm it: ``inbox.domain.approval.check_reviewer``). Running one, in
+one transaction: ``legal_holds`` locked in SHARE mode (a hold placed at the same moment
+is either seen or waits), the keys locked, refused (409, naming the holds) while an active
+hold covers an event under them, refused while such an event is unfinished; then each key's
+wrapped bytes are set to NULL (the row stays: when, by whom, by which erasure), the
+erasure is marked done and an ``audit_log`` row written. Nothing else changes: events keep
+their sealed bytes, which no longer open anywhere, in the database or in any copy of it.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from inbox.domain import holds as hold_rules
+from inbox.domain.approval import check_reviewer
+from inbox.domain.erasure import (
+    Erasure,
+    ErasureHeld,
+    ErasureNotAwaiting,
+    ErasureScope,
+    ErasureUnfinished,
+    needs_two_people,
+    subject_digest,
+)
+from inbox.domain.errors import BadRequest, NotFound
+from inbox.store.reads import erasures as reads
+from inbox.store.reads.sources import get_tenant
+from inbox.store.write.redaction import UNFINISHED
+
+_KEYS = text(
+    "SELECT id FROM data_keys WHERE tenant_id = :t AND destroyed_at IS NULL"
+    " AND (CAST(:s AS bytea) IS NULL OR subject_digest = :s) ORDER BY id FOR UPDATE"
+)
+# The active holds that cover an event sealed under one of the keys (a tenant-wide hold
+# covers them all). Each scope probes the index its column has.
+_HOLDING = text(
+    """
+    SELECT h.public_id FROM legal_holds h
+     WHERE h.released_at IS NULL AND h.tenant_id = :t
+       AND (h.scope = 'tenant'
+            OR EXISTS (SELECT 1 FROM events e
+                        WHERE e.tenant_id = h.tenant_id AND e.key_id = ANY(:keys)
+                          AND ((h.scope = 'source' AND e.source_id = h.source_id)
+                               OR (h.scope = 'business_key'
+                                   AND e.business_key_digest = h.business_key_digest)
+                               OR (h.scope = 'event' AND e.id = h.event_id))))
+     ORDER BY h.id
+    """
+)
+_UNFINISHED = text(
+    "SELECT count(*) FROM events WHERE tenant_id = :t AND key_id = ANY(:keys)"
+    " AND state = ANY(:states)"
+)
+_EVENTS = text("SELECT count(*) FROM events WHERE tenant_id = :t AND key_id = ANY(:keys)")
+_DESTROY = text(
+    "UPDATE data_keys SET wrapped = NULL, destroyed_at = now(), destroyed_by = :a,"
+    " erasure_id = :x WHERE id = ANY(:keys)"
+)
+
+
+def _audit(conn: Connection, actor: str, action: str, erasure: Erasure, **extra: Any) -> None:
+    detail = {**erasure.public(), **extra}
+    conn.execute(
+        text(
+            "INSERT INTO audit_log (actor, action, subject_kind, subject_id, detail)"
+            " VALUES (:a, :act, 'erasure', :id, CAST(:d AS jsonb))"
+        ),
+        {"a": actor, "act": action, "id": erasure.id, "d": json.dumps(detail, sort_keys=True)},
+    )
+
+
+def request(
+    conn: Connection,
+    tenant: str,
+    actor: str,
+    reason: str,
+    *,
+    subject: str | None = None,
+    scope: int | None = None,
+) -> tuple[Erasure, set[int]]:
+    """Erase a subject's payloads now, or ask for a tenant-wide erasure (``subject`` None),
+    which waits for a second operator. Returns the erasure and the keys destroyed."""
+    if not reason.strip() or len(reason) > hold_rules.MAX_REASON:
+        raise BadRequest(f"An erasure needs a reason (1-{hold_rules.MAX_REASON} characters).")
+    if subject is not None and not subject.strip():
+        raise BadRequest("A subject erasure needs the subject's value.")
+    t = get_tenant(conn, tenant)
+    if scope is not None and t.id != scope:
+        raise NotFound(f"No tenant {tenant!r}.")
+    kind = ErasureScope.TENANT if subject is None else ErasureScope.SUBJECT
+    digest = None if subject is None else subject_digest(t.id, subject)
+    erasure_id = conn.execute(
+        text(
+            "INSERT INTO erasures (public_id, tenant_id, scope, subject_digest, reason, status,"
+            " requested_by) VALUES (:p, :t, :scope, :s, :reason, 'awaiting_approval', :a)"
+            " RETURNING id"
+        ),
+        {
+            "p": "era_" + secrets.token_hex(8),
+            "t": t.id,
+            "scope": kind.value,
+            "s": digest,
+            "reason": reason,
+            "a": actor,
+        },
+    ).scalar_one()
+    asked = reads.by_id(conn, erasure_id)
+    assert asked is not None
+    _audit(conn, actor, "erasure_requested", asked)
+    if needs_two_people(kind):
+        _check(conn, asked, t.id, digest)  # a hold refuses the request itself, too
+        return asked, set()
+    return _run(conn, asked, t.id, digest, actor, approved_by=None)
+
+
+def review(
+    conn: Connection, public_id: str, actor: str, *, approve: bool, scope: int | None = None
+) -> tuple[Erasure, set[int]]:
+    """A second operator confirms (the keys are destroyed) or rejects a tenant-wide erasure."""
+    found = reads.get(conn, public_id, scope)
+    if found is None:
+        raise NotFound(f"No erasure {public_id!r}.")
+    row = conn.execute(
+        text("SELECT tenant_id, subject_digest, status FROM erasures WHERE id = :id FOR UPDATE"),
+        {"id": found.id},
+    ).one()
+    if row.status != "awaiting_approval":
+        raise ErasureNotAwaiting()
+    check_reviewer(found.requested_by, actor, approve)
+    if not approve:
+        conn.execute(
+            text("UPDATE erasures SET status = 'rejected', done_at = now() WHERE id = :id"),
+            {"id": found.id},
+        )
+        done = reads.by_id(conn, found.id)
+        assert done is not None
+        _audit(conn, actor, "erasure_rejected", done)
+        return done, set()
+    digest = None if row.subject_digest is None else bytes(row.subject_digest)
+    return _run(conn, found, row.tenant_id, digest, actor, approved_by=actor)
+
+
+def _check(conn: Connection, erasure: Erasure, tenant_id: int, digest: bytes | None) -> list[int]:
+    """The live keys the erasure covers, locked; raises ErasureHeld or ErasureUnfinished."""
+    conn.execute(text("LOCK TABLE legal_holds IN SHARE MODE"))
+    keys = [int(k) for k in conn.execute(_KEYS, {"t": tenant_id, "s": digest}).scalars()]
+    params = {"t": tenant_id, "keys": keys}
+    held_by = [str(h) for h in conn.execute(_HOLDING, params).scalars()]
+    if held_by and (keys or erasure.scope == ErasureScope.TENANT):
+        raise ErasureHeld(
+            f"Erasure {erasure.public_id} is refused: legal hold {', '.join(held_by)} covers"
+            " payloads it would erase; release the hold first.",
+            holds=held_by,
+        )
+    unfinished = int(conn.execute(_UNFINISHED, {**params, "states": list(UNFINISHED)}).scalar_one())
+    if unfinished:
+        raise ErasureUnfinished(
+            f"Erasure {erasure.public_id} is refused: {unfinished} event(s) under its keys are"
+            " not finished (the worker still needs their bodies); try again once they are.",
+            unfinished=unfinished,
+        )
+    return keys
+
+
+def _run(
+    conn: Connection,
+    erasure: Erasure,
+    tenant_id: int,
+    digest: bytes | None,
+    actor: str,
+    approved_by: str | None,
+) -> tuple[Erasure, set[int]]:
+    keys = _check(conn, erasure, tenant_id, digest)
+    params = {"t": tenant_id, "keys": keys}
+    events = int(conn.execute(_EVENTS, params).scalar_one()) if keys else 0
+    if keys:
+        conn.execute(_DESTROY, {**params, "a": actor, "x": erasure.id})
+    conn.execute(
+        text(
+            "UPDATE erasures SET status = 'done', done_at = now(), approved_by = :b,"
+            " keys_destroyed = :k, events = :n WHERE id = :id"
+        ),
+        {"b": approved_by, "k": len(keys), "n": events, "id": erasure.id},
+    )
+    done = reads.by_id(conn, erasure.id)
+    assert done is not None
+    _audit(conn, actor, "erased", done, key_ids=keys)
+    return done, set(keys)
