@@ -162,8 +162,11 @@ def profile_of(path: Path, top: int) -> dict[str, Any]:
     total = 0
     if not path.exists():
         return {"samples": 0}
-    for line in path.read_text(errors="replace").splitlines():
-        if not line.strip():
+    # One stack per line, each opening with its process (``--subprocesses``); a frame's
+    # name may hold a newline (a statement's text), so records split where one opens.
+    for record in re.split(r"\n(?=process \d+:)", path.read_text(errors="replace")):
+        line = record.replace("\n", " ").strip()
+        if not line or not line.rpartition(" ")[2].isdigit():
             continue
         stack, n = frames(line)
         if not stack:
