@@ -116,8 +116,9 @@ def deliver(endpoint_id: int) -> dict[str, int]:
             # loaded machine a claim waits past the database timeout. That is contention,
             # not a failure: one line and a ring a moment later, not an ERROR with a
             # traceback per task (formatting and redacting those took up to 40 % of the
-            # courier's CPU under load, bench/README.md). What the round had claimed and
-            # not recorded is sent again after its lease, as after any failed round.
+            # courier's CPU under load, bench/README.md), and a ring a moment later in
+            # case no other courier holds the endpoint. What the round had claimed and not
+            # recorded is sent again after its lease, as after any failed round.
             why = timed_out(exc)
             if why is None:
                 raise
@@ -128,7 +129,9 @@ def deliver(endpoint_id: int) -> dict[str, int]:
                 BUSY_RETRY_SECONDS,
                 extra={"endpoint_id": endpoint_id, "error_class": type(exc).__name__},
             )
-            deliver.apply_async((endpoint_id,), countdown=BUSY_RETRY_SECONDS)
+            # An alarm, not a send: the busy tasks of one moment share one ring (a slot of
+            # broker.ALARM_SLOT), so contention does not multiply the tasks that meet it.
+            set_alarms(broker.DELIVER, [endpoint_id], [BUSY_RETRY_SECONDS])
             return total
         set_alarms(broker.DELIVER, [endpoint_id], result.retry_in)
         for name, value in vars(result).items():

@@ -135,8 +135,8 @@ def test_a_courier_that_finds_its_endpoint_locked_rings_again_without_a_tracebac
     quick = make_engine(
         Settings(database_url=settings.database_url, db_timeout_ms=300, pool_size=2)
     )
-    rings: list[tuple[object, dict[str, object]]] = []
-    monkeypatch.setattr(tasks.deliver, "apply_async", lambda args, **kw: rings.append((args, kw)))
+    rings: list[tuple[str, list[int], list[float]]] = []
+    monkeypatch.setattr(tasks, "set_alarms", lambda *a: rings.append(a))
     monkeypatch.setattr(worker(), "engine_", quick)
     holder = psycopg.connect(settings.database_url)
     try:
@@ -150,7 +150,7 @@ def test_a_courier_that_finds_its_endpoint_locked_rings_again_without_a_tracebac
     assert len(seen) == 1 and seen[0][0] == "WARNING", seen
     assert seen[0][1].startswith(f"endpoint {ep.id} busy (")
     assert not any(r.exc_info for r in caplog.records)
-    assert rings == [((ep.id,), {"countdown": tasks.BUSY_RETRY_SECONDS})]
+    assert rings == [("inbox.deliver", [ep.id], [tasks.BUSY_RETRY_SECONDS])]
     with engine.connect() as conn:
         states = conn.execute(text("SELECT state, attempts FROM deliveries")).all()
     assert [tuple(r) for r in states] == [("pending", 0)]
