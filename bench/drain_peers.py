@@ -31,8 +31,11 @@ for 2step, effect rows == events).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -117,7 +120,7 @@ PEERS = {
 }
 OURS_DONE = "SELECT count(*) FROM events WHERE state IN ('completed', 'quarantined')"
 OURS_LAST = "SELECT extract(epoch FROM max(finished_at)) FROM events"
-SYSTEMS = ("ours", *PEERS)
+SYSTEMS = ("ours", "ours-web", "ours-deployed", *PEERS)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -262,29 +265,150 @@ def _check(url: str, workload: str, done_sql: str, n: int) -> dict[str, Any]:
     return {"completed": done, "effects": effects, "ok": done == n and effects == want}
 
 
-def run_ours(run: Run, workload: str, checkout: Path | None, name: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Ours:
+    """How ours is run: ``fill`` ``sql`` (``drain_playbooks.fill_pending``, the rows the
+    receiver would store) or ``web`` (every event a signed POST through ``python -m web``,
+    which stays up beside the worker while it drains); ``worker`` ``bench`` (log level
+    WARNING, without gossip and mingle) or ``procfile`` (the Procfile's worker line as it
+    is: log level INFO, gossip and mingle on)."""
+
+    fill: str
+    worker: str
+
+
+OURS = {
+    "ours": Ours("sql", "bench"),
+    "ours-web": Ours("web", "bench"),
+    "ours-deployed": Ours("web", "procfile"),
+}
+OURS_CONFIG = {
+    "ours": "worker 2 processes (WARNING, no gossip/mingle), events stored by SQL",
+    "ours-web": "worker 2 processes (WARNING, no gossip/mingle), events through the receiver",
+    "ours-deployed": "the Procfile's worker line as is, events through the receiver",
+}
+SECRET = "drain-peers-secret"
+
+
+def procfile_worker(venv: Path, root: Path, node: str) -> list[str]:
+    """The Procfile's ``worker:`` line, its defaults filled in, our node name."""
+    line = next(
+        x.split(":", 1)[1]
+        for x in (root / "Procfile").read_text().splitlines()
+        if x.startswith("worker:")
+    )
+    line = re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: os.environ.get(m[1], m[2]), line)
+    args = shlex.split(line)
+    if args[0] == "celery":
+        args[0] = str(venv / "celery")
+    if "-n" in args:
+        args[args.index("-n") + 1] = node
+    return args
+
+
+def post_events(port: int, n: int, workload: str, senders: int = 32) -> None:
+    """``n`` signed events through the receiver, ``senders`` keep-alive connections."""
+    import http.client
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bench.common.load import signed
+
+    body = json.dumps({"type": EVENT_TYPES[workload]}, separators=(",", ":")).encode()
+    path = f"/hooks/bench/{workload}"
+
+    def send(part: range) -> int:
+        """Sends ``part``; a refused event (503 on a loaded machine) is sent again, as a
+        provider would, up to 20 times; returns how many were never accepted."""
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        refused = 0
+        try:
+            for i in part:
+                for _ in range(20):
+                    conn.request("POST", path, body=body, headers=signed(SECRET, body, f"k{i}"))
+                    resp = conn.getresponse()
+                    resp.read()
+                    if resp.status < 300:
+                        break
+                    time.sleep(0.2)
+                else:
+                    refused += 1
+        finally:
+            conn.close()
+        return refused
+
+    with ThreadPoolExecutor(senders) as pool:
+        refused = sum(pool.map(send, [range(i, n, senders) for i in range(senders)]))
+    if refused:
+        raise RuntimeError(f"the receiver refused {refused} of {n} events")
+
+
+def wait_rung_out(redis_url: str, timeout: float = 30) -> None:
+    """Until the worker's ring at start is drained: the doorbell flag cleared (a drain
+    began) and no drain message left in the queue."""
+    client = redis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + timeout
+    try:
+        while client.exists("inbox:doorbell") or client.llen("inbox"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the worker's ring at start was not drained")
+            time.sleep(0.05)
+    finally:
+        client.close()
+
+
+EVENT_TYPES = {"noop": "peers.noop", "2step": "peers.two-step"}  # drain_playbooks.py's
+
+
+def run_ours(
+    run: Run, workload: str, checkout: Path | None, name: str, how: Ours = OURS["ours"]
+) -> dict[str, Any]:
+    """The worker is started and its ring at start drained BEFORE the events are stored:
+    a worker that starts with events waiting drains them at once, before the clock."""
     root = checkout or procs.ROOT
     venv = root / ".venv" / "bin"
     dbname = f"peers_{name}"
     url = run.database(dbname)
+    script = str(run.playbooks_dir / "drain_playbooks.py")
+    env = {**os.environ, "PYTHONPATH": str(root), "DATABASE_URL": url}
     try:
-        prepare = [str(venv / "python"), str(run.playbooks_dir / "drain_playbooks.py")]
-        prepare += ["prepare", url, str(run.args.events), workload]
-        env = {**os.environ, "PYTHONPATH": str(root), "DATABASE_URL": url}
+        secret = [SECRET] if how.fill == "web" else []
+        prepare = [str(venv / "python"), script, "prepare", url, "0", workload, *secret]
         subprocess.run(prepare, check=True, cwd=root, env=env, capture_output=True)
         env_w = {"DATABASE_URL": url, "REDIS_URL": run.redis_url, "BROKER_URL": ""}
         env_w |= {"BENCH_BROKER_URL": run.redis_url, "INBOX_PLAYBOOKS": "drain_playbooks"}
         env_w |= {"BENCH_EFFECTS_URL": url, "PYTHONPATH": f"{root}:{run.playbooks_dir}"}
+        if how.fill == "web":
+            # No broker for the receiver while it stores the events: its rings would
+            # start the drain before the clock. What it stores is the same either way.
+            env_web = {**env_w, "REDIS_URL": None, "BROKER_URL": None}
+            web, port = procs.web("web.wsgi:app", env_web, 2, 24, tag=f"{name}-web")
+            run.started.append(web)
+            procs.wait_http(web, port, timeout=60)
         node = f"peers-{name}-{time.monotonic_ns()}@%h"
-        args = [str(venv / "celery"), "-A", "workers.app", "worker", "-Q", "inbox"]
-        args += ["--concurrency", str(PROCESSES), "-n", node, "--loglevel", "WARNING"]
-        worker = procs.Proc([*args, "--without-gossip", "--without-mingle"], env_w, name, root)
+        if how.worker == "procfile":
+            args = procfile_worker(venv, root, node)
+        else:
+            args = [str(venv / "celery"), "-A", "workers.app", "worker", "-Q", "inbox"]
+            args += ["--concurrency", str(PROCESSES), "-n", node, "--loglevel", "WARNING"]
+            args += ["--without-gossip", "--without-mingle"]
+        worker = procs.Proc(args, env_w, name, root)
         worker.node = node.replace("%h", __import__("socket").gethostname())
         run.started.append(worker)
         ctl = Celery("peers_ctl", broker=run.redis_url)
         ctl.conf.broker_connection_retry_on_startup = True
         try:
             procs.wait_celery(ctl, worker)
+            wait_rung_out(run.redis_url)
+            if how.fill == "web":
+                post_events(port, run.args.events, workload)
+            else:
+                fill = [str(venv / "python"), script, "fill", url, str(run.args.events), workload]
+                subprocess.run(fill, check=True, cwd=root, env=env, capture_output=True)
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("ANALYZE events")
+                early = int(_scalar(conn, OURS_DONE) or 0)
+            if early:
+                raise RuntimeError(f"{early} events were drained before the clock")
 
             def ring() -> None:
                 ctl.send_task("inbox.drain", queue="inbox")
@@ -408,12 +532,15 @@ def rounds(run: Run, results: dict[str, Any]) -> None:
         for workload in workloads:
             for label, checkout in order:
                 name = f"{label.replace('@', '_').replace('-', '_')}_{workload}_{r}".lower()
-                is_ours = label == "ours" or checkout is not None
-                config = "Procfile worker, 2 processes" if is_ours else PEERS[label].config
+                is_ours = label in OURS or checkout is not None
+                config = OURS_CONFIG.get(label, "Procfile worker, 2 processes")
+                if not is_ours:
+                    config = PEERS[label].config
                 head = {"round": r, "workload": workload, "system": label, "config": config}
                 try:
                     if is_ours:
-                        got = run_ours(run, workload, checkout, name)
+                        how = OURS.get(label, OURS["ours"])
+                        got = run_ours(run, workload, checkout, name, how)
                     else:
                         got = run_peer(run, PEERS[label], workload, name)
                 except Exception:

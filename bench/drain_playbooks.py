@@ -7,8 +7,9 @@ Workers load it by ``INBOX_PLAYBOOKS``. Run as a script (``python drain_playbook
 prepare URL EVENTS WORKLOAD``), by the checkout's own interpreter, it migrates the run's
 database, makes one source for the workload's playbook and stores EVENTS pending events as
 the receiver stores them (``fill_pending``; ``bench.drain`` fills its no-op drain the same
-way). It imports only the inbox's public API and store, so another checkout (``bench.
-drain_peers --checkout``) loads it from a copy without this checkout's ``bench`` package.
+way); ``python drain_playbooks.py fill URL EVENTS WORKLOAD`` stores more for that source.
+It imports only the inbox's public API and store, so another checkout (``bench.drain_peers
+--checkout``) loads it from a copy without this checkout's ``bench`` package.
 """
 
 from __future__ import annotations
@@ -77,9 +78,10 @@ def fill_pending(
     conn.execute("ANALYZE events")
 
 
-def prepare(url: str, n: int, workload: str) -> None:
+def prepare(url: str, n: int, workload: str, secret: str = "") -> None:
     """The run's database: migrated, one tenant, one source running the workload's
-    playbook, ``n`` pending events, and the effects table."""
+    playbook (``secret``: signed with the ``hmac`` scheme, for events sent through the
+    receiver), ``n`` pending events, and the effects table."""
     from sqlalchemy import create_engine
 
     from inbox.domain.sources import SourceOptions
@@ -92,15 +94,27 @@ def prepare(url: str, n: int, workload: str) -> None:
     options = SourceOptions.from_dict({"playbook": PLAYBOOKS[workload].name})
     with engine.begin() as conn:
         store.create_tenant(conn, TENANT)
-        source = store.create_source(conn, TENANT, workload, "none", [], options)
+        scheme, secrets = ("hmac", [secret]) if secret else ("none", [])
+        source = store.create_source(conn, TENANT, workload, scheme, secrets, options)
     engine.dispose()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(EFFECTS_TABLE)
         fill_pending(conn, source.tenant_id, source.id, n, "evt_", EVENT_TYPES[workload])
 
 
+def fill(url: str, n: int, workload: str) -> None:
+    """``n`` more pending events for the workload's source (made by ``prepare``)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT tenant_id, id FROM sources WHERE name = %s", (workload,))
+        tenant_id, source_id = row.fetchone() or (0, 0)
+        fill_pending(conn, tenant_id, source_id, n, "evt_", EVENT_TYPES[workload])
+
+
 if __name__ == "__main__":
     command, url, events, workload = sys.argv[1:5]
-    if command != "prepare":
+    if command == "prepare":
+        prepare(url, int(events), workload, *sys.argv[5:6])
+    elif command == "fill":
+        fill(url, int(events), workload)
+    else:
         raise SystemExit(f"unknown command {command!r}")
-    prepare(url, int(events), workload)

@@ -23,11 +23,13 @@ from inbox.services import sweep as sweeper
 from inbox.services.bulk import run_bulk_once
 from inbox.services.courier import BATCH, deliver_once, policy_of
 from inbox.services.drain import drain_once
+from inbox.services.outages import timed_out
 from inbox.services.runner import DEFERRED
 from workers import state
 
 log = logging.getLogger(__name__)
 DRAIN_BUDGET_SECONDS = 5.0
+BUSY_RETRY_SECONDS = 0.5  # a courier that found its endpoint busy rings again after this
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -103,13 +105,36 @@ def deliver(endpoint_id: int) -> dict[str, int]:
     deadline = time.monotonic() + DRAIN_BUDGET_SECONDS
     total: dict[str, int] = {}
     while True:
-        result = deliver_once(
-            engine(),
-            EndpointId(endpoint_id),
-            allow_private=settings.allow_private_targets,
-            lease_seconds=settings.lease_seconds,
-            policy=policy_of(settings),
-        )
+        try:
+            result = deliver_once(
+                engine(),
+                EndpointId(endpoint_id),
+                allow_private=settings.allow_private_targets,
+                lease_seconds=settings.lease_seconds,
+                policy=policy_of(settings),
+            )
+        except Exception as exc:
+            # Up to 16 courier threads claim one endpoint, and the claim locks its row: on a
+            # loaded machine a claim waits past the database timeout. That is contention,
+            # not a failure: one line and a ring a moment later, not an ERROR with a
+            # traceback per task (formatting and redacting those took up to 40 % of the
+            # courier's CPU under load, bench/README.md), and a ring a moment later in
+            # case no other courier holds the endpoint. What the round had claimed and not
+            # recorded is sent again after its lease, as after any failed round.
+            why = timed_out(exc)
+            if why is None:
+                raise
+            log.warning(
+                "endpoint %s busy (%s); ringing again in %.1f s",
+                endpoint_id,
+                why,
+                BUSY_RETRY_SECONDS,
+                extra={"endpoint_id": endpoint_id, "error_class": type(exc).__name__},
+            )
+            # An alarm, not a send: the busy tasks of one moment share one ring (a slot of
+            # broker.ALARM_SLOT), so contention does not multiply the tasks that meet it.
+            set_alarms(broker.DELIVER, [endpoint_id], [BUSY_RETRY_SECONDS])
+            return total
         set_alarms(broker.DELIVER, [endpoint_id], result.retry_in)
         for name, value in vars(result).items():
             if isinstance(value, int):

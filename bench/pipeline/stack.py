@@ -18,12 +18,18 @@ from celery import Celery
 from bench.common import cpu, procs
 from bench.pipeline.playbook import SECRET, SOURCE, TENANT
 
+KINDS = ("web", "worker", "courier", "beat")
+
 
 @dataclass
 class Stack:
     """The run's cluster, Redis, database, sink and the Procfile's processes."""
 
     webs: int
+    # Each process kind connects as a role of its own (``bench_web``, ``bench_worker``, …),
+    # so that ``pg_stat_statements`` counts its statements apart (bench.pipeline.profile).
+    roles: bool = False
+    cluster_settings: dict[str, str] | None = None
     cluster: Any = None
     redis: procs.PrivateRedis | None = None
     db_name: str = ""
@@ -36,12 +42,13 @@ class Stack:
     beat: procs.Proc | None = None
     ctl: Celery | None = None
 
-    def env(self) -> dict[str, str]:
+    def env(self, kind: str = "") -> dict[str, str]:
+        """The Procfile's environment; ``kind`` (with ``roles``): its own database role."""
         assert self.redis is not None
         return {
-            "DATABASE_URL": self.url,
+            "DATABASE_URL": self.role_url(kind) if self.roles and kind else self.url,
             "REDIS_URL": self.redis.url,
-            "BENCH_EFFECTS_URL": self.url,
+            "BENCH_EFFECTS_URL": self.role_url("playbook") if self.roles else self.url,
             "INBOX_PLAYBOOKS": "bench.pipeline.playbook",
             "INBOX_ALLOW_PRIVATE_TARGETS": "1",
             "PYTHONPATH": str(procs.ROOT),
@@ -51,11 +58,13 @@ class Stack:
         from dev.embedded import PrivatePostgres
 
         procs.use_own_kek()
-        self.cluster = PrivatePostgres()
+        self.cluster = PrivatePostgres(settings=self.cluster_settings)
         self.redis = procs.PrivateRedis("pipeline-redis")
         self.db_name, self.url = procs.create_database(self.cluster.url, "inbox_pipeline")
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute("CREATE TABLE pipeline_effects (step_key text PRIMARY KEY)")
+            for kind in (*KINDS, "playbook") if self.roles else ():
+                conn.execute(f"CREATE ROLE bench_{kind} LOGIN SUPERUSER")
         self.sink = subprocess.Popen(
             [sys.executable, "-m", "bench.deliver", "sink"], cwd=procs.ROOT, stdout=subprocess.PIPE
         )
@@ -74,13 +83,14 @@ class Stack:
         )
         self.ctl = Celery("bench_pipeline", broker=self.redis.url)
         for i in range(self.webs):
-            proc, port = procs.web("web.wsgi:app", self.env(), 2, 24, tag=f"pipeline-web{i}")
+            env = self.env("web")
+            proc, port = procs.web("web.wsgi:app", env, 2, 24, tag=f"pipeline-web{i}")
             self.web_procs.append((proc, port))
         self.start_worker()
         self.courier = self._celery(
             "deliveries", 16, "pipeline-courier", "--pool", "threads", "--loglevel", "INFO"
         )
-        self.beat = procs.celery_beat("workers.app", self.env(), "pipeline-beat")
+        self.beat = procs.celery_beat("workers.app", self.env("beat"), "pipeline-beat")
         for proc, port in self.web_procs:
             procs.wait_http(proc, port, timeout=60)
         for p in (self.worker, self.courier):
@@ -88,7 +98,14 @@ class Stack:
             procs.wait_celery(self.ctl, p)
 
     def _celery(self, queue: str, concurrency: int, tag: str, *extra: str) -> procs.Proc:
-        return procs.celery_worker("workers.app", queue, concurrency, self.env(), tag, *extra)
+        kind = "worker" if queue == "inbox" else "courier"
+        env = self.env(kind)
+        return procs.celery_worker("workers.app", queue, concurrency, env, tag, *extra)
+
+    def role_url(self, kind: str) -> str:
+        """The run's database as ``bench_<kind>`` (a role made with ``roles``)."""
+        scheme, _, rest = self.url.partition("://")
+        return f"{scheme}://bench_{kind}@{rest.partition('@')[2]}"
 
     def start_worker(self) -> None:
         self.worker = self._celery("inbox", 2, "pipeline-worker", "--loglevel", "INFO")

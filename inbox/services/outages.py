@@ -17,9 +17,15 @@ import threading
 import time
 
 from inbox.infra import metrics
-from inbox.store.db.availability import unavailable
+from inbox.store.db.availability import busy, unavailable
 
 log = logging.getLogger(__name__)
+
+
+def timed_out(exc: BaseException) -> str | None:
+    """Why, when ``exc`` is one statement cut at its deadline by a live server (a lock
+    another transaction holds, a slow moment): not an outage, and not a bug either."""
+    return busy(exc)
 
 
 class Outages:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
@@ -113,6 +114,58 @@ def test_an_error_that_is_not_an_outage_still_fails_the_task(tasks, monkeypatch,
     monkeypatch.setattr(sweep, "sweep_once", broken)
     with pytest.raises(ZeroDivisionError):
         tasks.sweep()
+
+
+def test_a_courier_that_finds_its_endpoint_locked_rings_again_without_a_traceback(
+    tasks, monkeypatch, settings: Settings, engine: Engine, make_source, caplog
+):
+    """A claim that waits past the database timeout for an endpoint row another
+    transaction holds (16 courier threads on one endpoint, a loaded machine) is one
+    WARNING and a ring a moment later; the delivery stays due, nothing is sent twice."""
+    from inbox.domain.callbacks import Outgoing
+    from inbox.store.write import deliveries as dstore
+    from inbox.store.write import endpoints as estore
+
+    caplog.set_level(logging.INFO)
+    src = make_source()
+    with engine.begin() as conn:
+        ep = estore.create_endpoint(conn, src.tenant, "https://example.test/cb", "whsec_x")
+        message = Outgoing("busy.test", {"n": 1}, datetime.now(UTC))
+        dstore.enqueue(conn, src.tenant_id, src.tenant, None, "evt_busy", "s", [message])
+    quick = make_engine(
+        Settings(database_url=settings.database_url, db_timeout_ms=300, pool_size=2)
+    )
+    rings: list[tuple[str, list[int], list[float]]] = []
+    monkeypatch.setattr(tasks, "set_alarms", lambda *a: rings.append(a))
+    monkeypatch.setattr(worker(), "engine_", quick)
+    holder = psycopg.connect(settings.database_url)
+    try:
+        holder.execute("SELECT 1 FROM endpoints WHERE id = %s FOR UPDATE", (ep.id,))
+        assert tasks.deliver(ep.id) == {}
+    finally:
+        holder.rollback()
+        holder.close()
+        quick.dispose()
+    seen = lines(caplog)
+    assert len(seen) == 1 and seen[0][0] == "WARNING", seen
+    assert seen[0][1].startswith(f"endpoint {ep.id} busy (")
+    assert not any(r.exc_info for r in caplog.records)
+    assert rings == [("inbox.deliver", [ep.id], [tasks.BUSY_RETRY_SECONDS])]
+    with engine.connect() as conn:
+        states = conn.execute(text("SELECT state, attempts FROM deliveries")).all()
+    assert [tuple(r) for r in states] == [("pending", 0)]
+
+
+def test_a_courier_error_that_is_not_a_timeout_still_fails_the_task(
+    tasks, monkeypatch, engine: Engine
+):
+    def broken(*args: object, **kwargs: object) -> object:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(worker(), "engine_", engine)
+    monkeypatch.setattr(tasks, "deliver_once", broken)
+    with pytest.raises(ZeroDivisionError):
+        tasks.deliver(1)
 
 
 @pytest.fixture

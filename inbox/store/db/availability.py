@@ -46,6 +46,16 @@ def unavailable(exc: BaseException) -> str | None:
     return None
 
 
+def busy(exc: BaseException) -> str | None:
+    """``"<error class>: <first line>"`` when ``exc`` is a live server cutting one statement
+    at its deadline (``statement_timeout``, ``lock_timeout``): a row another transaction
+    holds, or a server too slow for now; None for any other error."""
+    orig: BaseException = exc.orig if isinstance(exc, DBAPIError) and exc.orig else exc
+    if isinstance(orig, _NOT_AN_OUTAGE):
+        return f"{type(orig).__name__}: {_first_line(orig)}"
+    return None
+
+
 def unreachable(exc: BaseException) -> str:
     """What the readiness probe says of a database it could not use: ``read-only: …`` when
     libpq refused every host for ``target_session_attrs=read-write`` (a failover under
