@@ -1,7 +1,7 @@
 """lane blocks: a quarantined event of an ordered lane holds the lane's later events
 
 Revision ID: 0024_lane_blocks
-Revises: 0022_decided_notify
+Revises: 0023_held_deliveries
 Create Date: 2026-12-06
 
 An ordered source (``serialize_by_business_key``) gives each event a lane
@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0024_lane_blocks"
-down_revision = "0022_decided_notify"
+down_revision = "0023_held_deliveries"
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,7 @@
 """the self-audit: callback intents, invariant violations, watermarks and repairs
 
 Revision ID: 0025_invariants
-Revises: 0022_decided_notify
+Revises: 0024_lane_blocks
 Create Date: 2026-12-06
 
 The inbox checks its own invariants (inbox.domain.invariants). ``callback_intents`` records,
@@ -19,7 +19,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0025_invariants"
-down_revision = "0022_decided_notify"
+down_revision = "0024_lane_blocks"
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,7 @@
 """payload keys: payloads sealed at rest under data keys wrapped by INBOX_KEK
 
 Revision ID: 0026_payload_keys
-Revises: 0022_decided_notify
+Revises: 0025_invariants
 Create Date: 2026-12-06
 
 Envelope encryption (inbox.infra.envelope, inbox.store.schema.key_tables): ``data_keys``
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0026_payload_keys"
-down_revision = "0022_decided_notify"
+down_revision = "0025_invariants"
 branch_labels = None
 depends_on = None
 
