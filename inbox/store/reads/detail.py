@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from inbox.store.reads.lanes import LaneState, lane_state
 from inbox.store.db import sealing
+from inbox.store.reads.lanes import LaneState, lane_state
 from inbox.store.reads.ledger_reads import (
     COUNTERS,
     KEYS_JOIN,
