@@ -57,12 +57,12 @@ MEANING: dict[Invariant, str] = {
 OWED_DELIVERY_STATES: tuple[str, ...] = tuple(dict.fromkeys((*DELIVERY_STATES, "held")))
 
 # The states in which an event no longer holds its lane: a later event of the lane may
-# run. Today a quarantined event releases its lane; when a quarantined event blocks it,
-# remove QUARANTINED here (the lane check reads this and nothing else).
+# run. A quarantined event is not one of them: it blocks its lane (truth 15) until an
+# operator skips it (``lane_blocks.skipped_at``) or replays it; the lane check reads the
+# skip from ``lane_blocks``.
 LANE_RELEASING_STATES: tuple[str, ...] = (
     EventState.COMPLETED,
     EventState.FILTERED,
-    EventState.QUARANTINED,
 )
 
 # An expired lease the sweep has not reclaimed this long after it expired is a violation:

@@ -262,6 +262,52 @@ def test_a_lane_event_that_ran_before_its_predecessor_finished(
     assert v.rows[0]["ran"].startswith("step ")
 
 
+def test_a_lane_event_that_ran_behind_a_quarantined_event_not_skipped(
+    client, engine, wsettings, make_source
+):
+    """A quarantined event blocks its lane (truth 15): a later event that ran while it
+    stood unskipped is a violation; one that ran after an operator's skip is not."""
+    src = make_source(playbook="forward", business_key_paths=["account"],
+                      serialize_by_business_key=True)  # fmt: skip
+    for key in ("first", "second"):
+        body = body_of({"type": "x", "account": "acct-1", "n": key})
+        assert (
+            client.post(src.path, data=body, headers=hmac_headers("s3cret", body, key)).status_code
+            == 202
+        )
+    for _ in range(3):
+        drain_once(engine, wsettings)
+    with engine.connect() as conn:
+        first, second = conn.execute(text("SELECT public_id FROM events ORDER BY id")).scalars()
+    # The first event is made a dead letter that finished before the second ran, as an
+    # ordering that let successors run ahead of a poison event would leave it.
+    corrupt(
+        engine,
+        "UPDATE events SET state = 'quarantined', outcome = NULL,"
+        " finished_at = finished_at - interval '1 hour' WHERE public_id = :p",
+        p=first,
+    )
+    # Quarantined before lanes blocked (no lane_blocks row): it released its lane then.
+    assert found(engine, wsettings, I.LANE_ORDER)["lane_order"] == []
+    corrupt(
+        engine,
+        "INSERT INTO lane_blocks (tenant_id, lane, event_id, since)"
+        " SELECT tenant_id, ordering_key, id, finished_at FROM events WHERE public_id = :p",
+        p=first,
+    )
+    [v] = found(engine, wsettings, I.LANE_ORDER)["lane_order"]
+    assert v.subject == f"lane:{second}"
+    assert [r["public_id"] for r in v.rows] == [second, first]
+    # An operator skipped it before the second ran: the lane was free.
+    corrupt(
+        engine,
+        "UPDATE lane_blocks SET skipped_by = 'op', skipped_at = since, skip_reason = 'r'"
+        " WHERE event_id = (SELECT id FROM events WHERE public_id = :p)",
+        p=first,
+    )
+    assert found(engine, wsettings, I.LANE_ORDER)["lane_order"] == []
+
+
 def test_a_missing_partition_for_a_day_a_retry_is_due(engine, wsettings):
     with engine.connect() as conn:
         today = conn.execute(text("SELECT CAST(now() AT TIME ZONE 'UTC' AS date)")).scalar_one()

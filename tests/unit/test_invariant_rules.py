@@ -52,8 +52,8 @@ def test_every_delivery_state_and_held_owe_a_callback():
     assert len(OWED_DELIVERY_STATES) == len(set(OWED_DELIVERY_STATES))
 
 
-def test_today_a_quarantined_event_releases_its_lane():
-    assert EventState.QUARANTINED in LANE_RELEASING_STATES
+def test_a_quarantined_event_holds_its_lane():
+    assert EventState.QUARANTINED not in LANE_RELEASING_STATES
     assert EventState.RECEIVED not in LANE_RELEASING_STATES
     assert EventState.PROCESSING not in LANE_RELEASING_STATES
 

@@ -272,6 +272,13 @@ _LANE_ORDER = text(
      WHERE e.id >= :since AND e.{LANE_KEY} IS NOT NULL AND p.replay = 0
        AND p.received_at < r.at
        AND (p.state <> ALL(:releasing) OR p.finished_at > r.at)
+       -- a quarantined predecessor holds the lane unless an operator skipped it before
+       -- the run (or it was quarantined before lanes blocked: no lane_blocks row at all)
+       AND NOT (p.state = 'quarantined' AND (
+             EXISTS (SELECT 1 FROM lane_blocks b WHERE b.event_id = p.id
+                      AND b.skipped_at <= r.at)
+             OR (p.finished_at <= r.at
+                 AND NOT EXISTS (SELECT 1 FROM lane_blocks b WHERE b.event_id = p.id))))
      ORDER BY e.id, r.at
     """
 )
