@@ -9,6 +9,7 @@ import click
 
 from inbox.cli.base import current, ringing
 from inbox.cli.callbacks import endpoints
+from inbox.cli.params import Rate
 from inbox.services import endpoint_state
 from inbox.services.endpoint_state import Changed
 
@@ -90,7 +91,7 @@ def endpoints_discard(
 @click.argument("endpoint_id")
 @click.option(
     "--rate",
-    type=click.FloatRange(min=0, min_open=True, max=10_000),
+    type=Rate(10_000),
     help="Messages a second to it, across every courier process.",
 )
 @click.option("--no-rate", is_flag=True, help="No rate limit.")

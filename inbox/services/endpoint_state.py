@@ -20,7 +20,6 @@ from inbox.domain.held import Discard
 from inbox.domain.records import Endpoint, EndpointId
 from inbox.services.runtime import Runtime
 from inbox.store.reads import endpoints as ereads
-from inbox.store.write import deliveries as dstore
 from inbox.store.write import endpoint_rate as rate_store
 from inbox.store.write import endpoints as estore
 from inbox.store.write import held as hstore
@@ -102,8 +101,8 @@ def discard_held(
         ep = endpoint(conn, scope, public_id)
         if hstore.awaiting(conn, ep, lock=True) is not None:
             raise rules.DiscardAwaiting()
-        upto = dstore.last_id(conn, EndpointId(ep.id))
-        held = dstore.held_count(conn, EndpointId(ep.id), upto)
+        upto = hstore.last_id(conn, EndpointId(ep.id))
+        held = hstore.held_count(conn, EndpointId(ep.id), upto)
         if held == 0:
             raise rules.NothingHeld()
         now = not rules.needs_second_operator(held, rt.settings.held_discard_approval_min)

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from inbox.domain.endpoint_health import WINDOW_MINUTES, EndpointState, Recent, state_of
+from inbox.domain.endpoint_health import WINDOW_MINUTES, Recent, state_of
 
 # Attempts of the endpoint ``ep`` in the window, and those that got no 2xx: a LATERAL
 # over its deliveries' attempts (the console's query uses the same fragment).
@@ -46,7 +46,7 @@ class EndpointStatus:
     id: int
     public_id: str
     tenant: str
-    state: EndpointState
+    state: str  # an EndpointState (inbox.domain.endpoint_health)
     circuit: str
     circuit_changed_at: datetime | None
     disabled_reason: str | None
@@ -88,7 +88,7 @@ def statuses(
                 id=r.id,
                 public_id=r.public_id,
                 tenant=r.tenant,
-                state=state_of(r.enabled, r.paused, r.circuit, recent),
+                state=str(state_of(r.enabled, r.paused, r.circuit, recent)),
                 circuit=r.circuit,
                 circuit_changed_at=r.circuit_changed_at,
                 disabled_reason=r.disabled_reason,

@@ -15,7 +15,7 @@ from inbox.infra.keyring import keyring
 from inbox.store.reads.endpoints import get_endpoint
 from inbox.store.reads.sources import get_tenant
 from inbox.store.schema.tables import audit_log, endpoint_secrets, endpoints
-from inbox.store.write import deliveries
+from inbox.store.write import held
 
 
 def create_endpoint(
@@ -95,7 +95,7 @@ def _hold_or_release(conn: Connection, endpoint_id: int) -> int:
         select(endpoints.c.enabled & ~endpoints.c.paused).where(endpoints.c.id == endpoint_id)
     ).scalar_one()
     eid = EndpointId(endpoint_id)
-    return deliveries.release_held(conn, eid) if sends else deliveries.hold(conn, eid)
+    return held.release_held(conn, eid) if sends else held.hold(conn, eid)
 
 
 def set_max_in_flight(conn: Connection, endpoint_id: int, slots: int) -> None:
