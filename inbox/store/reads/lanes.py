@@ -135,7 +135,7 @@ def lane_state(conn: Connection, event_id: int) -> LaneState | None:
     row = conn.execute(
         text(
             """
-            SELECT (SELECT e2.public_id FROM lane_blocks b JOIN events e2 ON e2.id = b.event_id
+            SELECT (SELECT b.event_id FROM lane_blocks b
                      WHERE b.tenant_id = e.tenant_id AND b.lane = e.ordering_key
                        AND b.event_id < e.id AND b.skipped_at IS NULL
                        AND e.state IN ('received', 'processing')
@@ -154,7 +154,17 @@ def lane_state(conn: Connection, event_id: int) -> LaneState | None:
     if row.blocks is not None:
         block = block_of(conn, event_id)
         blocking = block.held if block is not None else None
-    return LaneState(row.held_behind, blocking)
+    behind = None
+    if row.held_behind is not None:
+        # The blocker's public id, read within its own day: a join on the id alone would
+        # plan every day's partition (tests/integration/test_partition_reads.py).
+        blocker = int(row.held_behind)
+        lo = since_event(blocker)
+        behind = conn.execute(
+            text("SELECT public_id FROM events WHERE id = :id AND id >= :lo AND id < :hi"),
+            {"id": blocker, "lo": lo, "hi": lo + DAY},
+        ).scalar()
+    return LaneState(behind, blocking)
 
 
 @dataclass(frozen=True, slots=True)
