@@ -22,7 +22,9 @@ def payloads() -> None:
 
 
 @payloads.command("seal")
-@click.option("--batch", default=sealing_job.BATCH, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--batch", default=sealing_job.BATCH, show_default=True, type=click.IntRange(1, 100_000)
+)
 def payloads_seal(batch: int) -> None:
     """Seal every payload stored in clear, a batch per transaction. Safe to stop at any
     moment and to run again: it resumes after the last batch it committed."""

@@ -162,9 +162,9 @@ def test_every_procfile_process_runs_under_honcho_from_elsewhere(app_dir, empty_
         with psycopg.connect(empty_db) as conn:
             (public_id,) = conn.execute("SELECT public_id FROM events").fetchone()
         wait_for(lambda: event_state(empty_db, public_id) == "completed", 90, "completed", log)
-        with psycopg.connect(empty_db) as conn:
-            (decision,) = conn.execute("SELECT decision FROM events").fetchone()
-        assert decision == {"seen": 7}
+        # Payloads are sealed by default (INBOX_KEK is set): read back through the CLI.
+        shown = json.loads(inbox(app_dir, env, "events", "show", public_id, "--json"))
+        assert shown["decision"] == {"seen": 7} and shown["sealed"] is True
         # Every process is up (honcho stops them all when one exits), the beat leads.
         wait_for(lambda: "beat: leading" in log.read_text(errors="replace"), 60, "beat", log)
         text = log.read_text(errors="replace")
