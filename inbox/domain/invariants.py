@@ -100,16 +100,18 @@ REPAIRS: dict[Invariant, RepairKind] = {
     N.DELIVERY_PER_ENDPOINT: RepairKind.WRITE_HELD_DELIVERY,
 }
 
-# A repair writes a missing delivery only as held: it exists, and is sent only once the
-# delivery states know ``held`` and an operator releases it. Until then (today) the repair
-# is refused, never turned into a send.
+# A repair writes a missing delivery only as held: it exists, and is sent only once an
+# operator releases it. Deliveries know ``held`` now, but the callback intent keeps no body
+# to write the delivery from, so this version refuses the repair (the missing delivery is
+# listed with its intent, never turned into a send) until the intent carries its body.
 HELD_DELIVERY_STATE = "held"
+INTENTS_KEEP_BODIES = False
 
 
 def repair_available(kind: RepairKind) -> bool:
-    """Whether the schema can carry this repair out today."""
+    """Whether this version can carry this repair out."""
     if kind is RepairKind.WRITE_HELD_DELIVERY:
-        return HELD_DELIVERY_STATE in {s.value for s in DeliveryState}
+        return INTENTS_KEEP_BODIES and HELD_DELIVERY_STATE in {s.value for s in DeliveryState}
     return True
 
 

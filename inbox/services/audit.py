@@ -197,8 +197,8 @@ def propose(engine: Engine, settings: Settings, actor: str, violation_id: int) -
             )
         if not repair_available(kind):
             raise BadRequest(
-                f"{kind.value} needs a delivery state 'held', which this version's deliveries"
-                " do not have yet: the missing delivery is listed, not written"
+                f"{kind.value} is not available in this version: a callback intent keeps no"
+                " body to write the missing delivery from; it is listed, not written"
             )
         preview = _preview(kind, found.rows, settings)
         return store.propose(conn, violation_id, kind, preview, actor)
