@@ -20,6 +20,7 @@ class Proc:
     def __init__(self, args: list[str], env: dict[str, str | None], name: str) -> None:
         """``env`` adds to this process's environment; a None value removes the variable."""
         self.name = name
+        (ROOT / ".data").mkdir(exist_ok=True)  # a fresh clone has none yet
         self.log = open(ROOT / ".data" / f"{name}-{os.getpid()}.log", "wb")
         self.popen = subprocess.Popen(
             args,
