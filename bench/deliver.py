@@ -235,17 +235,7 @@ def main() -> int:
         out["error"] = traceback.format_exc()
         rc = 1
     finally:
-        for p in couriers:
-            p.stop()
-        if sink is not None:
-            sink.terminate()
-            sink.wait(5)
-            if sink.stdout is not None:
-                sink.stdout.close()
-        if broker is not None:
-            broker.stop()
-        if name:
-            procs.drop_database(SERVER, name)
+        procs.tear_down(couriers, sink, broker, SERVER, name)
     procs.RESULTS.mkdir(exist_ok=True)
     (procs.RESULTS / "deliver.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
     print(table(out))

@@ -197,17 +197,7 @@ def main() -> int:
         out["error"] = traceback.format_exc()
         rc = 1
     finally:
-        for p in running:
-            p.stop()
-        if sink is not None:
-            sink.terminate()
-            sink.wait(5)
-            if sink.stdout is not None:
-                sink.stdout.close()
-        if broker is not None:
-            broker.stop()
-        if name:
-            procs.drop_database(SERVER, name)
+        procs.tear_down(running, sink, broker, SERVER, name)
     procs.RESULTS.mkdir(exist_ok=True)
     (procs.RESULTS / "outage.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
     print(table(out))

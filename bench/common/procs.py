@@ -303,6 +303,28 @@ def server_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def tear_down(
+    running: list[Proc],
+    sink: subprocess.Popen[bytes] | None,
+    broker: PrivateRedis | None,
+    server: str,
+    db_name: str,
+) -> None:
+    """A run's end, whatever happened: its processes, its sink, its private Redis and its
+    database, each stopped or dropped by the handle the run kept."""
+    for p in running:
+        p.stop()
+    if sink is not None:
+        sink.terminate()
+        sink.wait(5)
+        if sink.stdout is not None:
+            sink.stdout.close()
+    if broker is not None:
+        broker.stop()
+    if db_name:
+        drop_database(server, db_name)
+
+
 def write_report(out: Path, fields: dict[str, Any]) -> None:
     """A benchmark's JSON: the date first, then ``fields``; says where it went."""
     report = {"date": datetime.now(UTC).isoformat(timespec="seconds"), **fields}
