@@ -1,6 +1,6 @@
 """Running the Alembic migrations from code (``inbox migrate``, the tests, ``make run``).
 
-The migrations are package data (``inbox/store/schema/migrations``), found with
+The migrations live in the top-level ``migrations`` package, found with
 ``importlib.resources``, so an installed wheel carries them and no ``alembic.ini`` is needed.
 
 Alembic is imported where it is used: its import (its DDL dialects and autogenerate come
@@ -24,7 +24,7 @@ def alembic_config(database_url: str) -> Config:
 
     cfg = Config()
     cfg.set_main_option(
-        "script_location", str(resources.files("inbox.store.schema") / "migrations")
+        "script_location", str(resources.files("migrations"))
     )
     # The option is read through configparser's interpolation: a percent-encoded character
     # of the URL (a password's "%40") is written as "%%40" to come back as itself.
