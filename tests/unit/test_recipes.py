@@ -6,6 +6,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -281,3 +284,33 @@ def test_the_match_digest_of_a_parsed_body_is_the_same_and_leaves_it_unchanged()
     parsed = json.loads(body)
     assert hubspot.match_digest(body, parsed) == hubspot.match_digest(body)
     assert parsed == events  # copied along the path, never changed in place
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="the page signs with openssl")
+def test_the_docs_check_signs_as_the_worked_example_verifies() -> None:
+    """The page's shell lines (``body=…``, ``sig=$(… openssl …)``) make a signature that its
+    recipe accepts, and the header the page's ``curl`` sends carries it as the recipe reads."""
+    text = DOCS.read_text()
+    start = text.index("```json\n", text.index("## A worked example")) + len("```json\n")
+    scheme = scheme_for("recipe", json.loads(text[start : text.index("```", start)]))
+    check = text[text.index("```sh\n", text.index("Check it before")) + len("```sh\n") :]
+    lines = check[: check.index("```")].splitlines()
+    signing = "\n".join(line for line in lines if line.startswith(("body=", "sig=")))
+    header = next(line for line in lines if "Acme-Signature:" in line)
+    assert '"Acme-Signature: t=$t,v1=$sig"' in header and "'Acme-Delivery: d-1'" in header
+    out = subprocess.run(
+        ["bash", "-euc", f'{signing}\nprintf "%s\\n%s\\n%s" "$t" "$sig" "$body"'],
+        env={"PATH": os.environ["PATH"], "ACME_SIGNING_SECRET": "whsec_acme"},
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    t, sig, body = out.split("\n", 2)
+    headers = {
+        "acme-signature": f"t={t},v1={sig}",
+        "acme-delivery": "d-1",
+        "content-type": "application/json",
+    }
+    request = SignedRequest("POST", "", headers, body.encode())
+    verified = scheme.verify(request, SchemeConfig(("whsec_acme",)), int(t))
+    assert verified.event_id == "d-1"
+    with pytest.raises(SignatureError):
+        scheme.verify(request, SchemeConfig(("another",)), int(t))
