@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from inbox.domain.errors import BadRequest
+from inbox.domain.retention import min_key_window_hours
 from inbox.domain.signatures import (
     SCHEMES,
     RecipeError,
@@ -267,12 +268,13 @@ def test_docs_providers_table_states_every_schemes_answer_and_restamped_fields()
     rows = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) == 5 and cells[0].startswith("`"):
+        if len(cells) == 6 and cells[0].startswith("`"):
             rows[cells[0].strip("`")] = cells
     assert set(rows) == set(SCHEMES)
     for name, scheme in SCHEMES.items():
-        answer, cited, _, restamped = rows[name][1:]
+        answer, cited, _, window, restamped = rows[name][1:]
         assert int(answer) == scheme.accept_status, name
+        assert window.startswith(f"{min_key_window_hours(name)} h"), name
         assert scheme.accept_docs.partition(": ")[2] in cited, name
         assert all(f"`{path}`" in restamped for path in scheme.restamped), name
 
