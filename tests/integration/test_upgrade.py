@@ -28,9 +28,11 @@ NEXT = "0999_next_release"  # a revision of a newer version, unknown to this cod
 def ready(url: str) -> tuple[int, dict]:
     engine = make_engine(Settings(database_url=url))
     try:
-        resp = create_app(
-            Settings(database_url=url), engine=engine, doorbell=lambda: None
-        ).test_client().get("/readyz")
+        resp = (
+            create_app(Settings(database_url=url), engine=engine, doorbell=lambda: None)
+            .test_client()
+            .get("/readyz")
+        )
         return resp.status_code, resp.json
     finally:
         engine.dispose()
@@ -81,13 +83,9 @@ def test_two_migrates_at_once_leave_the_schema_at_head(empty_db):
     takes no lock: when both succeed, it was because one finished before the other began."""
     env = {**os.environ, "DATABASE_URL": empty_db}
     env.pop("INBOX_MIGRATE_DATABASE_URL", None)
-    procs = [
-        subprocess.Popen(
-            [str(BIN / "inbox"), "migrate"], env=env, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        for _ in range(2)
-    ]
+    command = [str(BIN / "inbox"), "migrate"]
+    out = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    procs = [subprocess.Popen(command, env=env, **out) for _ in range(2)]
     results = [(p.communicate(timeout=120)[0], p.returncode) for p in procs]
     results = [(code, out) for out, code in results]
     assert any(code == 0 and out == "migrated to head\n" for code, out in results), results
