@@ -39,6 +39,8 @@ LAID_OUT = [
     "reference/configuration.html",
     "reference/cli.html",
     "how-to/deploy.html",
+    "how-to/upgrade.html",
+    "providers.html",
     "index.html",
 ]
 
