@@ -21,7 +21,12 @@ from inbox.services import admin, runtime
 
 @main.command()
 def migrate() -> None:
-    """Apply the database migrations (on INBOX_MIGRATE_DATABASE_URL when set)."""
+    """Apply the database migrations, in one transaction.
+
+    On INBOX_MIGRATE_DATABASE_URL when set, else DATABASE_URL. A database at head is left
+    as it is; a revision that fails leaves it as it was. Upgrading a running deployment:
+    docs/how-to/upgrade.md.
+    """
     runtime.migrate(settings().migration_url)
     click.echo("migrated to head")
 
