@@ -15,7 +15,7 @@ from sqlalchemy import text
 from tests import helpers
 from tests.brokers import Broker
 from tests.helpers import body_of, events_by_state, hmac_headers, sink_rows
-from tests.procs import CeleryProc, Web
+from tests.procs import BIN, CeleryProc, Web
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("sink_table")]
 
@@ -50,3 +50,58 @@ def test_sigterm_lets_the_running_step_finish_and_commit(env, procs, make_source
     assert len(sink_rows(engine)) == 1  # the step ran once
     with engine.connect() as conn:
         assert conn.execute(text("SELECT attempts FROM events")).scalar_one() == 1
+
+
+def stop_main(proc: CeleryProc) -> None:
+    """SIGTERM to the main process only, as systemd's ``KillMode=mixed`` sends it."""
+    os.kill(proc.popen.pid, signal.SIGTERM)
+    try:
+        assert proc.popen.wait(60) == 0, proc.output()
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{proc.name} did not stop:\n{proc.output()}")
+
+
+def test_the_pages_order_loses_nothing_and_runs_each_event_once(env, procs, make_source, engine):
+    """The order of docs/how-to/upgrade.md with one version's processes: stop the beat
+    and worker (warm), receive while they are stopped, migrate, restart web, start them
+    again. Every event answered 202 completes, each step once."""
+    env = {**env, "INBOX_SWEEP_SECONDS": "1"}
+    src = make_source(event_type_path="type")
+    web = Web(env)
+    procs.append(web)
+    worker, beat = CeleryProc(env), CeleryProc(env, kind="beat")
+    procs += [worker, beat]
+
+    def send(n: int) -> None:
+        body = body_of({"type": "flaky", "n": n, "sleep": 2 if n == 0 else 0})
+        status, _, _ = web.request("POST", src.path, body, hmac_headers("s3cret", body, f"k{n}"))
+        assert status == 202
+
+    send(0)
+    helpers.wait_for(lambda: len(sink_rows(engine)) == 1, 60, "the first step", interval=0.1)
+    # 1. stop the beat, the worker (warm: the running step finishes)
+    stop_main(beat)
+    stop_main(worker)
+    assert events_by_state(engine) == {"completed": 1}
+    # the receiver goes on: events wait, received
+    for n in range(1, 6):
+        send(n)
+    assert events_by_state(engine) == {"completed": 1, "received": 5}
+    # 2. inbox migrate (at head already: nothing to do, and it says so)
+    done = subprocess.run(
+        [str(BIN / "inbox"), "migrate"], env={**os.environ, **env},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout == "migrated to head\n", done.stderr
+    # 3. restart web: ready at once
+    web.stop()
+    web = Web(env)
+    procs.append(web)
+    status, _, ready = web.request("GET", "/readyz")
+    assert status == 200, ready
+    # 4. start the worker and the beat: what waited runs, each step once
+    procs += [CeleryProc(env), CeleryProc(env, kind="beat")]
+    helpers.wait_for(
+        lambda: events_by_state(engine) == {"completed": 6}, 60, "six completions", interval=0.2
+    )
+    assert len(sink_rows(engine)) == 6
