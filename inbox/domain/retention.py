@@ -47,7 +47,15 @@ RETRY_HORIZON_HOURS: dict[str, float] = {
     # Twilio: no scheduled redelivery; retries happen at the connection level within
     # the same callback exchange (configurable per URL), so a few minutes at most.
     "twilio": 0.25,
+    # Paddle: a failed delivery is retried 60 times over 3 days in live accounts.
+    "paddle": 72.0,
+    # Coinbase Commerce: retried with exponential backoff for up to three days.
+    "coinbase-commerce": 72.0,
+    # Meta (Graph API webhooks): retried for up to 36 hours.
+    "meta": 36.0,
 }
+# Clerk and Resend send through Svix: the Standard Webhooks schedule above.
+RETRY_HORIZON_HOURS["clerk"] = RETRY_HORIZON_HOURS["resend"] = RETRY_HORIZON_HOURS["standard"]
 # Schemes whose sender's retry behaviour is not known (a tenant's own systems, Okta or
 # Auth0 behind `token`, `none`): assume a day, the inbox's default key window.
 UNKNOWN_HORIZON_HOURS = 24.0

@@ -15,9 +15,9 @@ from inbox.domain.retention import key_window_hours, min_key_window_hours
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "providers.md"
 
 
-def test_the_pages_key_window_commands_run_and_set_72_hours(database_url, monkeypatch):
+def test_the_pages_key_window_commands_run_and_set_96_hours(database_url, monkeypatch):
     text = PAGE.read_text()
-    start = text.index("```sh\n", text.index("retry for longer than")) + len("```sh\n")
+    start = text.index("```sh\n", text.index("retries for longer than a day")) + len("```sh\n")
     block = text[start : text.index("```", start)].replace("\\\n", " ")
     commands = [shlex.split(line) for line in block.splitlines() if line.strip()]
     assert [c[:3] for c in commands] == [
@@ -27,11 +27,11 @@ def test_the_pages_key_window_commands_run_and_set_72_hours(database_url, monkey
     monkeypatch.setenv("PADDLE_SECRET", "pdl_ntfset_test")
     runner = CliRunner()
     assert runner.invoke(main, ["tenants", "create", "acme"]).exit_code == 0
-    assert min_key_window_hours("paddle") < 72  # what the page warns of
+    assert min_key_window_hours("paddle") == 72  # its 3 days of retries, by default
     for command in commands:
         args = [a.replace("$PADDLE_SECRET", "pdl_ntfset_test") for a in command[1:]]
         result = runner.invoke(main, args)
         assert result.exit_code == 0, result.output
     shown = runner.invoke(main, ["sources", "show", "acme/paddle", "--json"])
-    assert '"key_ttl_hours": 72' in shown.output, shown.output
-    assert key_window_hours("paddle", 72, 24) == 72 > key_window_hours("paddle", None, 24)
+    assert '"key_ttl_hours": 96' in shown.output, shown.output
+    assert key_window_hours("paddle", 96, 24) == 96 > key_window_hours("paddle", None, 24) == 72

@@ -24,6 +24,11 @@ MINIMUMS = [
     ("standard", 28),
     ("slack", 1),
     ("twilio", 1),
+    ("paddle", 72),
+    ("coinbase-commerce", 72),
+    ("meta", 36),
+    ("clerk", 28),
+    ("resend", 28),
     ("token", 24),
     ("hmac", 24),
     ("none", 24),
@@ -60,9 +65,17 @@ def test_the_minimum_window_is_accepted_and_one_hour_less_refused(
         assert exc.value.http_status == 400
 
 
-def test_the_default_24_hour_window_is_too_short_for_stripe_and_standard_only() -> None:
+def test_the_default_24_hour_window_is_too_short_for_the_long_retrying_providers_only() -> None:
     refused = {s for s, _ in MINIMUMS if key_window_problem(s, 24) is not None}
-    assert refused == {"stripe", "standard"}
+    assert refused == {
+        "stripe",
+        "standard",
+        "paddle",
+        "coinbase-commerce",
+        "meta",
+        "clerk",
+        "resend",
+    }
 
 
 def test_an_unknown_scheme_gets_the_unknown_horizon() -> None:
