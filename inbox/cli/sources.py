@@ -27,8 +27,7 @@ def migrate() -> None:
     as it is; a revision that fails leaves it as it was. Upgrading a running deployment:
     docs/how-to/upgrade.md.
     """
-    runtime.migrate(settings().migration_url)
-    click.echo("migrated to head")
+    click.echo(f"migrated to head ({runtime.migrate(settings().migration_url)})")
 
 
 SCHEME = Named(sorted(SCHEMES), "scheme", "inbox sources schemes")

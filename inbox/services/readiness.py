@@ -8,28 +8,40 @@ from sqlalchemy import Connection, text
 from inbox.domain.playbooks import Registry, registry
 from inbox.store.db.availability import unreachable, writable
 from inbox.store.reads import sources as source_reads
-from inbox.store.schema.migrate import head_revision
+from inbox.store.schema.migrate import head_revision, known_revisions
 
-__all__ = ["playbooks", "schema", "unreachable", "writable"]
+__all__ = ["AHEAD", "playbooks", "schema", "unreachable", "writable"]
 
-_HEAD: list[str | None] = []
+# What ``schema`` says of a database migrated by a newer release than this process's: it
+# still serves (a rolling upgrade migrates first, then replaces processes one by one; a
+# load balancer that dropped every old process at once would be the outage the rollout
+# avoids), and says what to do.
+AHEAD = "ahead"
+
+_KNOWN: list[tuple[str | None, frozenset[str]]] = []
 
 
-def _head() -> str | None:
-    if not _HEAD:  # read once: the migrations do not change under a running process
-        _HEAD.append(head_revision())
-    return _HEAD[0]
+def _known() -> tuple[str | None, frozenset[str]]:
+    if not _KNOWN:  # read once: the migrations do not change under a running process
+        _KNOWN.append((head_revision(), known_revisions()))
+    return _KNOWN[0]
 
 
 def schema(conn: Connection) -> str:
-    """ "ok" when the database is at the code's newest migration; otherwise what it is at."""
-    head = _head()
+    """ "ok" when the database is at the code's newest migration; "ahead ..." when a newer
+    release migrated it; otherwise what it is at and what to run."""
+    head, known = _known()
     exists = conn.execute(text("SELECT to_regclass('alembic_version') IS NOT NULL")).scalar()
     if not exists:
         return "not migrated (run inbox migrate)"
     current = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
     if current == [head]:
         return "ok"
+    if current and not set(current) <= known:
+        return (
+            f"{AHEAD}: at {', '.join(current)}, newer than this release's {head}; serving"
+            " until this process is replaced by the release that migrated it"
+        )
     return f"at {', '.join(current) or 'nothing'}, the code needs {head} (run inbox migrate)"
 
 

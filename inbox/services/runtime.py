@@ -18,6 +18,7 @@ from typing import Literal
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
+from inbox.domain.errors import InboxError
 from inbox.infra import broker
 from inbox.infra.config import Settings
 from inbox.store.db.engine import make_engine, sqlalchemy_url
@@ -91,9 +92,20 @@ def database_label(url: str) -> str:
         return "DATABASE_URL"
 
 
-def migrate(database_url: str) -> None:
-    """Apply every migration the code carries."""
+def migrate(database_url: str) -> str | None:
+    """Apply every migration the code carries; the revision the database is then at.
+
+    A database that a newer release migrated is refused with what to do, not treated
+    as an error of this one."""
+    newer = migrations.newer_than_code(database_url)
+    if newer is not None:
+        raise InboxError(
+            f"the database is at {newer}, newer than this release's newest revision"
+            f" ({migrations.head_revision()}): run inbox migrate of the release that wrote"
+            " it; nothing was changed"
+        )
     migrations.upgrade(database_url)
+    return migrations.head_revision()
 
 
 def head_revision() -> str | None:

@@ -54,25 +54,34 @@ def test_code_ahead_of_its_schema_is_not_ready_until_inbox_migrate(empty_db, mon
     monkeypatch.setenv("DATABASE_URL", empty_db)
     monkeypatch.delenv("INBOX_MIGRATE_DATABASE_URL", raising=False)
     result = CliRunner().invoke(main, ["migrate"])
-    assert result.exit_code == 0 and result.output == "migrated to head\n", result.output
+    assert result.exit_code == 0 and result.output == f"migrated to head ({head})\n", result.output
     assert version(empty_db) == [head]
     assert ready(empty_db) == (200, ready(empty_db)[1]) and ready(empty_db)[1]["status"] == "ok"
 
 
-def test_old_code_on_a_newer_schema_is_not_ready_and_its_migrate_changes_nothing(
+def test_old_code_on_a_newer_schema_stays_ready_and_its_migrate_refuses_plainly(
     migrated_db, monkeypatch
 ):
+    """A rolling upgrade migrates first, then replaces the processes one by one: the old
+    ones keep serving meanwhile (a load balancer must not drop them all at once), and
+    say why; the old release's ``inbox migrate`` says the database is newer, not a bug."""
     head = migrate.head_revision()
     with psycopg.connect(migrated_db, autocommit=True) as conn:
         conn.execute("UPDATE alembic_version SET version_num = %s", (NEXT,))
     status, body = ready(migrated_db)
-    assert status == 503 and body["cause"] == "schema"
-    assert body["checks"]["schema"].startswith(f"at {NEXT}, the code needs {head}")
+    assert status == 200 and body["status"] == "ok", body
+    assert body["checks"]["schema"].startswith(
+        f"ahead: at {NEXT}, newer than this release's {head}"
+    )
+    assert body["checks"]["secrets"] == "ok"  # the other checks still run
     monkeypatch.setenv("DATABASE_URL", migrated_db)
     monkeypatch.delenv("INBOX_MIGRATE_DATABASE_URL", raising=False)
     result = CliRunner().invoke(main, ["migrate"])
-    assert result.exit_code != 0
-    assert NEXT in result.output, result.output
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: the database is at {NEXT}, newer than this"), (
+        result.output
+    )
+    assert "bug" not in result.output and "nothing was changed" in result.output
     assert version(migrated_db) == [NEXT]
 
 
@@ -88,9 +97,10 @@ def test_two_migrates_at_once_leave_the_schema_at_head(empty_db):
     procs = [subprocess.Popen(command, env=env, **out) for _ in range(2)]
     results = [(p.communicate(timeout=120)[0], p.returncode) for p in procs]
     results = [(code, out) for out, code in results]
-    assert any(code == 0 and out == "migrated to head\n" for code, out in results), results
+    done = f"migrated to head ({migrate.head_revision()})\n"
+    assert any(code == 0 and out == done for code, out in results), results
     for code, out in results:
         assert code == 0 or out.startswith("Error: database error"), results
     assert version(empty_db) == [migrate.head_revision()]
     again = subprocess.run([str(BIN / "inbox"), "migrate"], env=env, capture_output=True, text=True)
-    assert again.returncode == 0 and again.stdout == "migrated to head\n"
+    assert again.returncode == 0 and again.stdout == done

@@ -37,6 +37,31 @@ def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config("postgresql://")).get_current_head()
 
 
+def known_revisions() -> frozenset[str]:
+    """Every revision the code carries."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config("postgresql://"))
+    return frozenset(r.revision for r in script.walk_revisions())
+
+
+def newer_than_code(database_url: str) -> str | None:
+    """The database's revision when this code does not know it (a newer release migrated
+    it), else None."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(sqlalchemy_url(database_url))
+    try:
+        with engine.connect() as conn:
+            if not conn.execute(text("SELECT to_regclass('alembic_version')")).scalar():
+                return None
+            current = set(conn.execute(text("SELECT version_num FROM alembic_version")).scalars())
+    finally:
+        engine.dispose()
+    unknown = current - known_revisions()
+    return ", ".join(sorted(unknown)) if unknown else None
+
+
 def upgrade(database_url: str, revision: str = "head") -> None:
     from alembic import command
 
