@@ -41,11 +41,12 @@ def enqueue(
     if not messages:
         return set()
     # Every endpoint of the tenant, whatever its state: a paused or disabled one's
-    # deliveries are written held (sent when it is enabled again), never dropped.
+    # deliveries are written held (sent when it is enabled again), never dropped. A
+    # deleted one is no longer an endpoint: nothing is made for it.
     eps = conn.execute(
         text(
             "SELECT id, event_types, filter, enabled AND NOT paused AS sends FROM endpoints"
-            " WHERE tenant_id = :t ORDER BY id"
+            " WHERE tenant_id = :t AND deleted_at IS NULL ORDER BY id"
         ),
         {"t": tenant_id},
     ).fetchall()
@@ -329,6 +330,8 @@ _REPLAY = text(
            SET state = 'pending', attempts = 0, available_at = now(), finished_at = NULL,
                last_error = NULL
          WHERE public_id = ANY(CAST(:ids AS text[])) AND state = 'failed'
+           AND NOT EXISTS (SELECT FROM endpoints e  -- a deleted endpoint is sent nothing
+                            WHERE e.id = deliveries.endpoint_id AND e.deleted_at IS NOT NULL)
         RETURNING id, public_id, endpoint_id
     ), lowered AS (  -- the couriers' claim looks no lower than the floor
         {LOWER_FLOOR}
