@@ -136,7 +136,7 @@ def deliver_once(
         return result
     # Closed and nothing failing when claimed: a round of successes changes nothing of
     # the circuit, so recording it need not lock the endpoint's row.
-    clean = now == circuit.Circuit() and not ep.failing
+    clean = now.quiet and not ep.failing
     own_client = client is None
     client = client or Client(timeout=ep.timeout_ms / 1000, allow_private=allow_private)
     sent: list[Sent] = []
@@ -170,7 +170,13 @@ def deliver_once(
 def policy_of(settings: Settings) -> circuit.Policy:
     """The circuit breaker's policy from ``INBOX_CIRCUIT_*``."""
     probe_max = max(DEFAULT_POLICY.probe_min, settings.circuit_probe_max_seconds)
-    return circuit.Policy(failures=max(1, settings.circuit_failures), probe_max=probe_max)
+    return circuit.Policy(
+        failures=max(1, settings.circuit_failures),
+        probe_max=probe_max,
+        failure_rate=min(1.0, max(0.0, settings.circuit_failure_rate)),
+        window=max(1.0, settings.circuit_window_seconds),
+        min_attempts=max(1, settings.circuit_min_attempts),
+    )
 
 
 def _send(client: Client, ep: Endpoint, c: ClaimedDelivery) -> Sent:

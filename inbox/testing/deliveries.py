@@ -203,7 +203,7 @@ class InMemoryDeliveries:
         self.store.calls.append("circuit")
         now, probe_at = self.circuits.get(endpoint_id, (Circuit(), None))
         probe_in = None if probe_at is None else probe_at - self.store.now
-        return dataclasses.replace(now, probe_in=probe_in)
+        return dataclasses.replace(now, probe_in=probe_in, clock=self.store.now)
 
     def throttled(self, tx: Memory, endpoint_id: EndpointId) -> float | None:
         self.store.calls.append("throttled")
