@@ -149,6 +149,8 @@ def deliver_once(
             now = circuit.step(now, one.signal, policy)
             clean = clean and not one.retryable  # the rest of the round is recorded in full
             stop = one.unreachable or one.disable or (one.status == 429) or opens
+            # Ordered: the next waits until this one is delivered or dead.
+            stop = stop or (ep.ordered and one.state == DeliveryState.PENDING)
             if stop or len(sent) >= FLUSH_EVERY or time.monotonic() - flushed > FLUSH_SECONDS:
                 _record(store, ep, sent, result, policy, clean)
                 sent, flushed = [], time.monotonic()

@@ -8,7 +8,8 @@ Create Date: 2026-12-07
 audit and evidence keep their references); a deleted endpoint gets no new deliveries and
 leaves the listings. ``held_discards.delete_endpoint``: a discard asked for by a delete
 that waits for a second operator deletes the endpoint when approved. ``endpoints.ordered``:
-at most one delivery in flight, the next only after the previous is delivered or dead.
+at most one delivery in flight, the next only after the previous is delivered or dead;
+``ix_deliveries_unfinished`` gives its claim the head of its unfinished deliveries.
 ``endpoints.circuit_window``: the breaker's failure-rate window (inbox.domain.circuit).
 """
 
@@ -36,6 +37,12 @@ def upgrade() -> None:
         sa.Column("circuit_window", postgresql.JSONB(), server_default=sa.text("'{}'::jsonb"),
                   nullable=False),
     )
+    op.create_index(
+        "ix_deliveries_unfinished",
+        "deliveries",
+        ["endpoint_id", "id"],
+        postgresql_where=sa.text("state IN ('pending', 'sending')"),
+    )
     op.add_column(
         "held_discards",
         sa.Column(
@@ -45,6 +52,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_deliveries_unfinished", table_name="deliveries")
     op.drop_column("held_discards", "delete_endpoint")
     op.drop_column("endpoints", "circuit_window")
     op.drop_column("endpoints", "ordered")

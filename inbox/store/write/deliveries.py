@@ -21,7 +21,7 @@ from inbox.domain.records import (
 )
 from inbox.infra import metrics, tracing
 from inbox.store.db.days import LOWER_FLOOR, DayBounded, open_days
-from inbox.store.write import circuit, endpoint_rate
+from inbox.store.write import circuit, endpoint_rate, ordered
 
 
 def enqueue(
@@ -182,7 +182,11 @@ def claim(
         if not limit:
             return []
     params = {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease}
-    rows = conn.execute((_PROBE if probe else _CLAIM).over(*open_days(conn)), params).fetchall()
+    days = open_days(conn)
+    if not probe and ordered.is_ordered(conn, endpoint_id):  # one at a time, in order
+        rows = ordered.claim(conn, endpoint_id, owner, limit, lease, days)
+    else:
+        rows = conn.execute((_PROBE if probe else _CLAIM).over(*days), params).fetchall()
     if probe and rows:
         circuit.probing(conn, endpoint_id, lease)
     if bucket is not None:
