@@ -65,6 +65,7 @@ _OUTCOME = {
 
 DEFAULT_POLICY = circuit.Policy()
 FLUSH_EVERY = 10
+LEASE_SPARE = 1.0  # seconds of a lease kept free after an attempt's timeout
 FLUSH_SECONDS = 0.2
 
 
@@ -122,9 +123,13 @@ def deliver_once(
     """
     store = delivery_store(db)
     owner = owner or f"courier-{uuid.uuid4().hex[:12]}"
+    started = time.monotonic()
     with store.begin() as tx:
         ep = store.endpoint(tx, endpoint_id)
-        claims = store.claim(tx, endpoint_id, owner, BATCH, lease_seconds)
+        # A lease outlives at least one attempt: a slow endpoint's delivery is never
+        # handed to another courier while its answer is still on the way.
+        lease = max(float(lease_seconds), ep.timeout_ms / 1000 + LEASE_SPARE)
+        claims = store.claim(tx, endpoint_id, owner, BATCH, lease)
         now = store.circuit(tx, endpoint_id)
         throttled = store.throttled(tx, endpoint_id) if not claims else None
     result = CourierResult(claimed=len(claims))
@@ -141,8 +146,20 @@ def deliver_once(
     client = client or Client(timeout=ep.timeout_ms / 1000, allow_private=allow_private)
     sent: list[Sent] = []
     flushed = time.monotonic()
+    # The last moment to start an attempt that ends (at the endpoint's timeout) inside the
+    # lease; past it the rest are handed back unattempted and rung again at once.
+    last_start = started + lease - ep.timeout_ms / 1000 - LEASE_SPARE
     try:
         for i, c in enumerate(claims):
+            if i and time.monotonic() > last_start:
+                _record(store, ep, sent, result, policy, clean)
+                sent, flushed = [], time.monotonic()
+                rest = claims[i:]
+                with store.begin() as tx:
+                    store.release(tx, rest, 0.0)
+                result.released = len(rest)
+                result.retry_in.append(0.0)
+                break
             one = _send(client, ep, c)
             sent.append(one)
             opens = circuit.stops(now, one.signal, policy)

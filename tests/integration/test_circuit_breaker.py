@@ -212,3 +212,30 @@ def test_a_failure_rate_opens_it_though_failures_never_come_n_in_a_row(engine, s
     assert (opened.circuit, opened.circuit_window) == ("open", {})
     assert deliver_once(engine, ep.id, allow_private=True, policy=policy).claimed == 0
     assert len(sink.at("/alt")) == 21  # nothing more until its probe is due
+
+
+def test_a_slow_endpoints_round_hands_back_what_could_outlive_its_lease(engine, sink, tenant):
+    # Each answer takes 0.4 s of a 1 s timeout; the lease is 3 s. An attempt may start only
+    # while it would end (at the timeout) with a second of the lease to spare: 1 s in.
+    url = sink.script("/slow", Answer(200, delay=0.4))
+    ep = endpoint(engine, tenant, url, timeout_ms=1000)
+    ids = enqueue(engine, tenant, 8)
+    got = deliver_once(engine, ep.id, allow_private=True, lease_seconds=3)
+    arrived = sink.at("/slow")
+    assert got.delivered == len(arrived) and got.released == 8 - len(arrived) >= 1
+    assert arrived[-1].at - arrived[0].at <= 1.0 + 0.3
+    assert got.retry_in == [0.0]  # rung again at once: nothing waits for the sweep
+    with engine.connect() as conn:
+        back = conn.execute(
+            text("SELECT count(*) FROM deliveries WHERE state = 'pending' AND attempts = 0")
+        ).scalar_one()
+    assert back == got.released  # handed back unattempted, their budget unspent
+    wait_for(
+        lambda: (
+            deliver_once(engine, ep.id, allow_private=True, lease_seconds=3),
+            row(engine, "SELECT count(*) FROM deliveries WHERE state = 'delivered'")[0] == 8,
+        )[1],
+        60,
+        "every delivery",
+    )
+    assert sorted(r.headers["webhook-id"] for r in sink.at("/slow")) == sorted(ids)  # once each
