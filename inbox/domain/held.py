@@ -61,7 +61,7 @@ class EndpointHasDeliveries(InboxError):
         super().__init__(
             f"Endpoint {public_id} has {held + pending} deliveries not yet sent ({held} held,"
             f" {pending} waiting): deleting it needs a choice for them. Discard them"
-            " (--held discard --reason R; the API's {\"held\": \"discard\", \"reason\": R}),"
+            ' (--held discard --reason R; the API\'s {"held": "discard", "reason": R}),'
             " each a dead letter, audited, two operators past INBOX_HELD_DISCARD_APPROVAL_MIN."
             " There is no release: a deleted endpoint is sent nothing. To send them, enable"
             " it and delete it once they are delivered.",

@@ -34,8 +34,12 @@ def upgrade() -> None:
     )
     op.add_column(
         "endpoints",
-        sa.Column("circuit_window", postgresql.JSONB(), server_default=sa.text("'{}'::jsonb"),
-                  nullable=False),
+        sa.Column(
+            "circuit_window",
+            postgresql.JSONB(),
+            server_default=sa.text("'{}'::jsonb"),
+            nullable=False,
+        ),
     )
     op.create_index(
         "ix_deliveries_unfinished",
@@ -45,9 +49,7 @@ def upgrade() -> None:
     )
     op.add_column(
         "held_discards",
-        sa.Column(
-            "delete_endpoint", sa.Boolean(), server_default=sa.text("false"), nullable=False
-        ),
+        sa.Column("delete_endpoint", sa.Boolean(), server_default=sa.text("false"), nullable=False),
     )
 
 

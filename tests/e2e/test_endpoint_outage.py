@@ -207,7 +207,7 @@ def test_an_ordered_endpoint_is_delivered_in_order_across_two_courier_processes(
     script = [Answer(503 if i % 7 == 3 else 200, delay=0.05) for i in range(80)]
     url = sink.script("/ord", *script, Answer(200, delay=0.05))
     with engine.begin() as conn:
-        ep = estore.create_endpoint(
+        estore.create_endpoint(
             conn,
             src.tenant,
             url,

@@ -188,7 +188,8 @@ def test_a_failure_rate_opens_it_though_failures_never_come_n_in_a_row(engine, s
     first = deliver_once(engine, ep.id, allow_private=True, policy=policy)
     assert (first.claimed, first.delivered, first.retried, first.opened) == (10, 5, 5, 0)
     kept = row(
-        engine, "SELECT circuit, circuit_failures, circuit_window FROM endpoints WHERE id = :e",
+        engine,
+        "SELECT circuit, circuit_failures, circuit_window FROM endpoints WHERE id = :e",
         e=ep.id,
     )
     assert (kept.circuit, kept.circuit_failures) == ("closed", 0)
@@ -197,8 +198,10 @@ def test_a_failure_rate_opens_it_though_failures_never_come_n_in_a_row(engine, s
 
     enqueue(engine, tenant, 30)
     wait_for(
-        lambda: deliver_once(engine, ep.id, allow_private=True, policy=policy).opened == 1
-        or row(engine, "SELECT circuit FROM endpoints WHERE id = :e", e=ep.id)[0] != "closed",
+        lambda: (
+            deliver_once(engine, ep.id, allow_private=True, policy=policy).opened == 1
+            or row(engine, "SELECT circuit FROM endpoints WHERE id = :e", e=ep.id)[0] != "closed"
+        ),
         30,
         "the circuit to open",
     )
@@ -206,9 +209,7 @@ def test_a_failure_rate_opens_it_though_failures_never_come_n_in_a_row(engine, s
     statuses = ["fail" if i % 2 == 0 else "ok" for i in range(len(got))]
     assert "fail,fail" not in ",".join(statuses)  # never two failures in a row
     assert len(got) == 21  # opened by the 21st attempt: 11 of 21 failed, 20 at least
-    opened = row(
-        engine, "SELECT circuit, circuit_window FROM endpoints WHERE id = :e", e=ep.id
-    )
+    opened = row(engine, "SELECT circuit, circuit_window FROM endpoints WHERE id = :e", e=ep.id)
     assert (opened.circuit, opened.circuit_window) == ("open", {})
     assert deliver_once(engine, ep.id, allow_private=True, policy=policy).claimed == 0
     assert len(sink.at("/alt")) == 21  # nothing more until its probe is due

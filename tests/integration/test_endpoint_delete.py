@@ -75,9 +75,7 @@ def runtime(engine, approval_min: int = 100) -> Runtime:
     return Runtime(Settings(database_url=url, held_discard_approval_min=approval_min), engine)
 
 
-def test_a_delete_with_waiting_or_held_deliveries_is_refused_naming_them(
-    client, engine, sink, src
-):
+def test_a_delete_with_waiting_or_held_deliveries_is_refused_naming_them(client, engine, sink, src):
     ops = make_token(engine, "ops", "operator")
     ep = endpoint(engine, src.tenant, sink.script("/w"))
     enqueue(engine, src, 3)  # pending
@@ -105,9 +103,10 @@ def test_a_delete_with_waiting_or_held_deliveries_is_refused_naming_them(
     released = client.delete(
         f"/api/v1/endpoints/{ep.public_id}", json={"held": "release"}, headers=ops
     )
-    assert released.status_code == 400 and "cannot be released" in released.get_json()["error"][
-        "message"
-    ]
+    assert (
+        released.status_code == 400
+        and "cannot be released" in released.get_json()["error"]["message"]
+    )
     no_reason = client.delete(
         f"/api/v1/endpoints/{ep.public_id}", json={"held": "discard"}, headers=ops
     )
@@ -141,8 +140,10 @@ def test_delete_with_discard_audits_each_and_then_nothing_is_made_sent_or_listed
     enqueue(engine, src, 3)
     out = CliRunner().invoke(
         main,
-        ["endpoints", "delete", ep.public_id, "--held", "discard", "--reason", "tenant left"]
-        + ["--actor", "alice"],
+        [
+            *("endpoints", "delete", ep.public_id),
+            *("--held", "discard", "--reason", "tenant left", "--actor", "alice"),
+        ],
     )
     assert out.exit_code == 0, out.output
     assert f"deleted {ep.public_id}; 3 held deliveries discarded" in out.output
@@ -180,9 +181,7 @@ def test_delete_with_discard_audits_each_and_then_nothing_is_made_sent_or_listed
     # Gone from the listings (CLI, API, console); shown by its id, and with --deleted.
     listed = json.loads(CliRunner().invoke(main, ["endpoints", "list", "--json"]).output)
     assert [e["endpoint"] for e in listed] == [other.public_id]
-    both = json.loads(
-        CliRunner().invoke(main, ["endpoints", "list", "--deleted", "--json"]).output
-    )
+    both = json.loads(CliRunner().invoke(main, ["endpoints", "list", "--deleted", "--json"]).output)
     assert {e["endpoint"]: e["deleted"] for e in both} == {
         ep.public_id: True,
         other.public_id: False,

@@ -186,7 +186,7 @@ def claim(
     if not probe and ordered.is_ordered(conn, endpoint_id):  # one at a time, in order
         rows = ordered.claim(conn, endpoint_id, owner, limit, lease, days)
     else:
-        rows = conn.execute((_PROBE if probe else _CLAIM).over(*days), params).fetchall()
+        rows = list(conn.execute((_PROBE if probe else _CLAIM).over(*days), params))
     if probe and rows:
         circuit.probing(conn, endpoint_id, lease)
     if bucket is not None:
