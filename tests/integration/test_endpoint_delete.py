@@ -198,6 +198,8 @@ def test_delete_with_discard_audits_each_and_then_nothing_is_made_sent_or_listed
             404
         )
     assert client.delete(f"/api/v1/endpoints/{ep.public_id}", headers=ops).status_code == 404
+    rotate = CliRunner().invoke(main, ["endpoints", "rotate", ep.public_id, "--actor", "ops"])
+    assert rotate.exit_code != 0 and "No endpoint" in rotate.output
 
 
 def test_a_delete_past_the_threshold_waits_for_a_second_operator_and_holds_meanwhile(
