@@ -191,6 +191,12 @@ def test_delete_with_discard_audits_each_and_then_nothing_is_made_sent_or_listed
     assert [e["endpoint"] for e in api] == [other.public_id]
     shown = client.get(f"/api/v1/endpoints/{ep.public_id}", headers=viewer).get_json()
     assert shown["deleted_at"] is not None
+    from prometheus_client.exposition import generate_latest
+
+    from web.metrics import build_registry
+
+    exposed = generate_latest(build_registry(engine)).decode()
+    assert other.public_id in exposed and ep.public_id not in exposed  # nor in /metrics
     # Its levers are gone: enabling, pausing or deleting it again is a 404.
     ops = make_token(engine, "ops", "operator")
     for verb in ("enable", "resume", "pause"):
