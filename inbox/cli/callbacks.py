@@ -54,6 +54,8 @@ def _record(ep: Endpoint, status: EndpointStatus | None = None) -> dict[str, Any
         "failing": ep.failing,
         "filter": ep.filter,
         "paused": ep.paused,
+        "ordered": ep.ordered,
+        "deleted": ep.deleted,
         "state": shown.get("state"),
         "circuit": shown.get("circuit"),
         "failure_rate": shown.get("failure_rate"),
@@ -76,6 +78,8 @@ def _show(ep: Endpoint, as_json: bool = False, status: EndpointStatus | None = N
             ("filter", ep.filter or "none"),
             ("enabled", state),
             ("paused", "yes (its deliveries are held)" if ep.paused else "no"),
+            ("ordered", "yes (one in flight, in the order made)" if ep.ordered else "no"),
+            *([("deleted", "yes (sent nothing, made nothing)")] if ep.deleted else []),
             *(
                 [
                     ("state", label(status.state)),
@@ -129,6 +133,11 @@ def _show(ep: Endpoint, as_json: bool = False, status: EndpointStatus | None = N
     "filter_",
     help="A CEL expression over type and payload; other callbacks are not sent here.",
 )
+@click.option(
+    "--ordered",
+    is_flag=True,
+    help="One delivery in flight; the next only once the previous is delivered or dead.",
+)
 def endpoints_create(
     tenant: str,
     url: str,
@@ -138,6 +147,7 @@ def endpoints_create(
     timeout_ms: int,
     max_in_flight: int,
     filter_: str | None,
+    ordered: bool,
 ) -> None:
     """Create an endpoint and print its signing secret (shown once)."""
     secret = callbacks.new_secret()
@@ -155,6 +165,7 @@ def endpoints_create(
         timeout_ms=timeout_ms,
         max_in_flight=max_in_flight,
         filter=filter_,
+        ordered=ordered,
     )
     _show(ep)
     click.echo(f"secret    {secret}")
@@ -162,20 +173,29 @@ def endpoints_create(
 
 @endpoints.command("list")
 @click.option("--tenant", help="Only this tenant's endpoints.")
+@click.option("--deleted", is_flag=True, help="Deleted endpoints too.")
 @json_option
-def endpoints_list(tenant: str | None, as_json: bool) -> None:
-    """Every endpoint: its id, tenant, URL and whether it is enabled."""
+def endpoints_list(tenant: str | None, deleted: bool, as_json: bool) -> None:
+    """Every endpoint (not the deleted ones, unless --deleted): its id, tenant, state,
+    backlog and URL."""
     with transaction() as conn:
         check_named(conn, tenant)
-        rows = operations.list_endpoints(conn, tenant)
-        found = {s.id: s for s in statuses(conn)}
+        rows = operations.list_endpoints(conn, tenant, deleted)
+        found = {s.id: s for s in statuses(conn, deleted=deleted)}
     if as_json:
         emit_json([_record(ep, found.get(ep.id)) for ep in rows])
         return
     table(
         ["endpoint", "tenant", "state", "waiting", "held", "url"],
         [
-            (ep.public_id, ep.tenant, label(s.state), s.waiting, s.held, ep.url)
+            (
+                ep.public_id,
+                ep.tenant,
+                "deleted" if ep.deleted else label(s.state),
+                s.waiting,
+                s.held,
+                ep.url,
+            )
             for ep in rows
             if (s := found.get(ep.id)) is not None
         ],

@@ -1,5 +1,6 @@
-"""``inbox endpoints disable|enable|pause|resume|discard``: an endpoint's state, and what
-it holds. Nothing is dropped: a paused or disabled endpoint's deliveries are held."""
+"""``inbox endpoints disable|enable|pause|resume|discard|limit|order|delete``: an
+endpoint's state, and what it holds. Nothing is dropped: a paused or disabled endpoint's
+deliveries are held, and a delete asks what becomes of them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import click
 from inbox.cli.base import current, ringing
 from inbox.cli.callbacks import endpoints
 from inbox.cli.params import Rate
-from inbox.services import endpoint_state
+from inbox.services import endpoint_delete, endpoint_state
 from inbox.services.endpoint_state import Changed
 
 _ACTOR = click.option("--actor", default=getpass.getuser, show_default="current user")
@@ -112,3 +113,50 @@ def endpoints_limit(
     )
     shown = f"{ep.rate_per_second:g}/s" if ep.rate_per_second else "no rate limit"
     click.echo(f"limits: {shown}, at most {ep.max_in_flight} in flight")
+
+
+@endpoints.command("order")
+@click.argument("endpoint_id")
+@click.option(
+    "--on/--off",
+    "ordered",
+    required=True,
+    help="Ordered: one delivery in flight, the next only once the previous is delivered"
+    " or dead (in the order they were made), across every courier process.",
+)
+@_ACTOR
+def endpoints_order(endpoint_id: str, ordered: bool, actor: str) -> None:
+    """Deliver to it in order, one at a time (audited), or freely again."""
+    ep = endpoint_state.set_ordered(ringing(), actor, None, endpoint_id, ordered)
+    click.echo("ordered: one in flight, in the order made" if ep.ordered else "not ordered")
+
+
+@endpoints.command("delete")
+@click.argument("endpoint_id")
+@click.option(
+    "--held",
+    type=click.Choice(["discard"]),
+    help="What becomes of its held and waiting deliveries: discard them (each a dead"
+    " letter, audited). Required when it has any. There is no release: a deleted endpoint"
+    " is sent nothing (enable it and delete it later to send them).",
+)
+@click.option("--reason", help="With --held discard: why (kept in the audit log).")
+@_ACTOR
+def endpoints_delete(endpoint_id: str, held: str | None, reason: str | None, actor: str) -> None:
+    """Delete it (audited): it is sent nothing and gets no new deliveries, and it leaves
+    the listings; its row stays, so deliveries, audit and evidence keep referring to it.
+    Refused while deliveries are being sent to it, and while it has held or waiting ones
+    unless --held discard --reason R: past INBOX_HELD_DISCARD_APPROVAL_MIN the discard waits
+    for a second operator's ``inbox endpoints discard --approve``, and the endpoint is
+    disabled until then and deleted with it."""
+    done = endpoint_delete.delete_endpoint(current(), actor, None, endpoint_id, held, reason)
+    if done.deleted:
+        gone = f"; {done.discard.discarded} held deliveries discarded" if done.discard else ""
+        click.echo(f"deleted {done.endpoint}{gone}")
+    else:
+        assert done.discard is not None
+        click.echo(
+            f"{done.endpoint} disabled; discard {done.discard.public_id} of"
+            f" {done.discard.held} held deliveries awaits a second operator"
+            f" (inbox endpoints discard {endpoint_id} --approve), then it is deleted"
+        )

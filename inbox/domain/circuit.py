@@ -1,8 +1,11 @@
 """An endpoint's circuit breaker, the pure part: what a round of attempts does to it.
 
 ``closed``: deliveries go out freely. After ``failures`` consecutive retryable failures (a
-5xx, 408, 429, a timeout, a refused connection), or an answer that asks us to wait
-(``Retry-After`` on a 429 or 503), the circuit **opens**: nothing is attempted one by one;
+5xx, 408, 429, a timeout, a refused connection), or a failure rate of at least
+``failure_rate`` over the last ``window`` seconds once ``min_attempts`` attempts fell in it
+(``Window``: an endpoint failing every other time is never N in a row), or an answer
+that asks us to wait (``Retry-After`` on a 429 or 503), the circuit **opens**: nothing is
+attempted one by one;
 each delivery waits. When its probe is due, one courier takes one delivery (the oldest) as
 a probe and the circuit is **half open** until that probe answers: a success closes it
 (and the whole backlog is due at once), a failure opens it again with a longer wait
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 
@@ -33,23 +36,110 @@ class CircuitState(StrEnum):
 CIRCUIT_STATES: tuple[str, ...] = tuple(s.value for s in CircuitState)
 
 
+SLICES = 6  # a window is kept as this many slices, each window / SLICES seconds long
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     failures: int = 3  # consecutive retryable failures that open the circuit
     probe_min: float = 1.0  # seconds before the first probe
     probe_max: float = 5.0  # the longest wait between probes (before jitter)
     retry_after_max: float = 300.0  # an endpoint's Retry-After is honoured up to this
+    failure_rate: float = 0.5  # this share of failures in the window opens it (0: never)
+    window: float = 60.0  # seconds: the failure rate's window
+    min_attempts: int = 20  # attempts in the window before its rate counts
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The failure rate's window, as the endpoint's row keeps it: attempts and retryable
+    failures per slice (``Policy.window / SLICES`` seconds), the newest last; ``start``: the
+    newest slice's number (the clock divided by the slice's length).
+
+    It starts at a failure: while none is in it the window is empty, and a success alone
+    leaves it so (a healthy endpoint's rounds write nothing). The rate therefore counts
+    from the window's first failure, never from before it. A slice older than the window
+    is dropped, and with the last failure gone the window is empty again."""
+
+    start: int = 0
+    slices: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def attempts(self) -> int:
+        return sum(a for a, _ in self.slices)
+
+    @property
+    def failures(self) -> int:
+        return sum(f for _, f in self.slices)
+
+    def to_json(self) -> dict[str, object]:
+        if not self.slices:
+            return {}
+        return {"start": self.start, "slices": [list(s) for s in self.slices]}
+
+    @classmethod
+    def from_json(cls, raw: object) -> Window:
+        if not isinstance(raw, dict) or not raw.get("slices"):
+            return cls()
+        return cls(int(raw["start"]), tuple((int(a), int(f)) for a, f in raw["slices"]))
+
+
+def _slice(clock: float, policy: Policy) -> int:
+    return int(clock // (policy.window / SLICES))
+
+
+def roll(w: Window, clock: float, policy: Policy) -> Window:
+    """The window at ``clock``: slices older than the window dropped; empty when no failure
+    is left in it."""
+    if not w.slices:
+        return w
+    now = _slice(clock, policy)
+    shift = min(max(0, now - w.start), SLICES)
+    slices = (w.slices + ((0, 0),) * shift)[-SLICES:]
+    if not any(f for _, f in slices):
+        return Window()
+    return Window(max(now, w.start), slices)
+
+
+def record(w: Window, clock: float, failed: bool, policy: Policy) -> Window:
+    """The window after one attempt at ``clock``."""
+    w = roll(w, clock, policy)
+    if not w.slices:
+        if not failed:
+            return w
+        w = Window(_slice(clock, policy), ((0, 0),))
+    a, f = w.slices[-1]
+    return Window(w.start, (*w.slices[:-1], (a + 1, f + int(failed))))
+
+
+def rate_trips(w: Window, policy: Policy) -> bool:
+    """At least ``failure_rate`` of at least ``min_attempts`` attempts in the window failed
+    (as resilience4j's failureRateThreshold: equal or greater opens it)."""
+    return (
+        policy.failure_rate > 0
+        and w.attempts >= max(1, policy.min_attempts)
+        and w.failures >= policy.failure_rate * w.attempts
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class Circuit:
     """The endpoint's circuit as its row holds it; ``probe_in``: seconds until a probe may
-    go (None while closed), from the database's clock."""
+    go (None while closed), from the database's clock; ``window``: the failure rate's
+    window while closed; ``clock``: the database's time when it was read (epoch seconds;
+    not part of its value)."""
 
     state: CircuitState = CircuitState.CLOSED
     failures: int = 0
     backoff: float = 0.0
     probe_in: float | None = None
+    window: Window = Window()
+    clock: float = field(default=0.0, compare=False)
+
+    @property
+    def quiet(self) -> bool:
+        """Closed with no failure counted: a round of successes changes nothing of it."""
+        return self.state == CircuitState.CLOSED and not self.failures and not self.window.slices
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,18 +166,23 @@ def _jitter(seconds: float, rand: random.Random | None) -> float:
 
 def step(c: Circuit, o: Outcome, policy: Policy) -> Circuit:
     """The circuit after one attempt (its wait before jitter in ``backoff``)."""
-    if not o.failed:
-        return Circuit()
+    closed = c.state == CircuitState.CLOSED
+    window = c.window
+    if closed and policy.failure_rate > 0:
+        window = record(window, c.clock, o.failed, policy)
+    if not o.failed:  # a success closes it; while closed, the window keeps counting
+        return Circuit(window=window if closed else Window(), clock=c.clock)
     failures = c.failures + 1
     asked = min(o.retry_after, policy.retry_after_max) if o.retry_after is not None else None
-    if c.state == CircuitState.CLOSED:
-        if failures < policy.failures and asked is None:
-            return replace(c, failures=failures)
+    if closed:
+        if failures < policy.failures and asked is None and not rate_trips(window, policy):
+            return replace(c, failures=failures, window=window)
         backoff = policy.probe_min
     else:  # a failed probe (or a late answer of a round sent before it opened)
         backoff = min(policy.probe_max, max(policy.probe_min, c.backoff * 2))
     # ``probe_in`` here: what the endpoint asked for, if anything; ``after`` adds the wait.
-    return Circuit(CircuitState.OPEN, failures, backoff, asked)
+    # Open: the window starts afresh when it closes again.
+    return Circuit(CircuitState.OPEN, failures, backoff, asked, clock=c.clock)
 
 
 def after(

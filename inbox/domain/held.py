@@ -51,6 +51,58 @@ class HeldDeliveries(InboxError):
     code = "held_deliveries"
 
 
+class EndpointHasDeliveries(InboxError):
+    """This endpoint has deliveries that are not finished: say what becomes of them."""
+
+    http_status = 409
+    code = "endpoint_has_deliveries"
+
+    def __init__(self, public_id: str, held: int, pending: int) -> None:
+        super().__init__(
+            f"Endpoint {public_id} has {held + pending} deliveries not yet sent ({held} held,"
+            f" {pending} waiting): deleting it needs a choice for them. Discard them"
+            ' (--held discard --reason R; the API\'s {"held": "discard", "reason": R}),'
+            " each a dead letter, audited, two operators past INBOX_HELD_DISCARD_APPROVAL_MIN."
+            " There is no release: a deleted endpoint is sent nothing. To send them, enable"
+            " it and delete it once they are delivered.",
+            held=held,
+            pending=pending,
+        )
+
+
+class DeliveriesInFlight(InboxError):
+    """Deliveries of this endpoint are being sent right now."""
+
+    http_status = 409
+    code = "deliveries_in_flight"
+
+    def __init__(self, public_id: str, sending: int) -> None:
+        super().__init__(
+            f"Endpoint {public_id} has {sending} deliveries being sent right now: disable it"
+            " (inbox endpoints disable), then delete it once they have finished (at most its"
+            " timeout).",
+            sending=sending,
+        )
+
+
+HELD_CHOICES = ("discard",)  # what a delete may do with what it holds; no release
+
+
+def check_delete_choice(held: str | None, reason: str | None) -> str | None:
+    """The choice a delete makes for its held deliveries: None (refused if any) or
+    ``discard`` with its reason."""
+    if held is None:
+        if reason is not None:
+            raise BadRequest("A reason goes with held=discard.")
+        return None
+    if held not in HELD_CHOICES:
+        raise BadRequest(
+            "held must be 'discard': a deleted endpoint is sent nothing, so its held"
+            " deliveries cannot be released (enable it instead, and delete it later)."
+        )
+    return check_reason(reason)
+
+
 @dataclass(frozen=True, slots=True)
 class Discard:
     """An operator's discard: ``held`` deliveries covered; ``discarded`` once done."""
@@ -63,6 +115,7 @@ class Discard:
     status: DiscardStatus
     discarded: int = 0
     decided_by: str | None = None
+    delete_endpoint: bool = False  # asked by a delete: approving it deletes the endpoint
 
 
 def check_reason(reason: str | None) -> str:

@@ -100,6 +100,8 @@ class Endpoint:
     filter: str | None = None  # a CEL expression over type and payload (inbox.domain.filters)
     paused: bool = False  # an operator's pause: like disabled, its deliveries are held
     rate_per_second: float | None = None  # across every courier; None: unlimited
+    ordered: bool = False  # one in flight; the next after the previous is delivered or dead
+    deleted: bool = False  # an operator deleted it: the row stays, nothing is sent or made
 
     @property
     def sends(self) -> bool:

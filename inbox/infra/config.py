@@ -170,6 +170,25 @@ class Settings:
         "the longest wait between two probes of an open circuit (doubling from 1 s, with "
         "±20 % jitter); a Retry-After is honoured up to 300 s",
     )
+    circuit_failure_rate: float = setting(
+        "INBOX_CIRCUIT_FAILURE_RATE",
+        0.5,
+        "the share of retryable failures over INBOX_CIRCUIT_WINDOW_SECONDS that opens an "
+        "endpoint's circuit too (at or above it), once INBOX_CIRCUIT_MIN_ATTEMPTS attempts "
+        "fell in the window: an endpoint failing every other time is never N in a row; "
+        "0 turns it off",
+    )
+    circuit_window_seconds: float = setting(
+        "INBOX_CIRCUIT_WINDOW_SECONDS",
+        60.0,
+        "the failure rate's window, kept in six slices on the endpoint's row; it starts at a "
+        "failure (successes before the first failure in it are not counted)",
+    )
+    circuit_min_attempts: int = setting(
+        "INBOX_CIRCUIT_MIN_ATTEMPTS",
+        20,
+        "attempts in the window before its failure rate can open the circuit",
+    )
     held_discard_approval_min: int = setting(
         "INBOX_HELD_DISCARD_APPROVAL_MIN",
         100,

@@ -65,6 +65,7 @@ _OUTCOME = {
 
 DEFAULT_POLICY = circuit.Policy()
 FLUSH_EVERY = 10
+LEASE_SPARE = 1.0  # seconds of a lease kept free after an attempt's timeout
 FLUSH_SECONDS = 0.2
 
 
@@ -122,9 +123,13 @@ def deliver_once(
     """
     store = delivery_store(db)
     owner = owner or f"courier-{uuid.uuid4().hex[:12]}"
+    started = time.monotonic()
     with store.begin() as tx:
         ep = store.endpoint(tx, endpoint_id)
-        claims = store.claim(tx, endpoint_id, owner, BATCH, lease_seconds)
+        # A lease outlives at least one attempt: a slow endpoint's delivery is never
+        # handed to another courier while its answer is still on the way.
+        lease = max(float(lease_seconds), ep.timeout_ms / 1000 + LEASE_SPARE)
+        claims = store.claim(tx, endpoint_id, owner, BATCH, lease)
         now = store.circuit(tx, endpoint_id)
         throttled = store.throttled(tx, endpoint_id) if not claims else None
     result = CourierResult(claimed=len(claims))
@@ -136,19 +141,33 @@ def deliver_once(
         return result
     # Closed and nothing failing when claimed: a round of successes changes nothing of
     # the circuit, so recording it need not lock the endpoint's row.
-    clean = now == circuit.Circuit() and not ep.failing
+    clean = now.quiet and not ep.failing
     own_client = client is None
     client = client or Client(timeout=ep.timeout_ms / 1000, allow_private=allow_private)
     sent: list[Sent] = []
     flushed = time.monotonic()
+    # The last moment to start an attempt that ends (at the endpoint's timeout) inside the
+    # lease; past it the rest are handed back unattempted and rung again at once.
+    last_start = started + lease - ep.timeout_ms / 1000 - LEASE_SPARE
     try:
         for i, c in enumerate(claims):
+            if i and time.monotonic() > last_start:
+                _record(store, ep, sent, result, policy, clean)
+                sent, flushed = [], time.monotonic()
+                rest = claims[i:]
+                with store.begin() as tx:
+                    store.release(tx, rest, 0.0)
+                result.released = len(rest)
+                result.retry_in.append(0.0)
+                break
             one = _send(client, ep, c)
             sent.append(one)
             opens = circuit.stops(now, one.signal, policy)
             now = circuit.step(now, one.signal, policy)
             clean = clean and not one.retryable  # the rest of the round is recorded in full
             stop = one.unreachable or one.disable or (one.status == 429) or opens
+            # Ordered: the next waits until this one is delivered or dead.
+            stop = stop or (ep.ordered and one.state == DeliveryState.PENDING)
             if stop or len(sent) >= FLUSH_EVERY or time.monotonic() - flushed > FLUSH_SECONDS:
                 _record(store, ep, sent, result, policy, clean)
                 sent, flushed = [], time.monotonic()
@@ -170,7 +189,13 @@ def deliver_once(
 def policy_of(settings: Settings) -> circuit.Policy:
     """The circuit breaker's policy from ``INBOX_CIRCUIT_*``."""
     probe_max = max(DEFAULT_POLICY.probe_min, settings.circuit_probe_max_seconds)
-    return circuit.Policy(failures=max(1, settings.circuit_failures), probe_max=probe_max)
+    return circuit.Policy(
+        failures=max(1, settings.circuit_failures),
+        probe_max=probe_max,
+        failure_rate=min(1.0, max(0.0, settings.circuit_failure_rate)),
+        window=max(1.0, settings.circuit_window_seconds),
+        min_attempts=max(1, settings.circuit_min_attempts),
+    )
 
 
 def _send(client: Client, ep: Endpoint, c: ClaimedDelivery) -> Sent:

@@ -31,6 +31,7 @@ __all__ = [
     "discard_held",
     "set_enabled",
     "set_limits",
+    "set_ordered",
     "set_paused",
     "withdraw_discard",
 ]
@@ -48,8 +49,9 @@ class Changed:
 
 
 def endpoint(conn: Connection, scope: int | None, public_id: str) -> Endpoint:
+    """The endpoint the caller may see and change (a deleted one is gone: NotFound)."""
     ep = ereads.get_endpoint(conn, public_id)  # NotFound: "No endpoint <id>."
-    if scope is not None and ep.tenant_id != scope:
+    if (scope is not None and ep.tenant_id != scope) or ep.deleted:
         raise NotFound(f"No endpoint {public_id}.")
     return ep
 
@@ -126,6 +128,11 @@ def approve_discard(rt: Runtime, actor: str, scope: int | None, public_id: str) 
         estore.audit(
             conn, actor, "approve discard held", ep, discard=done.public_id, held=done.discarded
         )
+        if done.delete_endpoint:  # asked by a delete: what was held since goes too
+            eid = EndpointId(ep.id)
+            later = hstore.discard_held(conn, eid, hstore.last_id(conn, eid), actor, done.reason)
+            estore.soft_delete(conn, ep.id, actor)
+            estore.audit(conn, actor, "delete", ep, discard=done.public_id, held=later)
     return done
 
 
@@ -177,4 +184,18 @@ def set_limits(
         estore.audit(conn, actor, "limits", ep, **detail)
         changed = ereads.get_endpoint(conn, ep.id)
     rt.bells.ring("ring_couriers", {ep.id})  # a higher limit: more may go now
+    return changed
+
+
+def set_ordered(
+    rt: Runtime, actor: str, scope: int | None, public_id: str, ordered: bool
+) -> Endpoint:
+    """Ordered (one delivery in flight, the next once the previous is delivered or dead,
+    in the order they were made) or not; audited."""
+    with rt.engine.begin() as conn:
+        ep = endpoint(conn, scope, public_id)
+        estore.set_ordered(conn, ep.id, ordered)
+        estore.audit(conn, actor, "order" if ordered else "unorder", ep, ordered=ordered)
+        changed = ereads.get_endpoint(conn, ep.id)
+    rt.bells.ring("ring_couriers", {ep.id})
     return changed

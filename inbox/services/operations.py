@@ -231,8 +231,8 @@ def get_hold(rt: Runtime, public_id: str, scope: TenantId | None) -> Hold | None
 
 def _endpoint(conn: Connection, actor: Actor, public_id: str) -> Endpoint:
     ep = ereads.get_endpoint(conn, public_id)  # NotFound: "No endpoint <id>."
-    if actor.scope is not None and ep.tenant_id != actor.scope:
-        raise NotFound(f"No endpoint {public_id}.")
+    if (actor.scope is not None and ep.tenant_id != actor.scope) or ep.deleted:
+        raise NotFound(f"No endpoint {public_id}.")  # a deleted one has no levers
     return ep
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from itertools import takewhile
 from typing import Any
 
 from inbox.domain import callbacks, filters, throttle
@@ -92,7 +93,7 @@ class InMemoryDeliveries:
         an endpoint paused or disabled (``deliveries.enqueue``); the endpoints to ring."""
         data = self.store.data
         eps = sorted(
-            (e for e in data.endpoints.values() if e.tenant_id == tenant_id),
+            (e for e in data.endpoints.values() if e.tenant_id == tenant_id and not e.deleted),
             key=lambda e: e.id,
         )
         rung: set[EndpointId] = set()
@@ -167,6 +168,17 @@ class InMemoryDeliveries:
         pending = [d for d in mine if d.state == DeliveryState.PENDING]
         if probe:  # the oldest, whatever its retry time
             due = sorted(pending, key=lambda d: d.id)[:1]
+        elif ep.ordered:  # the due run at the head of its unfinished ones, by id
+            head = sorted(
+                (d for d in mine if d.state in (DeliveryState.PENDING, DeliveryState.SENDING)),
+                key=lambda d: d.id,
+            )[:limit]
+            due = list(
+                takewhile(
+                    lambda d: d.state == DeliveryState.PENDING and d.available_at <= self.store.now,
+                    head,
+                )
+            )
         else:
             due = sorted(
                 (d for d in pending if d.available_at <= self.store.now),
@@ -203,7 +215,7 @@ class InMemoryDeliveries:
         self.store.calls.append("circuit")
         now, probe_at = self.circuits.get(endpoint_id, (Circuit(), None))
         probe_in = None if probe_at is None else probe_at - self.store.now
-        return dataclasses.replace(now, probe_in=probe_in)
+        return dataclasses.replace(now, probe_in=probe_in, clock=self.store.now)
 
     def throttled(self, tx: Memory, endpoint_id: EndpointId) -> float | None:
         self.store.calls.append("throttled")

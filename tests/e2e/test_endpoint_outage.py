@@ -9,6 +9,7 @@ import itertools
 import os
 import signal
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -195,3 +196,103 @@ def test_a_courier_killed_while_half_open_leaves_one_probe_and_no_double_deliver
     assert answered == Counter(ids)  # each answered 2xx once: the killed probe was not doubled
     failed = one(engine, "SELECT count(*) FROM deliveries WHERE state = 'failed'")[0]
     assert failed == 0
+
+
+def test_an_ordered_endpoint_is_delivered_in_order_across_two_courier_processes(
+    env, procs, make_source, engine, sink
+):
+    src = make_source()
+    # Every answer takes 50 ms (two in flight would overlap); every seventh is a 503, so
+    # retries come in between and must still keep the order.
+    script = [Answer(503 if i % 7 == 3 else 200, delay=0.05) for i in range(80)]
+    url = sink.script("/ord", *script, Answer(200, delay=0.05))
+    with engine.begin() as conn:
+        estore.create_endpoint(
+            conn,
+            src.tenant,
+            url,
+            callbacks.new_secret(),
+            ordered=True,
+            max_in_flight=4,
+            retry_schedule=[1],
+            max_attempts=10,
+        )
+    ids = enqueue(engine, src, 30)
+    procs += [
+        CeleryProc(env),
+        CeleryProc(env, kind="courier", concurrency=2),
+        CeleryProc(env, kind="courier", concurrency=2),
+        CeleryProc(env, kind="beat"),
+    ]
+    wait_for(
+        lambda: one(engine, "SELECT count(*) FROM deliveries WHERE state = 'delivered'")[0] == 30,
+        120,
+        "every ordered callback",
+    )
+    got = sink.at("/ord")
+    answered = [
+        (r.headers["webhook-id"], (script[i].status if i < len(script) else 200))
+        for i, r in enumerate(got)
+    ]
+    # Delivered (2xx) each once, in the order made; first arrivals in that order as well.
+    assert [w for w, status in answered if status == 200] == ids
+    assert list(dict.fromkeys(w for w, _ in answered)) == ids
+    # One in flight: a request never arrives before the previous one's answer was due.
+    assert all(b.at - a.at >= 0.045 for a, b in itertools.pairwise(got))
+    assert sum(1 for _, status in answered if status == 503) >= 4  # retries did happen
+
+
+def test_a_slow_endpoint_gets_each_callback_once_and_does_not_hold_up_others(
+    env, procs, make_source, engine, sink
+):
+    slow_src, fast_src = make_source(), make_source()
+    with engine.begin() as conn:
+        slow = estore.create_endpoint(  # answers in 2 s, under its 3 s timeout
+            conn,
+            slow_src.tenant,
+            sink.script("/slow", Answer(200, delay=2)),
+            callbacks.new_secret(),
+            timeout_ms=3000,
+        )
+        estore.create_endpoint(conn, fast_src.tenant, sink.script("/fast"), callbacks.new_secret())
+    slow_ids = enqueue(engine, slow_src, 12)
+    procs += [
+        CeleryProc(env),
+        CeleryProc(env, kind="courier", concurrency=4),
+        CeleryProc(env, kind="courier", concurrency=4),
+        CeleryProc(env, kind="beat"),
+    ]
+    wait_for(lambda: len(sink.at("/slow")) >= 4, 60, "the slow endpoint to be busy")
+    fast_ids = enqueue(engine, fast_src, 20, "fast")
+    made = time.monotonic()
+    wait_for(lambda: len(sink.at("/fast")) >= 20, 60, "the other endpoint's callbacks")
+    # The bound: the beat's sweep rings each second; a courier thread is never held by the
+    # slow endpoint beyond its max_in_flight (4 of 8), so the others go within 10 s.
+    assert sink.at("/fast")[-1].at - made <= 10.0
+    wait_for(
+        lambda: (
+            one(
+                engine,
+                "SELECT count(*) FROM deliveries WHERE state = 'delivered' AND endpoint_id = :e",
+                e=slow.id,
+            )[0]
+            == 12
+        ),
+        120,
+        "the slow endpoint's callbacks",
+    )
+    assert Counter(r.headers["webhook-id"] for r in sink.at("/slow")) == Counter(slow_ids)
+    assert Counter(r.headers["webhook-id"] for r in sink.at("/fast")) == Counter(fast_ids)
+    breaker = one(
+        engine,
+        "SELECT circuit, circuit_changed_at, circuit_window FROM endpoints WHERE id = :e",
+        e=slow.id,
+    )
+    assert tuple(breaker) == ("closed", None, {})  # never opened, no failure counted
+    failed = one(
+        engine,
+        "SELECT count(*) FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id"
+        " WHERE d.endpoint_id = :e AND (a.status IS NULL OR a.status <> 200)",
+        e=slow.id,
+    )[0]
+    assert failed == 0  # not one timeout: every attempt was answered 200

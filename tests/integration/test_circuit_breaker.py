@@ -171,3 +171,72 @@ def test_a_rate_limit_holds_across_couriers_and_nothing_is_dropped(engine, sink,
     # number of couriers; the slack is one claim's worth sent after the next was taken.
     for i, j in itertools.combinations(range(len(got)), 2):
         assert j - i + 1 <= 2 * 10 + 10 * (got[j].at - got[i].at), (i, j)
+
+
+def test_a_failure_rate_opens_it_though_failures_never_come_n_in_a_row(engine, sink, tenant):
+    from inbox.infra.config import Settings
+    from inbox.services.courier import policy_of
+
+    # The settings' policy: INBOX_CIRCUIT_FAILURE_RATE=0.5 over 60 s, 20 attempts at least;
+    # three consecutive failures would open it too, but the sink never fails twice in a row.
+    policy = policy_of(Settings(database_url="postgresql://unused/x"))
+    assert (policy.failures, policy.failure_rate, policy.min_attempts) == (3, 0.5, 20)
+    url = sink.script("/alt", *[Answer(503), Answer(200)] * 40)
+    ep = endpoint(engine, tenant, url, max_attempts=10, retry_schedule=[0])
+    enqueue(engine, tenant, 10)
+
+    first = deliver_once(engine, ep.id, allow_private=True, policy=policy)
+    assert (first.claimed, first.delivered, first.retried, first.opened) == (10, 5, 5, 0)
+    kept = row(
+        engine,
+        "SELECT circuit, circuit_failures, circuit_window FROM endpoints WHERE id = :e",
+        e=ep.id,
+    )
+    assert (kept.circuit, kept.circuit_failures) == ("closed", 0)
+    counts = [sum(s[i] for s in kept.circuit_window["slices"]) for i in (0, 1)]
+    assert counts == [10, 5]  # the window is on the endpoint's row, for every courier
+
+    enqueue(engine, tenant, 30)
+    wait_for(
+        lambda: (
+            deliver_once(engine, ep.id, allow_private=True, policy=policy).opened == 1
+            or row(engine, "SELECT circuit FROM endpoints WHERE id = :e", e=ep.id)[0] != "closed"
+        ),
+        30,
+        "the circuit to open",
+    )
+    got = [r for r in sink.at("/alt")]
+    statuses = ["fail" if i % 2 == 0 else "ok" for i in range(len(got))]
+    assert "fail,fail" not in ",".join(statuses)  # never two failures in a row
+    assert len(got) == 21  # opened by the 21st attempt: 11 of 21 failed, 20 at least
+    opened = row(engine, "SELECT circuit, circuit_window FROM endpoints WHERE id = :e", e=ep.id)
+    assert (opened.circuit, opened.circuit_window) == ("open", {})
+    assert deliver_once(engine, ep.id, allow_private=True, policy=policy).claimed == 0
+    assert len(sink.at("/alt")) == 21  # nothing more until its probe is due
+
+
+def test_a_slow_endpoints_round_hands_back_what_could_outlive_its_lease(engine, sink, tenant):
+    # Each answer takes 0.4 s of a 1 s timeout; the lease is 3 s. An attempt may start only
+    # while it would end (at the timeout) with a second of the lease to spare: 1 s in.
+    url = sink.script("/slow", Answer(200, delay=0.4))
+    ep = endpoint(engine, tenant, url, timeout_ms=1000)
+    ids = enqueue(engine, tenant, 8)
+    got = deliver_once(engine, ep.id, allow_private=True, lease_seconds=3)
+    arrived = sink.at("/slow")
+    assert got.delivered == len(arrived) and got.released == 8 - len(arrived) >= 1
+    assert arrived[-1].at - arrived[0].at <= 1.0 + 0.3
+    assert got.retry_in == [0.0]  # rung again at once: nothing waits for the sweep
+    with engine.connect() as conn:
+        back = conn.execute(
+            text("SELECT count(*) FROM deliveries WHERE state = 'pending' AND attempts = 0")
+        ).scalar_one()
+    assert back == got.released  # handed back unattempted, their budget unspent
+    wait_for(
+        lambda: (
+            deliver_once(engine, ep.id, allow_private=True, lease_seconds=3),
+            row(engine, "SELECT count(*) FROM deliveries WHERE state = 'delivered'")[0] == 8,
+        )[1],
+        60,
+        "every delivery",
+    )
+    assert sorted(r.headers["webhook-id"] for r in sink.at("/slow")) == sorted(ids)  # once each

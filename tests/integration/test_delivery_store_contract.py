@@ -317,3 +317,21 @@ def test_a_rate_limit_leases_a_token_per_delivery_and_says_how_long_to_wait(
     enqueue(subject, 1, step="free")
     with subject.store.begin() as tx:
         assert subject.store.throttled(tx, free) is None
+
+
+def test_an_ordered_endpoint_gives_its_head_run_and_a_retry_blocks_what_follows(
+    subject: Subject,
+) -> None:
+    ep = subject.add_endpoint(ordered=True, max_in_flight=4)
+    enqueue(subject, 3)
+    first, second, third = claim(subject, ep)
+    assert claim(subject, ep, owner="c2") == []  # the head is in flight: nothing else
+    assert finish(
+        subject,
+        Sent(first, DeliveryState.DELIVERED),
+        Sent(second, DeliveryState.PENDING, status=503, delay=60.0),
+    ) == {first.id, second.id}
+    with subject.store.begin() as tx:
+        subject.store.release(tx, [third], 0.0)
+    assert subject.row(third.public_id) == ("pending", 0)
+    assert claim(subject, ep, owner="c2") == []  # due, but behind the retry of the second

@@ -140,6 +140,31 @@ def test_a_disabled_endpoint_is_owed_its_delivery(client, engine, wsettings, for
     assert intent["problem"] == "no delivery for this endpoint"
 
 
+def test_a_deleted_endpoint_is_owed_nothing_and_the_audit_agrees(
+    client, engine, wsettings, forward
+):
+    """After a delete, a step's callbacks make neither an intent nor a delivery for the
+    deleted endpoint, and the self-audit finds nothing missing; the other gets its own."""
+    from inbox.services.endpoint_delete import delete_endpoint
+    from inbox.services.runtime import Runtime
+
+    kept = endpoint(engine, forward.tenant)
+    gone = endpoint(engine, forward.tenant)
+    delete_endpoint(Runtime(wsettings, engine), "ops", None, gone.public_id)
+    decided(client, engine, wsettings, forward, "k1")
+    with engine.connect() as conn:
+        made = conn.execute(
+            text(
+                "SELECT (SELECT count(*) FROM callback_intents WHERE endpoint_id = :e),"
+                " (SELECT count(*) FROM deliveries WHERE endpoint_id = :e),"
+                " (SELECT count(*) FROM deliveries WHERE endpoint_id = :k)"
+            ),
+            {"e": gone.id, "k": kept.id},
+        ).one()
+    assert tuple(made) == (0, 0, 1)
+    assert found(engine, wsettings, I.DELIVERY_PER_ENDPOINT)["delivery_per_endpoint"] == []
+
+
 def test_held_is_a_state_that_owes_a_delivery():
     assert {"held", "pending", "sending", "delivered", "failed"} <= set(OWED_DELIVERY_STATES)
 

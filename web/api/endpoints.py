@@ -1,6 +1,7 @@
 """``/api/v1/endpoints``: callback endpoints' state (the one definition the console, the CLI
-and /metrics show), and the operator's levers: disable, enable, pause, resume, and
-discarding what a stopped endpoint holds (two operators past a threshold)."""
+and /metrics show), and the operator's levers: disable, enable, pause, resume, limits,
+ordered delivery, discarding what a stopped endpoint holds (two operators past a
+threshold), and deleting it (which asks what becomes of what it holds)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from flask import request
 
 from inbox.domain.errors import BadRequest
 from inbox.domain.held import Discard
-from inbox.services import endpoint_state
+from inbox.services import endpoint_delete, endpoint_state
 from inbox.services.endpoint_state import Changed
 from inbox.store.reads.endpoint_health import statuses
 from web import actions
@@ -122,3 +123,38 @@ def set_limits(public_id: str) -> dict[str, Any]:
         raise BadRequest("max_in_flight must be a whole number.")
     endpoint_state.set_limits(actions.runtime(), *_who(), public_id, rate=rate, max_in_flight=slots)
     return show_endpoint(public_id)
+
+
+@api.post("/endpoints/<public_id>/order")
+def set_ordered(public_id: str) -> dict[str, Any]:
+    """``{"ordered": true|false}``: one delivery in flight, the next once the previous is
+    delivered or dead (in the order made), across every courier process."""
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict) or set(body) != {"ordered"}:
+        raise BadRequest('The body must be {"ordered": true} or {"ordered": false}.')
+    if not isinstance(body["ordered"], bool):
+        raise BadRequest("ordered must be true or false.")
+    endpoint_state.set_ordered(actions.runtime(), *_who(), public_id, body["ordered"])
+    return show_endpoint(public_id)
+
+
+@api.delete("/endpoints/<public_id>")
+def delete_endpoint(public_id: str) -> tuple[dict[str, Any], int]:
+    """A soft delete. ``{"held": "discard", "reason": R}`` (a JSON body, or the same as
+    query parameters) when it has held or waiting deliveries, else 409 naming them. 200
+    when deleted; 202 when the discard awaits a second operator (deleted on approval)."""
+    body = request.get_json(silent=True) if request.get_data() else dict(request.args)
+    if not isinstance(body, dict) or set(body) - {"held", "reason"}:
+        raise BadRequest('The body must be {} or {"held": "discard", "reason": "..."}.')
+    held, reason = body.get("held"), body.get("reason")
+    if not (held is None or isinstance(held, str)) or not (
+        reason is None or isinstance(reason, str)
+    ):
+        raise BadRequest("held and reason must be strings.")
+    done = endpoint_delete.delete_endpoint(actions.runtime(), *_who(), public_id, held, reason)
+    out: dict[str, Any] = {
+        "endpoint": done.endpoint,
+        "deleted": done.deleted,
+        "discard": _discard(done.discard) if done.discard is not None else None,
+    }
+    return out, 200 if done.deleted else 202

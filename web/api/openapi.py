@@ -312,6 +312,24 @@ _SCHEMAS: dict[str, Any] = {
             "held_oldest_age_seconds": {"type": "number"},
             "rate_per_second": {"type": ["number", "null"]},
             "max_in_flight": {"type": "integer"},
+            "ordered": {
+                "type": "boolean",
+                "description": "One delivery in flight, the next once the previous is"
+                " delivered or dead.",
+            },
+            "deleted_at": {"type": ["string", "null"], **_TIME},
+        },
+    },
+    "EndpointDeleted": {
+        "type": "object",
+        "properties": {
+            "endpoint": {"type": "string"},
+            "deleted": {
+                "type": "boolean",
+                "description": "false (202): its discard awaits a second operator; the"
+                " endpoint is disabled now and deleted when the discard is approved.",
+            },
+            "discard": {"oneOf": [{"$ref": "#/components/schemas/HeldDiscard"}, {"type": "null"}]},
         },
     },
     "EndpointChange": {
@@ -334,6 +352,10 @@ _SCHEMAS: dict[str, Any] = {
             "status": {"type": "string", "enum": ["awaiting", "discarded", "withdrawn"]},
             "discarded": {"type": "integer"},
             "decided_by": {"type": ["string", "null"]},
+            "delete_endpoint": {
+                "type": "boolean",
+                "description": "Asked by a delete: approving it deletes the endpoint.",
+            },
         },
     },
     "BlockedLane": {
@@ -563,7 +585,65 @@ _PATHS: dict[str, Any] = {
             },
         }
     },
-    "/api/v1/endpoints/{public_id}": _detail("One endpoint's state.", "EndpointState"),
+    "/api/v1/endpoints/{public_id}": {
+        **_detail("One endpoint's state (a deleted one too, by its id).", "EndpointState"),
+        "delete": {
+            "summary": "Delete it (operator; audited): a soft delete, the row stays. It is"
+            " sent nothing, gets no new deliveries and leaves the listing. 409 while"
+            " deliveries are being sent, and while it has held or waiting deliveries unless"
+            ' {"held": "discard", "reason": R} (a JSON body or query parameters): each'
+            " becomes a dead letter, audited; past INBOX_HELD_DISCARD_APPROVAL_MIN the"
+            " discard awaits a second operator (202; deleted on approval). There is no"
+            " release: a deleted endpoint is sent nothing.",
+            "parameters": [
+                _PATH_ID,
+                _q("held", "What becomes of its held and waiting deliveries: discard."),
+                _q("reason", "With held=discard: why (audited)."),
+            ],
+            "requestBody": {
+                "required": False,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "held": {"type": "string", "enum": ["discard"]},
+                                "reason": {"type": "string"},
+                            },
+                        }
+                    }
+                },
+            },
+            "responses": {
+                **_ok(_ref("EndpointDeleted")),
+                **_ok(_ref("EndpointDeleted"), "202", "Accepted: the discard awaits approval"),
+                **_errors(400, 403, 404, 409),
+            },
+        },
+    },
+    "/api/v1/endpoints/{public_id}/order": {
+        "post": {
+            "summary": "Ordered delivery on or off (operator; audited): one delivery in"
+            " flight, the next once the previous is delivered or dead, in the order made,"
+            " across every courier process.",
+            "parameters": [_PATH_ID],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["ordered"],
+                            "additionalProperties": False,
+                            "properties": {"ordered": {"type": "boolean"}},
+                        }
+                    }
+                },
+            },
+            "responses": {**_ok(_ref("EndpointState")), **_errors(400, 403, 404)},
+        }
+    },
     **{
         f"/api/v1/endpoints/{{public_id}}/{verb}": _action(summary, _ref("EndpointChange"))
         for verb, summary in (

@@ -1,6 +1,7 @@
 """Endpoints: health (success rate, latency, last error, circuit), and the operator's
-levers: disable, enable, pause, resume, discard what it holds, rotate the signing secret and
-end the overlap."""
+levers: disable, enable, pause, resume, discard what it holds, limits, ordered delivery,
+delete (which asks what becomes of what it holds), rotate the signing secret and end the
+overlap."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from inbox.domain.errors import BadRequest
-from inbox.services import endpoint_state, operations
+from inbox.services import endpoint_delete, endpoint_state, operations
 from inbox.store.reads import admin, reads
 from web import actions
 from web.common import not_found
@@ -115,6 +116,41 @@ def set_limits(public_id: str) -> Response:
     )
     shown = f"{ep.rate_per_second:g}/s" if ep.rate_per_second else "no rate limit"
     flash(f"Limits of {public_id}: {shown}, at most {ep.max_in_flight} in flight.")
+    return redirect(url_for("ui.endpoint", public_id=public_id))
+
+
+@ui.post("/endpoints/<public_id>/order")
+def order_endpoint(public_id: str) -> Response:
+    """Ordered delivery on (``ordered=on``) or off."""
+    wanted = request.form.get("ordered")
+    if wanted not in ("on", "off"):
+        raise BadRequest("ordered is on or off.")
+    ep = endpoint_state.set_ordered(actions.runtime(), *_who(), public_id, wanted == "on")
+    flash(
+        f"Endpoint {public_id}: "
+        + ("ordered, one delivery in flight at a time." if ep.ordered else "not ordered.")
+    )
+    return redirect(url_for("ui.endpoint", public_id=public_id))
+
+
+@ui.post("/endpoints/<public_id>/delete")
+def delete_endpoint(public_id: str) -> Response:
+    """Delete it; with held or waiting deliveries only with ``held=discard`` and a reason."""
+    done = endpoint_delete.delete_endpoint(
+        actions.runtime(),
+        *_who(),
+        public_id,
+        request.form.get("held") or None,
+        request.form.get("reason") if request.form.get("held") else None,
+    )
+    if done.deleted:
+        gone = f" {done.discard.discarded} held deliveries discarded." if done.discard else ""
+        flash(f"Endpoint {public_id} deleted: it is sent nothing.{gone}")
+        return redirect(url_for("ui.endpoints"))
+    flash(
+        f"Endpoint {public_id} disabled; the discard of its held deliveries awaits a second"
+        " operator's approval, then it is deleted."
+    )
     return redirect(url_for("ui.endpoint", public_id=public_id))
 
 

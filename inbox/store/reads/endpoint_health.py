@@ -25,6 +25,7 @@ RECENT = f"""
 _STATUS = f"""
 SELECT ep.id, ep.public_id, t.name AS tenant, ep.enabled, ep.paused, ep.circuit,
        ep.disabled_reason, ep.circuit_changed_at, ep.rate_per_second, ep.max_in_flight,
+       ep.ordered, ep.deleted_at,
        r.attempts, r.failures,
        b.waiting, b.held, coalesce(extract(epoch FROM now() - b.held_since), 0) AS held_age
   FROM endpoints ep JOIN tenants t ON t.id = ep.tenant_id
@@ -37,6 +38,8 @@ SELECT ep.id, ep.public_id, t.name AS tenant, ep.enabled, ep.paused, ep.circuit,
  ) b
  WHERE (CAST(:scope AS bigint) IS NULL OR ep.tenant_id = :scope)
    AND (CAST(:public_id AS text) IS NULL OR ep.public_id = :public_id)
+   -- a deleted endpoint: shown when asked for by its id (or with ``deleted``), else not
+   AND (ep.deleted_at IS NULL OR CAST(:public_id AS text) IS NOT NULL OR :deleted)
  ORDER BY t.name, ep.id
 """
 
@@ -56,6 +59,8 @@ class EndpointStatus:
     held_age_seconds: float  # of the oldest held delivery; 0 when none
     rate_per_second: float | None = None  # its limit, across every courier (None: none)
     max_in_flight: int = 4
+    ordered: bool = False  # one in flight, the next after the previous is delivered or dead
+    deleted_at: datetime | None = None  # an operator deleted it: it sends nothing
 
     def public(self) -> dict[str, Any]:
         """What the API and ``--json`` show: no row ids."""
@@ -73,13 +78,20 @@ class EndpointStatus:
             "held_oldest_age_seconds": round(self.held_age_seconds, 1),
             "rate_per_second": self.rate_per_second,
             "max_in_flight": self.max_in_flight,
+            "ordered": self.ordered,
+            "deleted_at": self.deleted_at,
         }
 
 
 def statuses(
-    conn: Connection, scope: int | None = None, public_id: str | None = None
+    conn: Connection,
+    scope: int | None = None,
+    public_id: str | None = None,
+    deleted: bool = False,
 ) -> list[EndpointStatus]:
-    rows = conn.execute(text(_STATUS), {"scope": scope, "public_id": public_id})
+    """Every endpoint's status (deleted ones only when ``deleted``), or one by its id."""
+    params = {"scope": scope, "public_id": public_id, "deleted": deleted}
+    rows = conn.execute(text(_STATUS), params)
     out = []
     for r in rows:
         recent = Recent(int(r.attempts), int(r.failures))
@@ -98,6 +110,8 @@ def statuses(
                 held_age_seconds=float(r.held_age),
                 rate_per_second=r.rate_per_second,
                 max_in_flight=r.max_in_flight,
+                ordered=r.ordered,
+                deleted_at=r.deleted_at,
             )
         )
     return out

@@ -46,6 +46,8 @@ def _to_endpoint(r: Any) -> Endpoint:
         filter=r.filter,
         paused=r.paused,
         rate_per_second=r.rate_per_second,
+        ordered=r.ordered,
+        deleted=r.deleted_at is not None,
     )
 
 
@@ -57,8 +59,13 @@ def get_endpoint(conn: Connection, ref: int | str) -> Endpoint:
     return _to_endpoint(row)
 
 
-def list_endpoints(conn: Connection, tenant: str | None = None) -> list[Endpoint]:
+def list_endpoints(
+    conn: Connection, tenant: str | None = None, deleted: bool = False
+) -> list[Endpoint]:
+    """A tenant's (or every) endpoint; deleted ones only when ``deleted``."""
     q = _query().order_by(endpoints.c.id)
+    if not deleted:
+        q = q.where(endpoints.c.deleted_at.is_(None))
     if tenant:
         q = q.where(tenants.c.name == tenant)
     return [_to_endpoint(r) for r in conn.execute(q)]

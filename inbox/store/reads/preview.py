@@ -144,7 +144,7 @@ def endpoints(conn: Connection, tenant_id: int) -> list[EndpointRow]:
     rows = conn.execute(
         text(
             "SELECT id, public_id, event_types, filter, enabled AND NOT paused AS sends,"
-            " circuit FROM endpoints WHERE tenant_id = :t ORDER BY id"
+            " circuit FROM endpoints WHERE tenant_id = :t AND deleted_at IS NULL ORDER BY id"
         ),
         {"t": tenant_id},
     )

@@ -63,6 +63,9 @@ class EndpointHealth:
     circuit: str = "closed"  # its breaker: closed, open or half_open (inbox.domain.circuit)
     recent_attempts: int = 0  # in the last endpoint_health.WINDOW_MINUTES
     recent_failures: int = 0
+    ordered: bool = False  # one in flight, in the order made
+    deleted_at: datetime | None = None  # deleted by an operator: kept, sends nothing
+    deleted_by: str | None = None
 
     @property
     def success_rate(self) -> float | None:
@@ -97,6 +100,7 @@ WITH recent AS (
 SELECT ep.id, ep.public_id, t.name AS tenant, ep.url, ep.event_types, ep.enabled,
        ep.disabled_reason, ep.failing, ep.max_attempts, ep.timeout_ms, ep.max_in_flight,
        ep.retry_schedule, ep.created_at, ep.paused, ep.circuit, ep.rate_per_second,
+       ep.ordered, ep.deleted_at, ep.deleted_by,
        rw.attempts AS recent_attempts, rw.failures AS recent_failures,
        (SELECT count(*) FROM endpoint_secrets s
          WHERE s.endpoint_id = ep.id AND s.revoked_at IS NULL) AS active_secrets,
@@ -117,6 +121,8 @@ SELECT ep.id, ep.public_id, t.name AS tenant, ep.url, ep.event_types, ep.enabled
          ORDER BY a.id DESC LIMIT 1) le ON true
  WHERE {_SCOPED.format(col="ep.tenant_id")}
    AND (CAST(:public_id AS text) IS NULL OR ep.public_id = :public_id)
+   -- a deleted endpoint is shown when asked for by its id, never listed
+   AND (CAST(:public_id AS text) IS NOT NULL OR ep.deleted_at IS NULL)
  ORDER BY t.name, ep.id
 """
 

@@ -115,6 +115,15 @@ endpoints = Table(
     Column("rate_per_second", Float),
     Column("rate_tokens", Float, nullable=False, server_default=text("0")),
     Column("rate_at", DateTime(timezone=True)),
+    # The breaker's failure-rate window: attempts and failures per slice of
+    # INBOX_CIRCUIT_WINDOW_SECONDS (inbox.domain.circuit.Window; migration 0027).
+    Column("circuit_window", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # At most one delivery in flight; the next after the previous is delivered or dead.
+    Column("ordered", Boolean, nullable=False, server_default=text("false")),
+    # An operator's delete keeps the row, so deliveries, audit and evidence keep their
+    # references; a deleted endpoint is disabled, gets no new deliveries, is not listed.
+    Column("deleted_at", DateTime(timezone=True)),
+    Column("deleted_by", Text),
 )
 
 # An operator's discard of an endpoint's held deliveries: done at once up to
@@ -134,6 +143,8 @@ held_discards = Table(
     Column("decided_by", Text),
     now_column(),
     Column("decided_at", DateTime(timezone=True)),
+    # Asked by a delete: approving it deletes the endpoint too (migration 0027).
+    Column("delete_endpoint", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint("status IN ('awaiting', 'discarded', 'withdrawn')", name="status"),
     Index(
         "ix_held_discards_awaiting",

@@ -362,6 +362,14 @@ deliveries = Table(
         postgresql_where=text("state = 'sending'"),
     ),
     Index("ix_deliveries_listing", "tenant_id", "state", "id"),
+    # An ordered endpoint's unfinished deliveries by id: its claim takes the head
+    # (inbox.store.write.ordered; migration 0027).
+    Index(
+        "ix_deliveries_unfinished",
+        "endpoint_id",
+        "id",
+        postgresql_where=text("state IN ('pending', 'sending')"),
+    ),
     # A paused or disabled endpoint's deliveries, released in order (migration 0023).
     Index(
         "ix_deliveries_held",

@@ -7,23 +7,33 @@ other in opposite orders. Times are the database's.
 
 from __future__ import annotations
 
+import json
+
 from sqlalchemy import Connection, text
 
-from inbox.domain.circuit import Change, Circuit, CircuitState
+from inbox.domain.circuit import Change, Circuit, CircuitState, Window
 from inbox.domain.records import EndpointId
 
 
 def read(conn: Connection, endpoint_id: EndpointId, lock: bool = True) -> Circuit:
     row = conn.execute(
         text(
-            "SELECT circuit, circuit_failures, probe_backoff,"
-            " extract(epoch FROM probe_at - now()) AS probe_in FROM endpoints WHERE id = :e"
+            "SELECT circuit, circuit_failures, probe_backoff, circuit_window,"
+            " extract(epoch FROM probe_at - now()) AS probe_in,"
+            " extract(epoch FROM now()) AS clock FROM endpoints WHERE id = :e"
             + (" FOR UPDATE" if lock else "")
         ),
         {"e": endpoint_id},
     ).one()
     probe_in = float(row.probe_in) if row.probe_in is not None else None
-    return Circuit(CircuitState(row.circuit), row.circuit_failures, row.probe_backoff, probe_in)
+    return Circuit(
+        CircuitState(row.circuit),
+        row.circuit_failures,
+        row.probe_backoff,
+        probe_in,
+        Window.from_json(row.circuit_window),
+        float(row.clock),
+    )
 
 
 # A close makes the endpoint's whole backlog due now, at one instant: a delivery whose
@@ -41,6 +51,7 @@ def write(conn: Connection, endpoint_id: EndpointId, change: Change) -> None:
             """
             UPDATE endpoints
                SET circuit = :state, circuit_failures = :failures, probe_backoff = :backoff,
+                   circuit_window = CAST(:window AS jsonb),
                    probe_at = now() + make_interval(secs => CAST(:probe_in AS float8)),
                    circuit_changed_at = CASE WHEN circuit <> :state THEN now()
                                              ELSE circuit_changed_at END
@@ -53,6 +64,7 @@ def write(conn: Connection, endpoint_id: EndpointId, change: Change) -> None:
             "failures": c.failures,
             "backoff": c.backoff,
             "probe_in": c.probe_in,
+            "window": json.dumps(c.window.to_json()),
         },
     )
     if change.closed:

@@ -21,7 +21,7 @@ from inbox.domain.records import (
 )
 from inbox.infra import metrics, tracing
 from inbox.store.db.days import LOWER_FLOOR, DayBounded, open_days
-from inbox.store.write import circuit, endpoint_rate
+from inbox.store.write import circuit, endpoint_rate, ordered
 
 
 def enqueue(
@@ -41,11 +41,12 @@ def enqueue(
     if not messages:
         return set()
     # Every endpoint of the tenant, whatever its state: a paused or disabled one's
-    # deliveries are written held (sent when it is enabled again), never dropped.
+    # deliveries are written held (sent when it is enabled again), never dropped. A
+    # deleted one is no longer an endpoint: nothing is made for it.
     eps = conn.execute(
         text(
             "SELECT id, event_types, filter, enabled AND NOT paused AS sends FROM endpoints"
-            " WHERE tenant_id = :t ORDER BY id"
+            " WHERE tenant_id = :t AND deleted_at IS NULL ORDER BY id"
         ),
         {"t": tenant_id},
     ).fetchall()
@@ -181,7 +182,11 @@ def claim(
         if not limit:
             return []
     params = {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease}
-    rows = conn.execute((_PROBE if probe else _CLAIM).over(*open_days(conn)), params).fetchall()
+    days = open_days(conn)
+    if not probe and ordered.is_ordered(conn, endpoint_id):  # one at a time, in order
+        rows = ordered.claim(conn, endpoint_id, owner, limit, lease, days)
+    else:
+        rows = list(conn.execute((_PROBE if probe else _CLAIM).over(*days), params))
     if probe and rows:
         circuit.probing(conn, endpoint_id, lease)
     if bucket is not None:
@@ -329,6 +334,8 @@ _REPLAY = text(
            SET state = 'pending', attempts = 0, available_at = now(), finished_at = NULL,
                last_error = NULL
          WHERE public_id = ANY(CAST(:ids AS text[])) AND state = 'failed'
+           AND NOT EXISTS (SELECT FROM endpoints e  -- a deleted endpoint is sent nothing
+                            WHERE e.id = deliveries.endpoint_id AND e.deleted_at IS NOT NULL)
         RETURNING id, public_id, endpoint_id
     ), lowered AS (  -- the couriers' claim looks no lower than the floor
         {LOWER_FLOOR}

@@ -98,6 +98,30 @@ def _hold_or_release(conn: Connection, endpoint_id: int) -> int:
     return held.release_held(conn, eid) if sends else held.hold(conn, eid)
 
 
+def lock(conn: Connection, endpoint_id: int) -> None:
+    """Take the endpoint's row lock (as a courier's claim does, first)."""
+    conn.execute(select(endpoints.c.id).where(endpoints.c.id == endpoint_id).with_for_update())
+
+
+def soft_delete(conn: Connection, endpoint_id: int, actor: str) -> None:
+    """Deleted, and disabled: the row stays (deliveries, audit and evidence refer to it);
+    nothing is sent to it or made for it again."""
+    conn.execute(
+        update(endpoints)
+        .where(endpoints.c.id == endpoint_id)
+        .values(
+            deleted_at=func.now(),
+            deleted_by=actor,
+            enabled=False,
+            disabled_reason=f"deleted by {actor}",
+        )
+    )
+
+
+def set_ordered(conn: Connection, endpoint_id: int, ordered: bool) -> None:
+    conn.execute(update(endpoints).where(endpoints.c.id == endpoint_id).values(ordered=ordered))
+
+
 def set_max_in_flight(conn: Connection, endpoint_id: int, slots: int) -> None:
     conn.execute(update(endpoints).where(endpoints.c.id == endpoint_id).values(max_in_flight=slots))
 

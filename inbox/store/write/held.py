@@ -25,6 +25,7 @@ def _to_discard(ep: Endpoint, r: Any, discarded: int = 0) -> Discard:
         status=DiscardStatus(r.status),
         discarded=discarded,
         decided_by=r.decided_by,
+        delete_endpoint=r.delete_endpoint,
     )
 
 
@@ -37,10 +38,18 @@ def awaiting(conn: Connection, ep: Endpoint, lock: bool = False) -> Discard | No
 
 
 def request(
-    conn: Connection, ep: Endpoint, actor: str, reason: str, held: int, upto: int, now: bool
+    conn: Connection,
+    ep: Endpoint,
+    actor: str,
+    reason: str,
+    held: int,
+    upto: int,
+    now: bool,
+    delete: bool = False,
 ) -> Discard:
     """A discard of the held deliveries up to ``upto``: done at once when ``now``, else
-    awaiting a second operator. Audited per delivery when done."""
+    awaiting a second operator. Audited per delivery when done. ``delete``: asked by a
+    delete of the endpoint (approving it deletes the endpoint)."""
     status = DiscardStatus.DISCARDED if now else DiscardStatus.AWAITING
     row = conn.execute(
         insert(held_discards)
@@ -54,6 +63,7 @@ def request(
             status=status.value,
             decided_by=actor if now else None,
             decided_at=func.now() if now else None,
+            delete_endpoint=delete,
         )
         .returning(held_discards)
     ).one()
@@ -111,6 +121,20 @@ def hold(conn: Connection, endpoint_id: EndpointId) -> int:
 def release_held(conn: Connection, endpoint_id: EndpointId) -> int:
     """The endpoint's held deliveries are due now, in their original order; how many."""
     return int(conn.execute(_RELEASE_HELD, {"e": endpoint_id}).scalar_one())
+
+
+def outstanding(conn: Connection, endpoint_id: EndpointId) -> dict[str, int]:
+    """The endpoint's unfinished deliveries by state: held, pending, sending."""
+    rows = conn.execute(
+        text(
+            "SELECT state, count(*) FROM deliveries WHERE endpoint_id = :e"
+            " AND state IN ('held', 'pending', 'sending') GROUP BY state"
+        ),
+        {"e": endpoint_id},
+    )
+    found = {"held": 0, "pending": 0, "sending": 0}
+    found.update({r[0]: int(r[1]) for r in rows})
+    return found
 
 
 def held_count(conn: Connection, endpoint_id: EndpointId, upto: int | None = None) -> int:

@@ -36,7 +36,10 @@ def record(
     if not messages:
         return 0
     eps = conn.execute(
-        text("SELECT id, event_types, filter FROM endpoints WHERE tenant_id = :t ORDER BY id"),
+        text(
+            "SELECT id, event_types, filter FROM endpoints"
+            " WHERE tenant_id = :t AND deleted_at IS NULL ORDER BY id"  # deleted: owed nothing
+        ),
         {"t": tenant_id},
     ).fetchall()
     rows = [
