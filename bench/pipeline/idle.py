@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 
 from bench.common import procs
-from bench.pipeline.measure import Sender
+from bench.pipeline.measure import Sender, window
 from bench.pipeline.stack import Stack, cpu_seconds
 
 KINDS = ("web", "worker", "courier", "beat", "redis", "postgres")
@@ -63,7 +63,7 @@ LATENCY = """
     SELECT e.state, extract(epoch FROM e.finished_at - e.received_at) * 1000,
            (SELECT extract(epoch FROM d.finished_at - e.received_at) * 1000
               FROM deliveries d WHERE d.event_id = e.id AND d.state = 'delivered')
-    FROM events e WHERE convert_from(e.body, 'UTF8')::jsonb->>'level' = %s
+    FROM events e WHERE e.received_at BETWEEN %(t0)s AND %(t1)s
 """
 
 
@@ -79,7 +79,7 @@ def first_event(
         raise RuntimeError(f"the event was refused: {dict(sender.statuses)}")
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
-        row = conn.execute(LATENCY, (name,)).fetchone()
+        row = conn.execute(LATENCY, window(name)).fetchone()
         if row is not None and row[0] == "completed" and row[2] is not None:
             return {"answer_ms": answered_ms, "completed_ms": row[1], "callback_ms": row[2]}
         time.sleep(0.01)

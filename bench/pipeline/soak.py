@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from bench.common import procs
-from bench.pipeline.measure import LEVEL, Sender, outcome, quantiles, sink_posts
+from bench.pipeline.measure import LEVEL, Sender, outcome, quantiles, sink_posts, window
 from bench.pipeline.stack import Stack, pss_mb
 from bench.pipeline.sweep import fmt
 
@@ -89,7 +89,7 @@ _HALF_MINUTES = f"""
 
 
 def _half_minutes(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
-    rows = conn.execute(_HALF_MINUTES, {"level": "soak"}).fetchall()
+    rows = conn.execute(_HALF_MINUTES, window("soak")).fetchall()
     return [
         {
             "minute": half / 2,

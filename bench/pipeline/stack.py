@@ -87,9 +87,7 @@ class Stack:
             proc, port = procs.web("web.wsgi:app", env, 2, 24, tag=f"pipeline-web{i}")
             self.web_procs.append((proc, port))
         self.start_worker()
-        self.courier = self._celery(
-            "deliveries", 16, "pipeline-courier", "--pool", "threads", "--loglevel", "INFO"
-        )
+        self.start_courier()
         self.beat = procs.celery_beat("workers.app", self.env("beat"), "pipeline-beat")
         for proc, port in self.web_procs:
             procs.wait_http(proc, port, timeout=60)
@@ -109,6 +107,11 @@ class Stack:
 
     def start_worker(self) -> None:
         self.worker = self._celery("inbox", 2, "pipeline-worker", "--loglevel", "INFO")
+
+    def start_courier(self) -> None:
+        self.courier = self._celery(
+            "deliveries", 16, "pipeline-courier", "--pool", "threads", "--loglevel", "INFO"
+        )
 
     def cli(self, *args: str) -> str:
         env = {**os.environ, **self.env()}

@@ -13,11 +13,16 @@ import hashlib
 import json
 import random
 import secrets
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from enum import StrEnum
+from typing import Any, Protocol
 
 from standardwebhooks import Webhook
+
+from inbox.domain import filters
+from inbox.domain.records import EndpointId, EventId, TenantId
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,96 @@ class Outgoing:
     event_type: str
     data: Any
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackSet:
+    """The callbacks one committed step decided, with what each of their deliveries carries:
+    the unit the outbox writes, many to a commit (``WorkStore.enqueue_deliveries``)."""
+
+    tenant_id: TenantId
+    tenant: str
+    event_id: EventId | None
+    event_public_id: str
+    step: str
+    messages: Sequence[Outgoing]
+    replay: int = 0  # the event's replay number while the step ran (``webhook-replay``)
+    trace_context: str | None = None  # the step's span: each attempt continues it
+
+
+class Route(StrEnum):
+    """What the subscription rule makes of one callback for one endpoint."""
+
+    OWED = "owed"  # subscribed to its type and passed by its filter: a delivery is owed
+    FILTERED = "filtered"  # subscribed to its type, refused by the endpoint's filter
+    UNSUBSCRIBED = "unsubscribed"  # not one of the endpoint's event types
+
+
+class Subscriber(Protocol):
+    """The part of an endpoint the subscription rule reads."""
+
+    @property
+    def event_types(self) -> Sequence[str] | None: ...
+
+    @property
+    def filter(self) -> str | None: ...
+
+
+class Subscribing(Subscriber, Protocol):
+    """An endpoint as ``fan_out`` reads it: its id and its subscription."""
+
+    @property
+    def id(self) -> int: ...
+
+
+def route(ep: Subscriber, event_type: str, data: Any) -> Route:
+    """The one subscription rule, whatever the endpoint's state: its event types (None:
+    every type), then its CEL filter (``inbox.domain.filters``). An endpoint's state
+    decides when a callback is attempted, never whether it is owed."""
+    if ep.event_types is not None and event_type not in ep.event_types:
+        return Route.UNSUBSCRIBED
+    if ep.filter is not None and not filters.endpoint_matches(ep.filter, event_type, data):
+        return Route.FILTERED
+    return Route.OWED
+
+
+@dataclass(frozen=True, slots=True)
+class Owed:
+    """One delivery a callback set owes one endpoint."""
+
+    public_id: str
+    cbs: CallbackSet
+    message: Outgoing
+    endpoint_id: EndpointId
+
+    def body(self) -> bytes:
+        msg = self.message
+        return envelope(self.public_id, msg.event_type, self.cbs.tenant, msg.data, msg.created_at)
+
+
+def fan_out(
+    sets: Sequence[CallbackSet], endpoints: Mapping[TenantId, Sequence[Subscribing]]
+) -> tuple[list[Owed], dict[str, int]]:
+    """Every delivery ``sets`` owe their tenants' ``endpoints`` (each with ``id``,
+    ``event_types`` and ``filter``, in id order), in message order; and how many callbacks
+    each tenant's filters refused."""
+    owed: list[Owed] = []
+    filtered: dict[str, int] = {}
+
+    def each() -> Iterator[tuple[CallbackSet, int, Outgoing, Subscribing]]:
+        for cbs in sets:
+            for index, msg in enumerate(cbs.messages):
+                for ep in endpoints.get(cbs.tenant_id, ()):
+                    yield cbs, index, msg, ep
+
+    for cbs, index, msg, ep in each():
+        way = route(ep, msg.event_type, msg.data)
+        if way is Route.OWED:
+            msg_id = delivery_id(cbs.event_public_id, cbs.step, index, ep.id)
+            owed.append(Owed(msg_id, cbs, msg, EndpointId(ep.id)))
+        elif way is Route.FILTERED:
+            filtered[cbs.tenant] = filtered.get(cbs.tenant, 0) + 1
+    return owed, filtered
 
 
 def delivery_id(event_public_id: str, step: str, index: int, endpoint_id: int) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 
 from inbox.domain import ordering
 from inbox.domain.bodyschema import check_body
-from inbox.domain.callbacks import Outgoing
+from inbox.domain.callbacks import CallbackSet, Outgoing
 from inbox.domain.erasure import PayloadErased
 from inbox.domain.errors import LeaseLost
 from inbox.domain.outcomes import RunOutcome
@@ -230,16 +230,14 @@ def _commit(
     points = [r for r in runs if r.claim.id in effects and r.claim.id not in ended]
     if not ending and not points:
         return runs  # only steps without outside effects ran: they ride with the next commit
-    ring: set[EndpointId] = set()
     with store.begin() as tx:
         live, done = set(), set()
         if points:
             live = store.record_many(tx, [(r.claim, r.new) for r in points], cfg.lease_seconds)
         if ending:
             done = store.complete_many(tx, [_completion(r) for r in ending])
-        for r in ending + points:
-            if r.claim.id in live | done:
-                ring |= _deliveries(store, tx, r)
+        sets = [cbs for r in ending + points if r.claim.id in live | done for cbs in _callbacks(r)]
+        ring = store.enqueue_deliveries(tx, sets)
     if ring and notify is not None:
         notify(ring)
     going = []
@@ -270,18 +268,28 @@ def _completion(run: _Run) -> Completion:
     return Completion(run.claim, run.new, done, decision, sync_response(run.ev, done, decision))
 
 
-def _deliveries(store: WorkStore[Any], tx: object, run: _Run) -> set[EndpointId]:
-    """The callbacks the run's committed steps decided, in the same transaction; each
-    carries its step's span as its trace context."""
-    ring: set[EndpointId] = set()
+def _callbacks(run: _Run) -> list[CallbackSet]:
+    """The callbacks the run's committed steps decided, written in the commit's one
+    statement; each carries its step's span as its trace context."""
     ev = run.ev
+    sets = []
     for step, messages, span in run.outbox:
         with tracing.using(span if span is not None else run.span):
-            ring |= store.enqueue_deliveries(
-                tx, ev.tenant_id, ev.tenant, ev.id, ev.public_id, step, messages, replay=ev.replay
+            trace_context = tracing.traceparent()
+        sets.append(
+            CallbackSet(
+                ev.tenant_id,
+                ev.tenant,
+                ev.id,
+                ev.public_id,
+                step,
+                messages,
+                ev.replay,
+                trace_context,
             )
+        )
     run.outbox = []
-    return ring
+    return sets
 
 
 def _lost(run: _Run, states: Counter[str]) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
-from inbox.domain.callbacks import Outgoing
+from inbox.domain.callbacks import CallbackSet
 from inbox.domain.circuit import Change, Circuit
 from inbox.domain.ordering import Judgement, Position
 from inbox.domain.outcomes import RunOutcome
@@ -64,17 +64,10 @@ class WorkStore(Protocol[Tx]):
         self, tx: Tx, c: Claim, tenant_id: TenantId, bk: bytes, mine: Position
     ) -> Judgement: ...
 
-    def enqueue_deliveries(
-        self,
-        tx: Tx,
-        tenant_id: TenantId,
-        tenant: str,
-        event_id: EventId | None,
-        event_public_id: str,
-        step: str,
-        messages: list[Outgoing],
-        replay: int = 0,
-    ) -> set[EndpointId]: ...
+    def enqueue_deliveries(self, tx: Tx, sets: Sequence[CallbackSet]) -> set[EndpointId]:
+        """The deliveries every callback set owes, written in ``tx`` (held for an endpoint
+        that does not send now); the endpoints to ring."""
+        ...
 
     def complete(
         self,

@@ -28,8 +28,9 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from inbox.domain import filters, ordering
+from inbox.domain import ordering
 from inbox.domain.bodyschema import check_body
+from inbox.domain.callbacks import Route, route
 from inbox.domain.errors import InboxError
 from inbox.domain.ordering import Position
 from inbox.domain.playbooks import EVENT_TYPE, Playbook, Registry, registry
@@ -153,9 +154,13 @@ def _position(ev: reads.PlannedEvent) -> Position | None:
         return None  # the runner fails such an event; check_body or the step says why
 
 
-def _delivery(ep: reads.EndpointRow, event_type: str, payload: Any) -> str:
-    """What the outbox would do with this callback for this endpoint."""
-    if ep.filter is not None and not filters.endpoint_matches(ep.filter, event_type, payload):
+def _delivery(ep: reads.EndpointRow, event_type: str, payload: Any) -> str | None:
+    """What the outbox would do with this callback for this endpoint (None: nothing, the
+    endpoint is not subscribed to its type)."""
+    way = route(ep, event_type, payload)
+    if way is Route.UNSUBSCRIBED:
+        return None
+    if way is Route.FILTERED:
         return FILTERED
     if not ep.sends:
         return HELD
@@ -198,17 +203,12 @@ def plan_event(ev: reads.PlannedEvent, pb: Playbook, inputs: Inputs) -> EventPla
             own = ev.event_type or "event"
             sends = [own if t == EVENT_TYPE else t for t in step.sends]
             for index_type in sends:
-                callbacks.extend(
-                    CallbackPlan(
-                        step.name,
-                        index_type,
-                        ep.public_id,
-                        ev.replay + 1,
-                        _delivery(ep, index_type, inputs.payload),
-                    )
-                    for ep in inputs.endpoints
-                    if ep.event_types is None or index_type in ep.event_types
-                )
+                for ep in inputs.endpoints:
+                    way = _delivery(ep, index_type, inputs.payload)
+                    if way is not None:
+                        callbacks.append(
+                            CallbackPlan(step.name, index_type, ep.public_id, ev.replay + 1, way)
+                        )
         steps.append(StepPlan(step.name, RUN, "no recovery point", sends))
     return EventPlan(
         ev.public_id,

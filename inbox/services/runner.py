@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 from inbox.domain import ordering
 from inbox.domain.backoff import retry_delay
 from inbox.domain.bodyschema import check_body
-from inbox.domain.callbacks import Outgoing
+from inbox.domain.callbacks import CallbackSet, Outgoing
 from inbox.domain.erasure import PayloadErased
 from inbox.domain.errors import (
     BadRequest,
@@ -295,17 +295,24 @@ class _Commits:
     def flush(self, tx: object) -> None:
         """Write the recovery points and their deliveries in the caller's transaction."""
         self.store.record_steps(tx, self.c, self.results, self.cfg.lease_seconds)
-        for step, messages in self.outbox:
-            self.ring |= self.store.enqueue_deliveries(
-                tx,
-                self.ev.tenant_id,
-                self.ev.tenant,
-                self.ev.id,
-                self.ev.public_id,
-                step,
-                messages,
-                replay=self.ev.replay,
-            )
+        ev = self.ev
+        trace_context = tracing.traceparent()  # the run's span: each attempt continues it
+        self.ring |= self.store.enqueue_deliveries(
+            tx,
+            [
+                CallbackSet(
+                    ev.tenant_id,
+                    ev.tenant,
+                    ev.id,
+                    ev.public_id,
+                    step,
+                    messages,
+                    ev.replay,
+                    trace_context,
+                )
+                for step, messages in self.outbox
+            ],
+        )
         self.results, self.outbox = {}, []
 
     def commit(self) -> None:

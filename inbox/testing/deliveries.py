@@ -18,8 +18,8 @@ from contextlib import AbstractContextManager
 from itertools import takewhile
 from typing import Any
 
-from inbox.domain import callbacks, filters, throttle
-from inbox.domain.callbacks import Outgoing
+from inbox.domain import callbacks, throttle
+from inbox.domain.callbacks import CallbackSet
 from inbox.domain.circuit import Change, Circuit, CircuitState
 from inbox.domain.errors import NotFound
 from inbox.domain.records import (
@@ -28,7 +28,6 @@ from inbox.domain.records import (
     DeliveryId,
     Endpoint,
     EndpointId,
-    EventId,
     TenantId,
 )
 from inbox.domain.states import DELIVERY_FINISHED, DeliveryState, transition
@@ -79,51 +78,33 @@ class InMemoryDeliveries:
     def get(self, delivery_id: int) -> Delivery:
         return next(d for d in self.store.data.deliveries.values() if d.id == delivery_id)
 
-    def enqueue(
-        self,
-        tenant_id: TenantId,
-        tenant: str,
-        event_id: EventId | None,
-        event_public_id: str,
-        step: str,
-        messages: list[Outgoing],
-        replay: int = 0,
-    ) -> set[EndpointId]:
-        """One delivery per message and matching endpoint, each written once, held for
-        an endpoint paused or disabled (``deliveries.enqueue``); the endpoints to ring."""
+    def enqueue(self, sets: Sequence[CallbackSet]) -> set[EndpointId]:
+        """One delivery per message and subscribed endpoint (``callbacks.fan_out``), each
+        written once, held for an endpoint paused or disabled; the endpoints to ring."""
         data = self.store.data
-        eps = sorted(
-            (e for e in data.endpoints.values() if e.tenant_id == tenant_id and not e.deleted),
-            key=lambda e: e.id,
-        )
+        eps: dict[TenantId, list[Endpoint]] = {}
+        for e in sorted(data.endpoints.values(), key=lambda e: e.id):
+            if not e.deleted:  # a deleted endpoint is owed nothing
+                eps.setdefault(e.tenant_id, []).append(e)
+        owed, _ = callbacks.fan_out(sets, eps)
         rung: set[EndpointId] = set()
-        for index, msg in enumerate(messages):
-            for ep in eps:
-                if ep.event_types is not None and msg.event_type not in ep.event_types:
-                    continue
-                if ep.filter is not None and not filters.endpoint_matches(
-                    ep.filter, msg.event_type, msg.data
-                ):
-                    continue
-                public_id = callbacks.delivery_id(event_public_id, step, index, ep.id)
-                if public_id not in data.deliveries:
-                    body = callbacks.envelope(
-                        public_id, msg.event_type, tenant, msg.data, msg.created_at
-                    )
-                    data.deliveries[public_id] = Delivery(
-                        len(data.deliveries) + 1,
-                        public_id,
-                        tenant_id,
-                        ep.id,
-                        event_id,
-                        msg.event_type,
-                        body=body,
-                        replay=replay,
-                        available_at=self.store.now,
-                        state=DeliveryState.PENDING if ep.sends else DeliveryState.HELD,
-                    )
-                if ep.sends:
-                    rung.add(ep.id)
+        for o in owed:
+            ep = data.endpoints[o.endpoint_id]
+            if o.public_id not in data.deliveries:
+                data.deliveries[o.public_id] = Delivery(
+                    len(data.deliveries) + 1,
+                    o.public_id,
+                    o.cbs.tenant_id,
+                    ep.id,
+                    o.cbs.event_id,
+                    o.message.event_type,
+                    body=o.body(),
+                    replay=o.cbs.replay,
+                    available_at=self.store.now,
+                    state=DeliveryState.PENDING if ep.sends else DeliveryState.HELD,
+                )
+            if ep.sends:
+                rung.add(ep.id)
         return rung
 
     # -- the DeliveryStore operations -----------------------------------------------------

@@ -11,9 +11,10 @@ claimed once per business key, and every state change checked against
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
-from inbox.domain.callbacks import Outgoing
+from inbox.domain.callbacks import CallbackSet
 from inbox.domain.errors import LeaseLost
 from inbox.domain.ordering import RETRY_SECONDS, Judgement, Newer, Position
 from inbox.domain.outcomes import RunOutcome
@@ -243,21 +244,9 @@ class InMemoryStore(Memory):
         row.newer_event_id = newest.id if newer is not None and newest is not None else None
         return Judgement(newer=newer)
 
-    def enqueue_deliveries(
-        self,
-        tx: Memory,
-        tenant_id: TenantId,
-        tenant: str,
-        event_id: EventId | None,
-        event_public_id: str,
-        step: str,
-        messages: list[Outgoing],
-        replay: int = 0,
-    ) -> set[EndpointId]:
+    def enqueue_deliveries(self, tx: Memory, sets: Sequence[CallbackSet]) -> set[EndpointId]:
         self.calls.append("enqueue_deliveries")
-        return self.deliveries.enqueue(
-            tenant_id, tenant, event_id, event_public_id, step, messages, replay
-        )
+        return self.deliveries.enqueue(sets)
 
     def _finish(
         self, row: Row, outcome: str, decision: dict[str, Any], resp: bytes | str | None

@@ -20,9 +20,9 @@ from sqlalchemy import text
 
 from inbox.cli import main
 from inbox.domain import callbacks
-from inbox.domain.callbacks import Outgoing
-from inbox.store.write import deliveries as dstore
+from inbox.domain.callbacks import CallbackSet, Outgoing
 from inbox.store.write import endpoints as estore
+from inbox.store.write import intents
 from tests.brokers import Broker, PrivateRedis
 from tests.e2e.test_worker_processes import wait_for
 from tests.procs import CeleryProc
@@ -60,7 +60,9 @@ def enqueue(engine, src, count: int, step: str = "s") -> list[str]:
     messages = [Outgoing("order.paid", {"n": i}, now) for i in range(count)]
     with engine.begin() as conn:
         before = conn.execute(text("SELECT coalesce(max(id), 0) FROM deliveries")).scalar_one()
-        dstore.enqueue(conn, src.tenant_id, src.tenant, None, f"evt_{step}", step, messages)
+        intents.enqueue(
+            conn, [CallbackSet(src.tenant_id, src.tenant, None, f"evt_{step}", step, messages)]
+        )
         return list(
             conn.execute(
                 text("SELECT public_id FROM deliveries WHERE id > :b ORDER BY id"), {"b": before}

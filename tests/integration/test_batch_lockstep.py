@@ -190,3 +190,51 @@ def test_a_step_that_raises_retries_that_event_alone(
         "the retry completes",
     )
     assert calls(engine) == keys(ids, "ab")
+
+
+def test_a_batch_writes_every_callback_in_one_statement_per_table(
+    client, make_source, engine, lsettings
+) -> None:
+    """The commit that ends a batch writes the callbacks of all its events at once: one
+    read of the endpoints, one insert of intents and one of deliveries, whatever the
+    number of events; each delivery once, held for the paused endpoint."""
+    from tests.integration.test_callbacks import endpoint
+
+    ids = send(client, make_source, engine, 30)
+    with engine.connect() as conn:
+        tenant = conn.execute(text("SELECT name FROM tenants ORDER BY id DESC")).scalar_one()
+    live = endpoint(engine, tenant, "https://receiver.example/a")
+    paused = endpoint(engine, tenant, "https://receiver.example/b", paused=True)
+    skip = endpoint(engine, tenant, "https://receiver.example/c", event_types=["other"])
+    pb = Playbook("two")
+
+    @pb.step("a")
+    def a(ctx: StepContext) -> None:
+        sink(ctx)
+        ctx.send("order.paid", {"n": 1})
+        ctx.send("order.paid", {"n": 2})
+
+    seen: list[str] = []
+
+    def statement(_conn: Any, _cursor: Any, sql: str, *_args: Any) -> None:
+        seen.append(" ".join(sql.split()))
+
+    event.listen(engine, "before_cursor_execute", statement)
+    try:
+        result = drain_once(engine, lsettings, reg=registry(pb))
+    finally:
+        event.remove(engine, "before_cursor_execute", statement)
+    assert result.states == {"completed": 30}
+    assert sum(s.startswith("INSERT INTO deliveries") for s in seen) == 1
+    assert sum(s.startswith("INSERT INTO callback_intents") for s in seen) == 1
+    assert sum("FROM endpoints WHERE tenant_id" in s for s in seen) == 1
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT public_id, endpoint_id, state FROM deliveries ORDER BY id")
+        ).all()
+        owed = conn.execute(text("SELECT count(*) FROM callback_intents")).scalar_one()
+    assert len(rows) == owed == 30 * 2 * 2 and len({r.public_id for r in rows}) == len(rows)
+    states = Counter((r.endpoint_id, r.state) for r in rows)
+    assert states == {(live.id, "pending"): 60, (paused.id, "held"): 60}
+    assert skip.id not in {r.endpoint_id for r in rows}
+    assert calls(engine) == keys(ids, "a")

@@ -16,11 +16,12 @@ import pytest
 from sqlalchemy import text
 
 from inbox.domain import callbacks
-from inbox.domain.callbacks import Outgoing
+from inbox.domain.callbacks import CallbackSet, Outgoing
 from inbox.domain.circuit import Policy
 from inbox.services.courier import deliver_once
 from inbox.store.write import deliveries as dstore
 from inbox.store.write import endpoints as estore
+from inbox.store.write import intents
 from tests.helpers import wait_for
 from tests.sink import Answer, Sink
 
@@ -49,14 +50,18 @@ def enqueue(engine, tenant, count: int) -> list[str]:
     now = datetime.now(UTC)
     messages = [Outgoing("order.paid", {"n": i}, now) for i in range(count)]
     with engine.begin() as conn:
-        dstore.enqueue(
+        intents.enqueue(
             conn,
-            tenant.tenant_id,
-            tenant.tenant,
-            None,
-            f"evt_{secrets.token_hex(6)}",
-            "s",
-            messages,
+            [
+                CallbackSet(
+                    tenant.tenant_id,
+                    tenant.tenant,
+                    None,
+                    f"evt_{secrets.token_hex(6)}",
+                    "s",
+                    messages,
+                )
+            ],
         )
         return list(conn.execute(text("SELECT public_id FROM deliveries ORDER BY id")).scalars())
 

@@ -19,6 +19,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import Engine, text
 
 from dev.embedded import PrivatePostgres, free_port
+from inbox.domain.callbacks import CallbackSet
 from inbox.infra.config import Settings
 from inbox.services import sweep
 from inbox.services.outages import Outages
@@ -123,15 +124,17 @@ def test_a_courier_that_finds_its_endpoint_locked_rings_again_without_a_tracebac
     transaction holds (16 courier threads on one endpoint, a loaded machine) is one
     WARNING and a ring a moment later; the delivery stays due, nothing is sent twice."""
     from inbox.domain.callbacks import Outgoing
-    from inbox.store.write import deliveries as dstore
     from inbox.store.write import endpoints as estore
+    from inbox.store.write import intents
 
     caplog.set_level(logging.INFO)
     src = make_source()
     with engine.begin() as conn:
         ep = estore.create_endpoint(conn, src.tenant, "https://example.test/cb", "whsec_x")
         message = Outgoing("busy.test", {"n": 1}, datetime.now(UTC))
-        dstore.enqueue(conn, src.tenant_id, src.tenant, None, "evt_busy", "s", [message])
+        intents.enqueue(
+            conn, [CallbackSet(src.tenant_id, src.tenant, None, "evt_busy", "s", [message])]
+        )
     quick = make_engine(
         Settings(database_url=settings.database_url, db_timeout_ms=300, pool_size=2)
     )

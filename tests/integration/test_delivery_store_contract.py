@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import pytest
 from sqlalchemy import Engine, text
 
-from inbox.domain.callbacks import Outgoing
+from inbox.domain.callbacks import CallbackSet, Outgoing
 from inbox.domain.circuit import Change, Circuit, CircuitState
 from inbox.domain.errors import NotFound
 from inbox.domain.records import ClaimedDelivery, EndpointId, TenantId
@@ -142,7 +142,8 @@ def enqueue(s: Subject, count: int, event_type: str = "order.paid", step: str = 
     messages = [Outgoing(event_type, {"n": i}, datetime.now(UTC)) for i in range(count)]
     evt = f"evt_{secrets.token_hex(6)}"
     with s.work.begin() as tx:
-        return s.work.enqueue_deliveries(tx, s.tenant_id, s.tenant, None, evt, step, messages)
+        sets = [CallbackSet(s.tenant_id, s.tenant, None, evt, step, messages)]
+        return s.work.enqueue_deliveries(tx, sets)
 
 
 def claim(s: Subject, ep: EndpointId, owner: str = "c1", limit: int = 10) -> list[ClaimedDelivery]:
@@ -192,9 +193,10 @@ def test_a_delivery_is_made_once_per_step_and_endpoint_and_type(subject: Subject
     messages = [Outgoing("order.paid", {"n": 1}, datetime.now(UTC))]
     for _ in range(2):  # a re-run step makes the same delivery, not a second one
         with subject.work.begin() as tx:
-            rung = subject.work.enqueue_deliveries(
-                tx, subject.tenant_id, subject.tenant, None, "evt_same", "notify", messages
+            cbs = CallbackSet(
+                subject.tenant_id, subject.tenant, None, "evt_same", "notify", messages
             )
+            rung = subject.work.enqueue_deliveries(tx, [cbs])
         assert rung == {paid}
     assert len(claim(subject, paid)) == 1 and claim(subject, other) == []
 

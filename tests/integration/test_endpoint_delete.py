@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from inbox.cli import main
 from inbox.domain import ledger
-from inbox.domain.callbacks import Outgoing
+from inbox.domain.callbacks import CallbackSet, Outgoing
 from inbox.domain.errors import Forbidden
 from inbox.infra.config import Settings
 from inbox.services import endpoint_delete, endpoint_state
@@ -23,6 +23,7 @@ from inbox.services.courier import deliver_once
 from inbox.services.runtime import Runtime
 from inbox.store.schema import partitions
 from inbox.store.write import deliveries as dstore
+from inbox.store.write import intents
 from tests.integration.test_api import make_token
 from tests.integration.test_callbacks import endpoint
 from tests.integration.test_held_deliveries import states
@@ -47,8 +48,9 @@ def enqueue(engine, src, count: int) -> set[int]:
     now = datetime.now(UTC)
     messages = [Outgoing("order.paid", {"n": i}, now) for i in range(count)]
     with engine.begin() as conn:
-        return dstore.enqueue(
-            conn, src.tenant_id, src.tenant, None, f"evt_{secrets.token_hex(6)}", "s", messages
+        evt = f"evt_{secrets.token_hex(6)}"
+        return intents.enqueue(
+            conn, [CallbackSet(src.tenant_id, src.tenant, None, evt, "s", messages)]
         )
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import text
 
 from inbox.cli import main
 from inbox.domain import ledger
+from inbox.domain.callbacks import CallbackSet
 from inbox.domain.errors import Forbidden
 from inbox.domain.held import NothingHeld
 from inbox.infra.config import Settings
@@ -25,6 +26,7 @@ from inbox.services.courier import deliver_once
 from inbox.services.runtime import Runtime
 from inbox.store.schema import partitions
 from inbox.store.write import deliveries as dstore
+from inbox.store.write import intents
 from tests.integration.test_callbacks import decide, endpoint, send_all
 from tests.sink import Answer, Sink
 
@@ -268,7 +270,7 @@ def test_the_api_shows_held_and_releases_or_discards_with_two_operators(
     many = [Outgoing("order.paid", {"n": i}, datetime.now(UTC)) for i in range(101)]
     with engine.begin() as conn:  # one step's 101 callbacks: past the default threshold, 100
         t = forward_source.tenant_id
-        dstore.enqueue(conn, t, forward_source.tenant, None, "evt_api", "s", many)
+        intents.enqueue(conn, [CallbackSet(t, forward_source.tenant, None, "evt_api", "s", many)])
     shown = client.get(base, headers=viewer).get_json()
     assert (shown["state"], shown["held"], shown["waiting"]) == ("paused", 101, 0)
     assert client.post(f"{base}/discard", json={}, headers=alice).status_code == 400

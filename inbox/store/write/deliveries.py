@@ -3,102 +3,87 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, text
 
-from inbox.domain import callbacks, filters, ledger
-from inbox.domain.callbacks import Outgoing
+from inbox.domain import callbacks, ledger
 from inbox.domain.circuit import CircuitState
 from inbox.domain.records import (
     ClaimedDelivery,
     DeliveryAttempt,
     DeliveryId,
     EndpointId,
-    EventId,
     TenantId,
 )
-from inbox.infra import metrics, tracing
 from inbox.store.db.days import LOWER_FLOOR, DayBounded, open_days
 from inbox.store.write import circuit, endpoint_rate, ordered
 
+_SUBSCRIBERS = text(
+    "SELECT id, tenant_id, event_types, filter, enabled AND NOT paused AS sends"
+    " FROM endpoints WHERE tenant_id = ANY(:ts) AND deleted_at IS NULL ORDER BY id"
+)
 
-def enqueue(
-    conn: Connection,
-    tenant_id: TenantId,
-    tenant: str,
-    event_id: EventId | None,
-    event_public_id: str,
-    step: str,
-    messages: list[Outgoing],
-    replay: int = 0,
-) -> set[EndpointId]:
-    """Write deliveries in the caller's transaction; returns the endpoint ids to ring.
 
-    ``replay``: the event's replay number while the step ran (sent as ``webhook-replay``).
+def subscribers(conn: Connection, tenant_ids: Collection[TenantId]) -> dict[TenantId, list[Any]]:
+    """Every endpoint of these tenants, whatever its state, in id order, by tenant: a
+    paused or disabled one's deliveries are written held (sent when it is enabled again),
+    never dropped. A deleted one is no longer an endpoint: nothing is made for it."""
+    eps: dict[TenantId, list[Any]] = {}
+    for ep in conn.execute(_SUBSCRIBERS, {"ts": sorted(tenant_ids)}):
+        eps.setdefault(TenantId(ep.tenant_id), []).append(ep)
+    return eps
+
+
+# One statement for every delivery of a commit, the rows as parallel arrays. A delivery's
+# public id is not unique across days (a partitioned table's unique index would have to
+# include the id), so a second write of the same delivery is refused here: it can only be
+# on its event's day or later (``lo``), which prunes the look to those days. The step's
+# own row (written in this transaction, fenced) already keeps a step from running twice;
+# this is the backstop the unique index was.
+_WRITE = text(
     """
-    if not messages:
+    INSERT INTO deliveries (public_id, tenant_id, endpoint_id, event_id, event_type, body,
+                            replay, trace_context, state)
+    SELECT r.p, r.t, r.e, r.ev, r.type, r.body, r.replay, r.tc, r.state
+      FROM unnest(CAST(:p AS text[]), CAST(:t AS bigint[]), CAST(:e AS bigint[]),
+                  CAST(:ev AS bigint[]), CAST(:type AS text[]), CAST(:body AS bytea[]),
+                  CAST(:replay AS int[]), CAST(:tc AS text[]), CAST(:state AS text[]),
+                  CAST(:lo AS bigint[]))
+           AS r(p, t, e, ev, type, body, replay, tc, state, lo)
+     WHERE NOT EXISTS (SELECT FROM deliveries d WHERE d.public_id = r.p AND d.id >= r.lo)
+    """
+)
+
+
+_WRITE_COLUMNS = ("p", "t", "e", "ev", "type", "body", "replay", "tc", "state", "lo")
+
+
+def write(
+    conn: Connection, owed: Sequence[callbacks.Owed], sends: Mapping[EndpointId, bool]
+) -> set[EndpointId]:
+    """Write ``owed`` in the caller's transaction, held where the endpoint does not send
+    now (``sends``); returns the endpoint ids to ring."""
+    if not owed:
         return set()
-    # Every endpoint of the tenant, whatever its state: a paused or disabled one's
-    # deliveries are written held (sent when it is enabled again), never dropped. A
-    # deleted one is no longer an endpoint: nothing is made for it.
-    eps = conn.execute(
-        text(
-            "SELECT id, event_types, filter, enabled AND NOT paused AS sends FROM endpoints"
-            " WHERE tenant_id = :t AND deleted_at IS NULL ORDER BY id"
-        ),
-        {"t": tenant_id},
-    ).fetchall()
-    # A delivery's public id is not unique across days (a partitioned table's unique index
-    # would have to include the id), so a second write of the same delivery is refused
-    # here: it can only be on the event's day or later, which prunes the look to those
-    # days. The step's own row (written in this transaction, fenced) already keeps a step
-    # from running twice; this is the backstop the unique index was.
-    since = ledger.bounds(ledger.day_of(event_id))[0] if event_id is not None else 0
-    trace_context = tracing.traceparent()  # the step's span: each attempt continues it
-    rows = []
-    filtered = 0
-    for index, msg in enumerate(messages):
-        for ep in eps:
-            if ep.event_types is not None and msg.event_type not in ep.event_types:
-                continue
-            if ep.filter is not None and not filters.endpoint_matches(
-                ep.filter, msg.event_type, msg.data
-            ):
-                filtered += 1
-                continue
-            msg_id = callbacks.delivery_id(event_public_id, step, index, ep.id)
-            body = callbacks.envelope(msg_id, msg.event_type, tenant, msg.data, msg.created_at)
-            rows.append(
-                {
-                    "p": msg_id,
-                    "t": tenant_id,
-                    "e": ep.id,
-                    "ev": event_id,
-                    "type": msg.event_type,
-                    "body": body,
-                    "replay": replay,
-                    "lo": since,
-                    "tc": trace_context,
-                    "state": "pending" if ep.sends else "held",
-                }
-            )
-    if rows:
-        conn.execute(
-            text(
-                "INSERT INTO deliveries (public_id, tenant_id, endpoint_id, event_id, event_type,"
-                " body, replay, trace_context, state) SELECT CAST(:p AS text), :t, :e,"
-                " CAST(:ev AS bigint), CAST(:type AS text), :body, :replay, CAST(:tc AS text),"
-                " CAST(:state AS text)"
-                " WHERE NOT EXISTS"
-                " (SELECT FROM deliveries d WHERE d.public_id = :p AND d.id >= :lo)"
-            ),
-            rows,
+    cols: dict[str, list[Any]] = {k: [] for k in _WRITE_COLUMNS}
+    for o in owed:
+        cbs = o.cbs
+        cols["p"].append(o.public_id)
+        cols["t"].append(cbs.tenant_id)
+        cols["e"].append(o.endpoint_id)
+        cols["ev"].append(cbs.event_id)
+        cols["type"].append(o.message.event_type)
+        cols["body"].append(o.body())
+        cols["replay"].append(cbs.replay)
+        cols["tc"].append(cbs.trace_context)
+        cols["state"].append("pending" if sends[o.endpoint_id] else "held")
+        cols["lo"].append(
+            ledger.bounds(ledger.day_of(cbs.event_id))[0] if cbs.event_id is not None else 0
         )
-    if filtered:
-        metrics.record_callbacks_filtered(tenant, filtered)
-    return {EndpointId(r["e"]) for r in rows if r["state"] == "pending"}
+    conn.execute(_WRITE, cols)
+    return {o.endpoint_id for o in owed if sends[o.endpoint_id]}
 
 
 # Claims for one endpoint are serialised by locking the endpoint's row; each claim

@@ -1,81 +1,66 @@
 """Callback intents: what a step owes each subscribed endpoint, recorded beside its deliveries.
 
-``enqueue`` is the work store's ``enqueue_deliveries``: in the step's own transaction it
+``enqueue`` is the work store's ``enqueue_deliveries``: in the steps' own transaction it
 records one ``callback_intents`` row per callback and endpoint subscribed to its type
-(the endpoint's event types and filter say so; enabled or not: an endpoint's state
-decides when a callback is attempted, never whether it is owed), then writes the
-deliveries (``inbox.store.write.deliveries.enqueue``). The self-audit compares the two
+(``inbox.domain.callbacks.route``: the endpoint's event types and filter; enabled or not),
+then writes the deliveries (``inbox.store.write.deliveries.write``). The self-audit compares the two
 (``inbox.domain.invariants.Invariant.DELIVERY_PER_ENDPOINT``): a delivery missing for
 an intent, or two for one, is a violation.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy import Connection, text
 
-from inbox.domain import callbacks, filters
-from inbox.domain.callbacks import Outgoing
-from inbox.domain.records import EndpointId, EventId, TenantId
+from inbox.domain import callbacks
+from inbox.domain.records import EndpointId
+from inbox.infra import metrics
 from inbox.store.write import deliveries
 
 _RECORD = text(
-    "INSERT INTO callback_intents (public_id, tenant_id, endpoint_id, event_id, step,"
-    " event_type) VALUES (:p, :t, :e, :ev, :step, :type) ON CONFLICT (public_id) DO NOTHING"
+    """
+    INSERT INTO callback_intents (public_id, tenant_id, endpoint_id, event_id, step, event_type)
+    SELECT * FROM unnest(CAST(:p AS text[]), CAST(:t AS bigint[]), CAST(:e AS bigint[]),
+                         CAST(:ev AS bigint[]), CAST(:step AS text[]), CAST(:type AS text[]))
+        ON CONFLICT (public_id) DO NOTHING
+    """
 )
 
 
-def record(
-    conn: Connection,
-    tenant_id: TenantId,
-    event_id: EventId | None,
-    event_public_id: str,
-    step: str,
-    messages: list[Outgoing],
-) -> int:
-    """Record the intents of ``messages`` in the caller's transaction; returns how many."""
-    if not messages:
+def record(conn: Connection, owed: Sequence[callbacks.Owed]) -> int:
+    """Record one intent per owed delivery in the caller's transaction; returns how many."""
+    if not owed:
         return 0
-    eps = conn.execute(
-        text(
-            "SELECT id, event_types, filter FROM endpoints"
-            " WHERE tenant_id = :t AND deleted_at IS NULL ORDER BY id"  # deleted: owed nothing
-        ),
-        {"t": tenant_id},
-    ).fetchall()
-    rows = [
+    conn.execute(
+        _RECORD,
         {
-            "p": callbacks.delivery_id(event_public_id, step, index, ep.id),
-            "t": tenant_id,
-            "e": ep.id,
-            "ev": event_id,
-            "step": step,
-            "type": msg.event_type,
-        }
-        for index, msg in enumerate(messages)
-        for ep in eps
-        if (ep.event_types is None or msg.event_type in ep.event_types)
-        and (ep.filter is None or filters.endpoint_matches(ep.filter, msg.event_type, msg.data))
-    ]
-    if rows:
-        conn.execute(_RECORD, rows)
-    return len(rows)
-
-
-def enqueue(
-    conn: Connection,
-    tenant_id: TenantId,
-    tenant: str,
-    event_id: EventId | None,
-    event_public_id: str,
-    step: str,
-    messages: list[Outgoing],
-    replay: int = 0,
-) -> set[EndpointId]:
-    """Record the intents, then write the deliveries; the endpoint ids to ring."""
-    record(conn, tenant_id, event_id, event_public_id, step, messages)
-    return deliveries.enqueue(
-        conn, tenant_id, tenant, event_id, event_public_id, step, messages, replay
+            "p": [o.public_id for o in owed],
+            "t": [o.cbs.tenant_id for o in owed],
+            "e": [o.endpoint_id for o in owed],
+            "ev": [o.cbs.event_id for o in owed],
+            "step": [o.cbs.step for o in owed],
+            "type": [o.message.event_type for o in owed],
+        },
     )
+    return len(owed)
+
+
+def enqueue(conn: Connection, sets: Sequence[callbacks.CallbackSet]) -> set[EndpointId]:
+    """The callbacks of every step a commit holds, in its transaction: the subscribed
+    endpoints read once, the intents recorded, then the deliveries written, each in one
+    statement whatever the number of events; the endpoint ids to ring."""
+    sets = [cbs for cbs in sets if cbs.messages]
+    if not sets:
+        return set()
+    eps = deliveries.subscribers(conn, {cbs.tenant_id for cbs in sets})
+    owed, filtered = callbacks.fan_out(sets, eps)
+    record(conn, owed)
+    ring = deliveries.write(conn, owed, {ep.id: ep.sends for e in eps.values() for ep in e})
+    for tenant, n in filtered.items():
+        metrics.record_callbacks_filtered(tenant, n)
+    return ring
 
 
 # Intents outlive nothing they describe: once their event's day is dropped by retention
