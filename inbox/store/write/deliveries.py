@@ -24,7 +24,7 @@ from inbox.store.db.days import LOWER_FLOOR, DayBounded, open_days
 from inbox.store.write import circuit, endpoint_rate
 
 
-def enqueue(
+def plan(
     conn: Connection,
     tenant_id: TenantId,
     tenant: str,
@@ -33,13 +33,14 @@ def enqueue(
     step: str,
     messages: list[Outgoing],
     replay: int = 0,
-) -> set[EndpointId]:
-    """Write deliveries in the caller's transaction; returns the endpoint ids to ring.
+) -> list[dict[str, Any]]:
+    """The deliveries a step's callbacks make, one per callback and subscribed endpoint,
+    as rows of ``_WRITE``'s parameters (nothing written yet).
 
     ``replay``: the event's replay number while the step ran (sent as ``webhook-replay``).
     """
     if not messages:
-        return set()
+        return []
     # Every endpoint of the tenant, whatever its state: a paused or disabled one's
     # deliveries are written held (sent when it is enabled again), never dropped.
     eps = conn.execute(
@@ -83,21 +84,43 @@ def enqueue(
                     "state": "pending" if ep.sends else "held",
                 }
             )
-    if rows:
-        conn.execute(
-            text(
-                "INSERT INTO deliveries (public_id, tenant_id, endpoint_id, event_id, event_type,"
-                " body, replay, trace_context, state) SELECT CAST(:p AS text), :t, :e,"
-                " CAST(:ev AS bigint), CAST(:type AS text), :body, :replay, CAST(:tc AS text),"
-                " CAST(:state AS text)"
-                " WHERE NOT EXISTS"
-                " (SELECT FROM deliveries d WHERE d.public_id = :p AND d.id >= :lo)"
-            ),
-            rows,
-        )
     if filtered:
         metrics.record_callbacks_filtered(tenant, filtered)
+    return rows
+
+
+# One delivery, unless its webhook-id was written already (on its event's day or later).
+WRITE = (
+    "INSERT INTO deliveries (public_id, tenant_id, endpoint_id, event_id, event_type,"
+    " body, replay, trace_context, state) SELECT CAST(:p AS text), :t, :e,"
+    " CAST(:ev AS bigint), CAST(:type AS text), :body, :replay, CAST(:tc AS text),"
+    " CAST(:state AS text)"
+    " WHERE NOT EXISTS"
+    " (SELECT FROM deliveries d WHERE d.public_id = :p AND d.id >= :lo)"
+)
+
+
+def to_ring(rows: list[dict[str, Any]]) -> set[EndpointId]:
+    """The endpoints whose deliveries were written pending: the couriers to ring."""
     return {EndpointId(r["e"]) for r in rows if r["state"] == "pending"}
+
+
+def enqueue(
+    conn: Connection,
+    tenant_id: TenantId,
+    tenant: str,
+    event_id: EventId | None,
+    event_public_id: str,
+    step: str,
+    messages: list[Outgoing],
+    replay: int = 0,
+) -> set[EndpointId]:
+    """Write deliveries in the caller's transaction; returns the endpoint ids to ring.
+    (The worker writes them with their callback intents: ``inbox.store.write.intents``.)"""
+    rows = plan(conn, tenant_id, tenant, event_id, event_public_id, step, messages, replay)
+    if rows:
+        conn.execute(text(WRITE), rows)
+    return to_ring(rows)
 
 
 # Claims for one endpoint are serialised by locking the endpoint's row; each claim
