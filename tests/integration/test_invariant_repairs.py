@@ -33,8 +33,8 @@ from tests.integration.test_invariants import (  # noqa: F401  (fixtures)
     one,
     wsettings,
 )
-from tests.integration.test_payload_keys import keys  # noqa: F401  (fixture)
 from tests.integration.test_partitions import add_day, cover_open_days, today
+from tests.integration.test_payload_keys import keys  # noqa: F401  (fixture)
 
 I = Invariant  # noqa: E741
 

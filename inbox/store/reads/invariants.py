@@ -1,16 +1,19 @@
 """The invariants' checks, as SQL (``inbox.domain.invariants`` names and explains them).
 
-Every check is one statement that returns the violations it finds: a ``subject`` (what
+Every check is one statement (``lane_order``: two) that returns the violations it finds: a ``subject`` (what
 the violation is about, stable between passes), the event's ``trace_id`` where there is
 one, and ``rows``: the rows involved, as JSON, with a ``problem`` that says what is wrong.
 
-Scope: ``:since`` is the lowest id the check reads of the table it scans (0: a full pass);
-the incremental passes give the watermark (``inbox.services.audit``). The checks that
-look at unfinished work (leases, event states) also read every unfinished row from
-``:floor`` (the ledger's floor: at most the lowest unfinished id), through the partial
-indexes that keep those rows. A lookup from one ledger row into another table is bounded
-below by the day its id carries (``(id >> 40) << 40``), so PostgreSQL prunes the older
-days' partitions as it runs.
+Scope (``Scope``): the ids ``since <= id < until`` of the table a check scans: everything
+from a watermark on (the incremental passes, ``inbox.services.audit``), or one slice of a
+full pass's walk (a day of the ledger); the bounds are written into the statement's text,
+so each day's statement is planned over that day's partitions alone. The checks that look
+at unfinished work (leases, event states) also read every unfinished row from ``floor``
+(the ledger's floor: at most the lowest unfinished id), through the partial indexes that
+keep those rows. A lookup from one ledger row into another table is bounded below by the
+day its id carries (``(id >> 40) << 40``), so PostgreSQL prunes the older days' partitions
+as it runs. The few rows a check reads whole (lane blocks, bulk replays, holds, repairs)
+are read once per pass (``extras``), not once per day.
 """
 
 from __future__ import annotations
