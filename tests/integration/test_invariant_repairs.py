@@ -407,3 +407,100 @@ def test_beats_full_pass_goes_on_where_a_failed_walk_stopped(
     third = Spy(monkeypatch)
     audit.run(engine, wsettings, [I.OPERATOR_AUDITED], full=True, resume=True)
     assert len(third.sliced) == 2
+
+
+def test_a_repair_approved_after_the_break_healed_writes_nothing(
+    client,
+    engine,
+    wsettings,  # noqa: F811
+    forward,  # noqa: F811
+):
+    """The write is checked in its own statement: a delivery that reappeared between the
+    proposal and the approval is not written twice."""
+    ep = endpoint(engine, forward.tenant)
+    decided(client, engine, wsettings, forward, "k1")
+    corrupt(engine, "DELETE FROM deliveries")
+    v = open_one(engine, wsettings, I.DELIVERY_PER_ENDPOINT)
+    proposed = audit.propose(engine, wsettings, "alice", v.id)
+    corrupt(
+        engine,
+        "INSERT INTO deliveries (public_id, tenant_id, endpoint_id, event_id, event_type, body)"
+        " SELECT public_id, tenant_id, endpoint_id, event_id, event_type, body"
+        " FROM callback_intents",
+    )
+    done = audit.review(engine, wsettings, "bob", proposed.public_id, approve=True)
+    assert done.result is not None and done.result["done"]["written_held"] == []
+    assert [d.state for d in deliveries_of(engine, ep.id)] == ["pending"]
+
+
+def test_a_lane_blocked_again_before_the_approval_stays_blocked(
+    client,
+    engine,
+    wsettings,  # noqa: F811
+    make_source,
+):
+    src = lane_source(make_source)
+    post(client, src, "first")
+    drain_once(engine, wsettings)
+    [(first, _)] = states(engine)
+    corrupt(
+        engine,
+        "INSERT INTO lane_blocks (tenant_id, lane, event_id)"
+        " SELECT tenant_id, ordering_key, id FROM events WHERE public_id = :p",
+        p=first,
+    )
+    v = open_one(engine, wsettings, I.LANE_ORDER)
+    proposed = audit.propose(engine, wsettings, "alice", v.id)
+    corrupt(engine, "UPDATE events SET state = 'quarantined', outcome = NULL")  # rightly now
+    done = audit.review(engine, wsettings, "bob", proposed.public_id, approve=True)
+    assert done.result is not None and done.result["done"]["released"] == []
+    assert done.result["holds_after"] is True  # a quarantined blocker is no violation
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM lane_blocks")).scalar() == 1
+
+
+def test_an_erased_payload_or_a_deleted_endpoint_is_refused_at_the_proposal(
+    client,
+    engine,
+    wsettings,  # noqa: F811
+    forward,  # noqa: F811
+    keys,  # noqa: F811
+):
+    ep = endpoint(engine, forward.tenant)
+    decided(client, engine, wsettings, forward, "k1")
+    corrupt(engine, "DELETE FROM deliveries")
+    v = open_one(engine, wsettings, I.DELIVERY_PER_ENDPOINT)
+    corrupt(engine, "UPDATE data_keys SET wrapped = NULL, destroyed_at = now()")
+    keys.clear()
+    with pytest.raises(BadRequest, match="was erased"):
+        audit.propose(engine, wsettings, "alice", v.id)
+    corrupt(engine, "UPDATE callback_intents SET key_id = NULL, body = 'x'")
+    corrupt(engine, "DELETE FROM endpoints WHERE id = :e", e=ep.id)
+    with pytest.raises(BadRequest, match="was deleted"):
+        audit.propose(engine, wsettings, "alice", v.id)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM invariant_repairs")).scalar() == 0
+
+
+def test_a_steps_callbacks_are_two_statements_intents_and_deliveries_in_one(
+    client,
+    engine,
+    wsettings,  # noqa: F811
+    forward,  # noqa: F811
+):
+    from sqlalchemy import event
+
+    from inbox.domain.callbacks import Outgoing
+    from inbox.store.write import intents
+
+    endpoint(engine, forward.tenant)
+    endpoint(engine, forward.tenant)
+    seen: list[str] = []
+    with engine.begin() as conn:
+        event.listen(conn, "before_cursor_execute", lambda *a, **k: seen.append(a[2]))
+        msg = Outgoing("order.paid", {"n": 1}, dt.datetime.now(dt.UTC))
+        ring = intents.enqueue(conn, forward.tenant_id, forward.tenant, None, "evt_x", "s", [msg])
+    assert len(ring) == 2 and len(seen) == 2  # the endpoints, then intents and deliveries
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM callback_intents")).scalar() == 2
+        assert conn.execute(text("SELECT count(*) FROM deliveries")).scalar() == 2
