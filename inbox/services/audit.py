@@ -4,15 +4,17 @@
 (``inbox.store.write.audit``): beat runs an incremental pass every minute (each check reads
 the rows new since its watermark, and every unfinished row) and a full pass every few
 hours, which walks the ledger a day at a time in short transactions and goes on where an
-unfinished walk stopped; ``inbox audit`` runs either on demand, or from a time. Every violation a pass opens
-is counted (``inbox_invariant_violations_total{invariant}``) and logged as an ERROR line
-with its rows' ids and the event's trace id; the open ones are a gauge read at scrape time.
+unfinished walk stopped; ``inbox audit`` runs either on demand, or from a time. Every
+violation a pass opens is counted (``inbox_invariant_violations_total{invariant}``) and
+logged as an ERROR line with its rows' ids and the event's trace id; the open ones are a
+gauge read at scrape time.
 
 A repair (``propose``, then ``review`` by a second operator) exists only where it cannot
 double an effect: reclaiming expired leases is the sweep's own statement (fencing keeps a
-late worker from committing), a missing delivery is written held from its callback
-intent (never sent by the repair: an operator releases it), and a lane block whose event
-no longer blocks it is removed (what quarantine's end does). After it runs the invariant is checked again, and the result kept with the repair.
+late worker from committing), a missing delivery is written held from its callback intent
+(never sent by the repair: an operator releases it), and a lane block whose event no
+longer blocks it is removed (what quarantine's end does). After it runs the invariant is
+checked again, and the result kept with the repair.
 """
 
 from __future__ import annotations

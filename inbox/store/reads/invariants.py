@@ -1,8 +1,9 @@
 """The invariants' checks, as SQL (``inbox.domain.invariants`` names and explains them).
 
-Every check is one statement (``lane_order``: two) that returns the violations it finds: a ``subject`` (what
-the violation is about, stable between passes), the event's ``trace_id`` where there is
-one, and ``rows``: the rows involved, as JSON, with a ``problem`` that says what is wrong.
+Every check is one statement (``lane_order``: two) that returns the violations it finds: a
+``subject`` (what the violation is about, stable between passes), the event's ``trace_id``
+where there is one, and ``rows``: the rows involved, as JSON, with a ``problem`` that says
+what is wrong.
 
 Scope (``Scope``): the ids ``since <= id < until`` of the table a check scans: everything
 from a watermark on (the incremental passes, ``inbox.services.audit``), or one slice of a
