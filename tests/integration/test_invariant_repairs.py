@@ -504,3 +504,50 @@ def test_a_steps_callbacks_are_two_statements_intents_and_deliveries_in_one(
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM callback_intents")).scalar() == 2
         assert conn.execute(text("SELECT count(*) FROM deliveries")).scalar() == 2
+
+
+def test_two_walkers_take_turns_on_the_walks_row(
+    client,
+    engine,
+    wsettings,  # noqa: F811
+    forward,  # noqa: F811
+):
+    """A second full pass while the first holds the walk's row waits for it (then finds
+    the walk done, or goes on with it), never walking beside it."""
+    import threading
+
+    decided(client, engine, wsettings, forward, "today")
+    audit.run(engine, wsettings, [I.OPERATOR_AUDITED])  # the row exists
+    done = threading.Event()
+    with engine.begin() as holder:
+        holder.execute(
+            text(
+                "SELECT 1 FROM invariant_watermarks WHERE invariant = 'operator_audited' FOR UPDATE"
+            )
+        )
+
+        def walk() -> None:
+            audit.run(engine, wsettings, [I.OPERATOR_AUDITED], full=True, resume=True)
+            done.set()
+
+        walker = threading.Thread(target=walk)
+        walker.start()
+
+        def waiting() -> bool:
+            with engine.connect() as conn:
+                return bool(
+                    conn.execute(
+                        text(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                            " AND query LIKE '%invariant_watermarks%'"
+                            " AND datname = current_database()"
+                        )
+                    ).scalar()
+                )
+
+        from tests.helpers import wait_for
+
+        wait_for(waiting, 30, "the second walker to wait for the row")
+        assert not done.is_set()
+    walker.join(60)
+    assert done.is_set()
