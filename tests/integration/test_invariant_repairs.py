@@ -200,6 +200,16 @@ def test_two_deliveries_for_one_intent_have_no_repair(
     v = open_one(engine, wsettings, I.DELIVERY_PER_ENDPOINT)
     with pytest.raises(BadRequest, match="no safe repair"):
         audit.propose(engine, wsettings, "alice", v.id)
+    # The console offers no repair for it either; for a missing delivery it does.
+    from tests.integration.ui_support import new_token, sign_in
+
+    sign_in(client, new_token(engine, "alice", "operator"))
+    page = client.get("/ui/invariants").get_data(as_text=True)
+    assert f'data-violation="{v.id}"' in page and 'data-action="propose"' not in page
+    corrupt(engine, "DELETE FROM deliveries")
+    missing = open_one(engine, wsettings, I.DELIVERY_PER_ENDPOINT)
+    page = client.get("/ui/invariants").get_data(as_text=True)
+    assert f'data-violation="{missing.id}"' in page and 'data-action="propose"' in page
 
 
 def lane_source(make_source):
