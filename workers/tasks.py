@@ -220,7 +220,8 @@ def bulk_replay(job_id: int) -> dict[str, object]:
 @shared_task(name=broker.AUDIT)  # type: ignore[untyped-decorator]
 @through_outages
 def audit(full: bool = False) -> dict[str, object]:
-    """The self-audit: an incremental pass (or a full one); violations are logged, counted
-    and kept for the console (``inbox.services.audit``)."""
-    report = auditor.run(engine(), state.current().settings, full=full)
+    """The self-audit: an incremental pass (or a full one, a day at a time, going on where
+    an unfinished one stopped); violations are logged, counted and kept for the console
+    (``inbox.services.audit``)."""
+    report = auditor.run(engine(), state.current().settings, full=full, resume=full)
     return {"mode": report.mode, "violations": report.violations, "seconds": report.seconds}

@@ -90,8 +90,9 @@ _ACTOR = click.option("--actor", default=getpass.getuser, show_default="current 
 def repair() -> None:
     """Repairs of invariant violations: proposed with a preview, applied only when a
     second operator approves, audited, and checked again afterwards. Only repairs that
-    cannot double an effect exist (reclaiming expired leases, writing a missing delivery
-    as held)."""
+    cannot double an effect exist: reclaiming expired leases, writing a missing delivery
+    as held (sent only once an operator releases it: inbox endpoints resume), releasing a
+    lane held by a block whose event no longer blocks it."""
 
 
 @repair.command("open")

@@ -44,7 +44,8 @@ MEANING: dict[Invariant, str] = {
     N.DELIVERY_PER_ENDPOINT: "every committed callback intent has exactly one delivery"
     " (held, pending, delivered or dead) per subscribed endpoint",
     N.WEBHOOK_ID_ONE_BODY: "no webhook-id was sent twice with different bodies",
-    N.LANE_ORDER: "no event of an ordered lane ran while an earlier one of its lane was unfinished",
+    N.LANE_ORDER: "no event of an ordered lane ran while an earlier one of its lane was"
+    " unfinished, and no lane is held by a block whose event no longer blocks it",
     N.PARTITIONS_AHEAD: "today's partitions and those of every day up to the furthest"
     " scheduled retry exist",
     N.HELD_NOT_PRUNED: "nothing under a legal hold was pruned",
@@ -90,22 +91,34 @@ FULL_SECONDS = 6 * 3600.0
 class RepairKind(StrEnum):
     RECLAIM_LEASES = "reclaim_leases"  # the sweep's own statement, run now
     WRITE_HELD_DELIVERY = "write_held_delivery"  # a missing delivery written, not sent
-    RELEASE_LANE = "release_lane"  # put a lane's stuck event back to be claimed
+    RELEASE_LANE = "release_lane"  # a lane's stale block removed: its next event may run
 
 
 # The one repair each invariant may propose; an invariant absent here has none (its
-# break is for an operator to investigate, as any repair could double an effect).
+# break is for an operator to investigate, as any repair could double an effect). Within
+# an invariant, only some violations have it (``repair_of``).
 REPAIRS: dict[Invariant, RepairKind] = {
     N.LEASE_RECLAIMED: RepairKind.RECLAIM_LEASES,
     N.DELIVERY_PER_ENDPOINT: RepairKind.WRITE_HELD_DELIVERY,
+    N.LANE_ORDER: RepairKind.RELEASE_LANE,
 }
 
 # A repair writes a missing delivery only as held: it exists, and is sent only once an
-# operator releases it. Deliveries know ``held`` now, but the callback intent keeps no body
-# to write the delivery from, so this version refuses the repair (the missing delivery is
-# listed with its intent, never turned into a send) until the intent carries its body.
+# operator releases it (``inbox endpoints resume``/``enable`` release an endpoint's held
+# deliveries). It is written from its callback intent, which keeps the envelope (sealed as
+# the event's payload is); an intent recorded before intents kept it cannot be repaired.
 HELD_DELIVERY_STATE = "held"
-INTENTS_KEEP_BODIES = False
+INTENTS_KEEP_BODIES = True
+
+# The problem a delivery check names for an intent with no delivery at all: the one
+# delivery violation a repair may write (two deliveries, or one in a state that does not
+# owe it, are an operator's to investigate: writing could double a send).
+NO_DELIVERY = "no delivery for this endpoint"
+
+# The subject of a lane held by a block that no longer justifies it (``lane_blocks`` row,
+# not skipped, whose event is not quarantined, or gone): the one lane violation a repair
+# may release. A lane event that ran too early cannot be undone.
+STALE_BLOCK = "lane_block:"
 
 
 def repair_available(kind: RepairKind) -> bool:
@@ -113,6 +126,17 @@ def repair_available(kind: RepairKind) -> bool:
     if kind is RepairKind.WRITE_HELD_DELIVERY:
         return INTENTS_KEEP_BODIES and HELD_DELIVERY_STATE in {s.value for s in DeliveryState}
     return True
+
+
+def repair_of(invariant: str, subject: str, rows: Any) -> RepairKind | None:
+    """The safe repair of this violation (its invariant, subject and rows), or None."""
+    kind = REPAIRS.get(Invariant(invariant))
+    if kind is RepairKind.WRITE_HELD_DELIVERY:
+        problems = {r.get("problem") for r in rows if isinstance(r, dict)}
+        return kind if NO_DELIVERY in problems else None
+    if kind is RepairKind.RELEASE_LANE:
+        return kind if subject.startswith(STALE_BLOCK) else None
+    return kind
 
 
 def parse(names: list[str] | tuple[str, ...]) -> list[Invariant]:

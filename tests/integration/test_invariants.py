@@ -508,24 +508,6 @@ def test_no_repair_is_offered_where_it_could_double_an_effect(client, engine, ws
         assert conn.execute(text("SELECT count(*) FROM invariant_repairs")).scalar() == 0
 
 
-def test_a_missing_delivery_is_listed_and_its_repair_refused_not_half_done(
-    client, engine, wsettings, forward
-):
-    """Writing a missing delivery is refused at the proposal (the intent keeps no body to
-    write it from), never accepted and then failing on a second operator's approval."""
-    ep = endpoint(engine, forward.tenant)
-    decided(client, engine, wsettings, forward, "k1")
-    corrupt(engine, "DELETE FROM deliveries WHERE endpoint_id = :e", e=ep.id)
-    audit.run(engine, wsettings, [I.DELIVERY_PER_ENDPOINT], full=True)
-    with engine.connect() as conn:
-        [v] = checks.open_violations(conn, "delivery_per_endpoint")
-    with pytest.raises(Exception, match="not available in this version"):
-        audit.propose(engine, wsettings, "alice", v.id)
-    with engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM invariant_repairs")).scalar() == 0
-        assert conn.execute(text("SELECT count(*) FROM deliveries")).scalar() == 0
-
-
 def test_the_console_lists_each_violation_and_repairs_with_two_operators(
     client, app, engine, wsettings, forward
 ):

@@ -11,14 +11,17 @@ from inbox.domain.invariants import (
     INCREMENTAL_SECONDS,
     LANE_RELEASING_STATES,
     MEANING,
+    NO_DELIVERY,
     OWED_DELIVERY_STATES,
     REPAIRS,
+    STALE_BLOCK,
     Invariant,
     RepairKind,
     check_approver,
     lease_bound_seconds,
     parse,
     repair_available,
+    repair_of,
 )
 from inbox.domain.states import DELIVERY_STATES, EventState
 
@@ -59,14 +62,26 @@ def test_a_quarantined_event_holds_its_lane():
 
 
 def test_no_repair_for_what_could_double_an_effect():
-    assert set(REPAIRS) == {Invariant.LEASE_RECLAIMED, Invariant.DELIVERY_PER_ENDPOINT}
-    for inv in (Invariant.STEP_ONCE, Invariant.WEBHOOK_ID_ONE_BODY, Invariant.LANE_ORDER):
+    assert set(REPAIRS) == {
+        Invariant.LEASE_RECLAIMED,
+        Invariant.DELIVERY_PER_ENDPOINT,
+        Invariant.LANE_ORDER,
+    }
+    for inv in (Invariant.STEP_ONCE, Invariant.WEBHOOK_ID_ONE_BODY, Invariant.EVENT_STATE):
         assert inv not in REPAIRS
+        assert repair_of(inv.value, "event:evt_x", []) is None
     assert repair_available(RepairKind.RECLAIM_LEASES)
-    # A missing delivery would be written held, never sent; until intents keep the body
-    # to write it from, the repair is refused rather than offered and failing on approval.
-    assert "held" in DELIVERY_STATES
-    assert not repair_available(RepairKind.WRITE_HELD_DELIVERY)
+    assert repair_available(RepairKind.WRITE_HELD_DELIVERY)  # intents keep the envelope
+    assert repair_of("lease_reclaimed", "event:evt_x", []) is RepairKind.RECLAIM_LEASES
+
+
+def test_only_a_delivery_that_is_missing_is_written_and_only_a_stale_block_released():
+    missing = [{"table": "callback_intents", "problem": NO_DELIVERY}]
+    doubled = [{"table": "callback_intents", "problem": "2 deliveries for one intent"}]
+    assert repair_of("delivery_per_endpoint", "intent:m", missing) is RepairKind.WRITE_HELD_DELIVERY
+    assert repair_of("delivery_per_endpoint", "intent:m", doubled) is None  # could send twice
+    assert repair_of("lane_order", STALE_BLOCK + "evt_x", []) is RepairKind.RELEASE_LANE
+    assert repair_of("lane_order", "lane:evt_x", []) is None  # a run cannot be undone
 
 
 def test_a_repair_needs_a_second_operator():

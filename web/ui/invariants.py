@@ -9,7 +9,7 @@ from flask import flash, redirect, render_template, url_for
 from werkzeug.wrappers import Response
 
 from inbox.domain.errors import Forbidden
-from inbox.domain.invariants import MEANING, REPAIRS, Invariant
+from inbox.domain.invariants import MEANING, Invariant, repair_of
 from inbox.services import audit
 from web import actions
 from web.ui.blueprint import ui
@@ -25,12 +25,13 @@ def _unscoped() -> None:
 def invariants() -> str:
     _unscoped()
     rt = actions.runtime()
+    rows = audit.open_violations(rt.engine)
     return render_template(
         "ui/invariants.html",
-        rows=audit.open_violations(rt.engine),
+        rows=rows,
         pending=audit.pending_repairs(rt.engine),
         meaning={i.value: MEANING[i] for i in Invariant},
-        repairable={i.value for i in REPAIRS},
+        repairable={v.id for v in rows if repair_of(v.invariant, v.subject, v.rows)},
         me=current().name,
     )
 

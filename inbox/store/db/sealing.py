@@ -204,18 +204,22 @@ class PayloadKeys:
         event's key, and that key's id; as they are (and None) for a payload in clear."""
         if not steps:
             return steps, None
-        found = self._get(self._events, event_id)
-        key: DataKey | None
-        if found is not None:
-            key = found[0]
-        else:  # not loaded here, or dropped from the cache: its row says
-            key_id = conn.execute(_EVENT_KEY, {"id": event_id}).scalar()
-            key = None if key_id is None else self.key_by_id(conn, int(key_id))
+        key = self.event_key(conn, event_id)
         if key is None:
             return steps, None
         return {
             n: _b64(key.seal(json.dumps(r).encode(), STEP + n)) for n, r in steps.items()
         }, key.id
+
+    def event_key(self, conn: Connection, event_id: int) -> DataKey | None:
+        """The key the event's payload is sealed under (None: in clear), cached since the
+        worker loaded it; read from its row otherwise."""
+        found = self._get(self._events, event_id)
+        if found is not None:
+            key: DataKey | None = found[0]
+            return key
+        key_id = conn.execute(_EVENT_KEY, {"id": event_id}).scalar()
+        return None if key_id is None else self.key_by_id(conn, int(key_id))
 
     def seal_decision(self, conn: Connection, event_id: int, decision: Any) -> Any:
         """A decision as stored: a JSON string (the base64 of it sealed under the event's
@@ -248,6 +252,7 @@ class PayloadKeys:
 
 
 STEP = "step:"
+INTENT = "intent:"  # a callback intent's envelope, bound to its webhook-id
 DECISION = "\x00decision"  # sealed as a step of this name: no step name holds a NUL
 _EVENT_KEY = text("SELECT key_id FROM events WHERE id = :id")
 
@@ -299,6 +304,7 @@ def for_engine(engine: Engine) -> PayloadKeys:
 __all__ = [
     "BODY",
     "HEADERS",
+    "INTENT",
     "STEP",
     "Opened",
     "PayloadKeys",

@@ -1,16 +1,20 @@
 """The invariants' checks, as SQL (``inbox.domain.invariants`` names and explains them).
 
-Every check is one statement that returns the violations it finds: a ``subject`` (what
-the violation is about, stable between passes), the event's ``trace_id`` where there is
-one, and ``rows``: the rows involved, as JSON, with a ``problem`` that says what is wrong.
+Every check is one statement (``lane_order``: two) that returns the violations it finds: a
+``subject`` (what the violation is about, stable between passes), the event's ``trace_id``
+where there is one, and ``rows``: the rows involved, as JSON, with a ``problem`` that says
+what is wrong.
 
-Scope: ``:since`` is the lowest id the check reads of the table it scans (0: a full pass);
-the incremental passes give the watermark (``inbox.services.audit``). The checks that
-look at unfinished work (leases, event states) also read every unfinished row from
-``:floor`` (the ledger's floor: at most the lowest unfinished id), through the partial
-indexes that keep those rows. A lookup from one ledger row into another table is bounded
-below by the day its id carries (``(id >> 40) << 40``), so PostgreSQL prunes the older
-days' partitions as it runs.
+Scope (``Scope``): the ids ``since <= id < until`` of the table a check scans: everything
+from a watermark on (the incremental passes, ``inbox.services.audit``), or one slice of a
+full pass's walk (a day of the ledger); the bounds are written into the statement's text,
+so each day's statement is planned over that day's partitions alone. The checks that look
+at unfinished work (leases, event states) also read every unfinished row from ``floor``
+(the ledger's floor: at most the lowest unfinished id), through the partial indexes that
+keep those rows. A lookup from one ledger row into another table is bounded below by the
+day its id carries (``(id >> 40) << 40``), so PostgreSQL prunes the older days' partitions
+as it runs. The few rows a check reads whole (lane blocks, bulk replays, holds, repairs)
+are read once per pass (``extras``), not once per day.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from sqlalchemy import Connection, TextClause, text
 from inbox.domain import ledger
 from inbox.domain.invariants import (
     LANE_RELEASING_STATES,
+    NO_DELIVERY,
     OWED_DELIVERY_STATES,
     RETRY_HORIZON_DAYS,
+    STALE_BLOCK,
     Found,
     Invariant,
 )
@@ -35,18 +41,27 @@ from inbox.store.schema.ledger_tables import PARTITIONED
 N = Invariant
 
 
+# No id reaches this: an ``until`` that bounds nothing, a ``floor`` that adds nothing.
+NO_ID = 1 << 62
+
+
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """What one pass reads: from ``since`` (an id of the check's table; 0 for all), the
-    ledger's ``floor`` for unfinished rows, and the lease bound in seconds."""
+    """What one check reads: the ids ``since <= id < until`` of the table it scans (a day
+    of the ledger, a slice of the intents, or everything from a watermark on), every
+    unfinished row from the ledger's ``floor`` (``NO_ID``: none besides), the lease bound
+    in seconds, and whether the parts of the check that are not sliced (few rows: lane
+    blocks, bulk replays, holds, repairs) run too (``extras``)."""
 
     since: int = 0
     floor: int = 0
     lease_bound_s: float = 60.0
+    until: int = NO_ID
+    extras: bool = True
 
     @property
     def full(self) -> bool:
-        return self.since == 0
+        return self.since == 0 and self.until == NO_ID and self.extras
 
 
 # The table whose ids an invariant's ``:since`` names (its watermark is an id of it);
@@ -77,7 +92,15 @@ _BEFORE_DAY_AFTER_TOMORROW = (
 )
 
 
-_IN_SCOPE = "(e.id >= :since OR (e.id >= :floor AND e.state IN ('received', 'processing')))"
+# The scope's bounds are written into the text as constants (``check``), as the claims' are
+# (inbox.store.db.days): every plan of a check over one day is planned over that day's
+# partitions alone, whichever connection prepared it.
+SINCE, UNTIL, FLOOR, EXTRAS = "{since}", "{until}", "{floor}", "{extras}"
+
+_IN_SCOPE = (
+    f"((e.id >= {SINCE} AND e.id < {UNTIL})"
+    f" OR (e.id >= {FLOOR} AND e.state IN ('received', 'processing')))"
+)
 
 _EVENT_ROW = """jsonb_build_object('table', 'events', 'id', {e}.id, 'public_id', {e}.public_id,
     'state', {e}.state, 'attempts', {e}.attempts, 'replay', {e}.replay,
@@ -159,7 +182,7 @@ _STEP_ONCE = text(
                       'outcome', a.outcome) ORDER BY a.id), '[]'::jsonb) AS rows
              FROM event_attempts a
             WHERE a.event_id = e.id AND a.outcome = 'quarantined') q
-     WHERE e.id >= :since
+     WHERE e.id >= {SINCE} AND e.id < {UNTIL}
        AND q.n > e.replay + CASE WHEN e.state = 'quarantined' THEN 1 ELSE 0 END
     UNION ALL
     SELECT 'effect:' || f.name || ':' || y.public_id, y.trace_id,
@@ -177,7 +200,8 @@ _STEP_ONCE = text(
                     AND f.name LIKE '%.' || s.name
       JOIN events x ON x.id = f.event_id AND x.source_id = y.source_id
                    AND x.event_type IS NOT DISTINCT FROM y.event_type
-     WHERE y.id >= :since AND s.event_id >= :since AND y.business_key_digest IS NOT NULL
+     WHERE y.id >= {SINCE} AND y.id < {UNTIL} AND s.event_id >= {SINCE} AND s.event_id < {UNTIL}
+       AND y.business_key_digest IS NOT NULL
        AND s.result->>'skipped' IS NULL
     """
 )
@@ -192,7 +216,7 @@ _DELIVERY_PER_ENDPOINT = text(
                'endpoint_enabled', ep.enabled, 'event_id', i.event_id,
                'event_public_id', ev.public_id, 'step', i.step, 'event_type', i.event_type,
                'created_at', i.created_at,
-               'problem', CASE WHEN d.n = 0 THEN 'no delivery for this endpoint'
+               'problem', CASE WHEN d.n = 0 THEN '{NO_DELIVERY}'
                                WHEN d.n > 1 THEN d.n || ' deliveries for one intent'
                                ELSE 'its delivery is in a state that does not owe it' END))
            || d.rows AS rows
@@ -208,7 +232,7 @@ _DELIVERY_PER_ENDPOINT = text(
             WHERE x.public_id = i.public_id
               AND x.id >= {_day_of("coalesce(i.event_id, 0)")}
               AND x.id < {_BEFORE_DAY_AFTER_TOMORROW}) d
-     WHERE i.id >= :since AND NOT (d.n = 1 AND d.owed = 1)
+     WHERE i.id >= {SINCE} AND i.id < {UNTIL} AND NOT (d.n = 1 AND d.owed = 1)
        -- An intent whose event's day retention dropped (its deliveries' days went
        -- first or with it) owes nothing any more; the full pass prunes it.
        AND (i.event_id IS NULL OR ev.id IS NOT NULL)
@@ -234,7 +258,7 @@ _WEBHOOK_ID = text(
                        AND o.id >= {_day_of("coalesce(d.event_id, 0)")}
                        AND o.id < {_BEFORE_DAY_AFTER_TOMORROW}
                        AND o.attempts > 0 AND o.body <> d.body
-     WHERE d.id >= :since AND d.attempts > 0
+     WHERE d.id >= {SINCE} AND d.id < {UNTIL} AND d.attempts > 0
      ORDER BY d.public_id, d.id
     """
 )
@@ -243,12 +267,12 @@ _WEBHOOK_ID = text(
 # attempt (both stamped with their transaction's start). Point these at new columns
 # (a lane's start, a claim time) when the rows record more.
 LANE_KEY = "ordering_key"
-LANE_RUNS = """
+LANE_RUNS = f"""
     SELECT s.completed_at AS at, 'step ' || s.name AS what FROM steps s
-     WHERE s.event_id = e.id AND s.event_id >= :since
+     WHERE s.event_id = e.id AND s.event_id >= {SINCE} AND s.event_id < {UNTIL}
     UNION ALL
     SELECT a.at, 'failed attempt ' || a.attempt FROM event_attempts a
-     WHERE a.event_id = e.id AND a.event_id >= :since
+     WHERE a.event_id = e.id AND a.event_id >= {SINCE} AND a.event_id < {UNTIL}
 """
 # How far back a lane's predecessor is looked for, in days before the event's own.
 LANE_DAYS_BACK = 7
@@ -269,7 +293,7 @@ _LANE_ORDER = text(
       JOIN events p ON p.tenant_id = e.tenant_id AND p.{LANE_KEY} = e.{LANE_KEY}
                    AND p.business_key_digest = e.business_key_digest
                    AND p.id < e.id AND p.id >= ((e.id >> 40) - {LANE_DAYS_BACK}) << 40
-     WHERE e.id >= :since AND e.{LANE_KEY} IS NOT NULL AND p.replay = 0
+     WHERE e.id >= {SINCE} AND e.id < {UNTIL} AND e.{LANE_KEY} IS NOT NULL AND p.replay = 0
        AND p.received_at < r.at
        AND (p.state <> ALL(:releasing) OR p.finished_at > r.at)
        -- a quarantined predecessor holds the lane unless an operator skipped it before
@@ -280,6 +304,32 @@ _LANE_ORDER = text(
              OR (p.finished_at <= r.at
                  AND NOT EXISTS (SELECT 1 FROM lane_blocks b WHERE b.event_id = p.id))))
      ORDER BY e.id, r.at
+    """
+)
+
+# A lane held by a block that no longer justifies it: a ``lane_blocks`` row, not skipped,
+# whose event is not quarantined (the trigger that deletes it as the event leaves
+# quarantine did not run: a restore, a replica's apply, a hand-made change) or is gone. The
+# lane's later events wait behind it for ever. Few rows: read whole, with the extras.
+_STALE_BLOCKS = text(
+    f"""
+    SELECT '{STALE_BLOCK}' || coalesce(e.public_id, CAST(b.event_id AS text)) AS subject,
+           e.trace_id,
+           jsonb_build_array(jsonb_build_object('table', 'lane_blocks',
+               'tenant_id', b.tenant_id, 'lane', encode(b.lane, 'hex'), 'event_id', b.event_id,
+               'since', b.since, 'waiting', w.n,
+               'problem', CASE WHEN e.id IS NULL THEN 'blocks its lane, but its event is gone'
+                               ELSE 'blocks its lane, but its event is ' || e.state END))
+           || CASE WHEN e.id IS NULL THEN '[]'::jsonb
+                   ELSE jsonb_build_array({_event_row("e")}) END AS rows
+      FROM lane_blocks b
+      LEFT JOIN events e ON e.id = b.event_id
+     CROSS JOIN LATERAL (
+           SELECT count(*) AS n FROM events x
+            WHERE x.tenant_id = b.tenant_id AND x.{LANE_KEY} = b.lane AND x.id > b.event_id
+              AND x.state IN ('received', 'processing')) w
+     WHERE b.skipped_at IS NULL AND (e.id IS NULL OR e.state <> 'quarantined')
+     ORDER BY b.event_id
     """
 )
 
@@ -323,14 +373,14 @@ _OPERATOR_AUDITED = text(
       FROM events e
      CROSS JOIN LATERAL (SELECT count(*) AS n FROM audit_log a WHERE a.subject_kind = 'event'
                           AND a.subject_id = e.id AND a.action = 'replay') a
-     WHERE e.id >= :since AND e.replay > 0 AND a.n < e.replay
+     WHERE e.id >= {SINCE} AND e.id < {UNTIL} AND e.replay > 0 AND a.n < e.replay
     UNION ALL
     SELECT 'bulk_replay:' || b.public_id, NULL,
            jsonb_build_array(jsonb_build_object('table', 'bulk_replays',
                'public_id', b.public_id, 'status', b.status, 'reviewer', b.reviewer,
                'problem', 'reviewed with no audit row'))
       FROM bulk_replays b
-     WHERE b.reviewer IS NOT NULL AND NOT EXISTS (SELECT 1 FROM audit_log a
+     WHERE {EXTRAS} AND b.reviewer IS NOT NULL AND NOT EXISTS (SELECT 1 FROM audit_log a
            WHERE a.subject_kind = 'bulk_replay' AND a.subject_id = b.id
              AND a.action IN ('approve', 'reject'))
     UNION ALL
@@ -339,35 +389,55 @@ _OPERATOR_AUDITED = text(
                'public_id', h.public_id, 'placed_by', h.placed_by,
                'released_by', h.released_by, 'problem', 'placed or released with no audit row'))
       FROM legal_holds h
-     WHERE NOT EXISTS (SELECT 1 FROM audit_log a WHERE a.subject_kind = 'legal_hold'
-                        AND a.subject_id = h.id AND a.action = 'hold_placed')
+     WHERE {EXTRAS} AND (NOT EXISTS (SELECT 1 FROM audit_log a
+                        WHERE a.subject_kind = 'legal_hold' AND a.subject_id = h.id
+                          AND a.action = 'hold_placed')
         OR (h.released_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM audit_log a
             WHERE a.subject_kind = 'legal_hold' AND a.subject_id = h.id
-              AND a.action = 'hold_released'))
+              AND a.action = 'hold_released')))
     UNION ALL
     SELECT 'repair:' || r.public_id, NULL,
            jsonb_build_array(jsonb_build_object('table', 'invariant_repairs',
                'public_id', r.public_id, 'status', r.status, 'proposed_by', r.proposed_by,
                'reviewer', r.reviewer, 'problem', 'proposed or reviewed with no audit row'))
       FROM invariant_repairs r
-     WHERE NOT EXISTS (SELECT 1 FROM audit_log a WHERE a.subject_kind = 'invariant_repair'
-                        AND a.subject_id = r.id AND a.action = 'repair_proposed')
+     WHERE {EXTRAS} AND (NOT EXISTS (SELECT 1 FROM audit_log a
+                        WHERE a.subject_kind = 'invariant_repair' AND a.subject_id = r.id
+                          AND a.action = 'repair_proposed')
         OR (r.reviewer IS NOT NULL AND NOT EXISTS (SELECT 1 FROM audit_log a
             WHERE a.subject_kind = 'invariant_repair' AND a.subject_id = r.id
-              AND a.action IN ('repair_applied', 'repair_rejected')))
+              AND a.action IN ('repair_applied', 'repair_rejected'))))
     """
 )
 
-_STATEMENTS: dict[Invariant, TextClause] = {
-    N.EVENT_STATE: _EVENT_STATE,
-    N.LEASE_RECLAIMED: _LEASES,
-    N.STEP_ONCE: _STEP_ONCE,
-    N.DELIVERY_PER_ENDPOINT: _DELIVERY_PER_ENDPOINT,
-    N.WEBHOOK_ID_ONE_BODY: _WEBHOOK_ID,
-    N.LANE_ORDER: _LANE_ORDER,
-    N.HELD_NOT_PRUNED: _HELD_NOT_PRUNED,
-    N.OPERATOR_AUDITED: _OPERATOR_AUDITED,
+_STATEMENTS: dict[Invariant, tuple[TextClause, ...]] = {
+    N.EVENT_STATE: (_EVENT_STATE,),
+    N.LEASE_RECLAIMED: (_LEASES,),
+    N.STEP_ONCE: (_STEP_ONCE,),
+    N.DELIVERY_PER_ENDPOINT: (_DELIVERY_PER_ENDPOINT,),
+    N.WEBHOOK_ID_ONE_BODY: (_WEBHOOK_ID,),
+    N.LANE_ORDER: (_LANE_ORDER, _STALE_BLOCKS),
+    N.HELD_NOT_PRUNED: (_HELD_NOT_PRUNED,),
+    N.OPERATOR_AUDITED: (_OPERATOR_AUDITED,),
 }
+
+# The statements read whole (no slice of a table in them): with the extras alone.
+_EXTRAS_ONLY = frozenset({_STALE_BLOCKS})
+
+
+def _bounded(stmt: TextClause, scope: Scope) -> TextClause:
+    """``stmt`` with the scope's bounds written in (``SINCE``, ``UNTIL``, ``FLOOR``)."""
+    sql = stmt.text
+    if "{" not in sql:
+        return stmt
+    for token, value in (
+        (SINCE, str(scope.since)),
+        (UNTIL, str(scope.until)),
+        (FLOOR, str(scope.floor)),
+        (EXTRAS, "true" if scope.extras else "false"),
+    ):
+        sql = sql.replace(token, value)
+    return text(sql)
 
 
 def check(conn: Connection, invariant: Invariant, scope: Scope) -> list[Found]:
@@ -375,14 +445,34 @@ def check(conn: Connection, invariant: Invariant, scope: Scope) -> list[Found]:
     if invariant is N.PARTITIONS_AHEAD:
         return partitions_missing(conn)
     params: dict[str, Any] = {
-        "since": scope.since,
         "floor": scope.floor,
         "bound": scope.lease_bound_s,
         "owed": list(OWED_DELIVERY_STATES),
         "releasing": [str(s) for s in LANE_RELEASING_STATES],
     }
-    rows = conn.execute(_STATEMENTS[invariant], params)
-    return [Found(invariant, r.subject, list(r.rows), r.trace_id) for r in rows]
+    out: list[Found] = []
+    for stmt in _STATEMENTS[invariant]:
+        if stmt in _EXTRAS_ONLY and not scope.extras:
+            continue
+        rows = conn.execute(_bounded(stmt, scope), params)
+        out += [Found(invariant, r.subject, list(r.rows), r.trace_id) for r in rows]
+    return out
+
+
+# A full pass walks a table a slice at a time: a ledger table a day at a time (its
+# partition), the intents this many ids at a time.
+INTENT_SLICE = 50_000
+
+
+def next_slice(conn: Connection, table: str, start: int) -> tuple[int, int] | None:
+    """The next slice of ``table`` with a row at or past ``start`` (``lo <= id < hi``), or
+    None: the walk is over. A day with no rows is skipped, not walked."""
+    first = conn.execute(text(f"SELECT min(id) FROM {table} WHERE id >= :s"), {"s": start}).scalar()
+    if first is None:
+        return None
+    if table == "callback_intents":
+        return int(first), int(first) + INTENT_SLICE
+    return ledger.day_span(int(first), int(first))
 
 
 # The furthest day work is due on (a retry, or a delivery's), capped by the retry horizon.

@@ -18,6 +18,8 @@ from sqlalchemy import (
     ForeignKey,
     Identity,
     Index,
+    Integer,
+    LargeBinary,
     Table,
     Text,
     func,
@@ -40,6 +42,14 @@ callback_intents = Table(
     Column("event_id", BigInteger),
     Column("step", Text, nullable=False),
     Column("event_type", Text, nullable=False),
+    # What the delivery is written from when it is missing (the repair "write a missing
+    # delivery as held", migration 0029): its envelope, sealed under the event's data key
+    # (``key_id``; NULL: in clear, as the event's payload is), and the delivery's replay
+    # number and trace context. NULL ``body``: recorded before intents kept it.
+    Column("body", LargeBinary),
+    Column("key_id", BigInteger),
+    Column("replay", Integer, nullable=False, server_default=text("0")),
+    Column("trace_context", Text),
     now_column(),
 )
 
@@ -75,6 +85,11 @@ invariant_watermarks = Table(
     Column("next_id", BigInteger, nullable=False, server_default=text("0")),
     Column("checked_at", DateTime(timezone=True)),
     Column("full_at", DateTime(timezone=True)),
+    # Beat's full pass walks the table a slice (a day) at a time: where it goes on (NULL:
+    # no walk under way) and when the walk under way began (what it did not find again
+    # since then is resolved at its end).
+    Column("full_next", BigInteger),
+    Column("full_started_at", DateTime(timezone=True)),
 )
 
 invariant_repairs = Table(

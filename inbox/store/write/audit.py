@@ -10,6 +10,7 @@ every proposal and review is audited with both names.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import secrets
 from dataclasses import dataclass
@@ -78,6 +79,78 @@ def advance(conn: Connection, invariant: Invariant, highest: int, full: bool) ->
             " checked_at = now(), full_at = CASE WHEN :full THEN now() ELSE w.full_at END"
         ),
         {"i": invariant.value, "s": since, "h": h, "full": full},
+    )
+
+
+# Beat's full pass walks each table a slice at a time, each slice in a transaction of its
+# own, and goes on where it stopped (a worker killed, a deploy): ``full_next`` is where,
+# ``full_started_at`` when the walk under way began. Each slice locks the invariant's row,
+# so two walkers at once take turns, slice by slice, and never walk a slice twice.
+
+
+def walk_begin(conn: Connection, invariant: Invariant, resume: bool) -> tuple[dt.datetime, int]:
+    """When the walk began and where it goes on: the walk under way (``resume``), or a new
+    one from now, at 0 (recorded as under way when ``resume``)."""
+    if not resume:
+        return conn.execute(text("SELECT now()")).scalar_one(), 0
+    watermark(conn, invariant)  # the row exists
+    row = conn.execute(
+        text(
+            "SELECT full_next, full_started_at FROM invariant_watermarks WHERE invariant = :i"
+            " FOR UPDATE"
+        ),
+        {"i": invariant.value},
+    ).one()
+    if row.full_next is not None and row.full_started_at is not None:
+        return row.full_started_at, int(row.full_next)
+    began = conn.execute(
+        text(
+            "UPDATE invariant_watermarks SET full_next = 0, full_started_at = now()"
+            " WHERE invariant = :i RETURNING full_started_at"
+        ),
+        {"i": invariant.value},
+    ).scalar_one()
+    return began, 0
+
+
+def walk_at(conn: Connection, invariant: Invariant) -> int | None:
+    """Where the walk under way goes on, its row locked until this slice commits; None
+    when another walker finished it meanwhile."""
+    found = conn.execute(
+        text("SELECT full_next FROM invariant_watermarks WHERE invariant = :i FOR UPDATE"),
+        {"i": invariant.value},
+    ).scalar()
+    return None if found is None else int(found)
+
+
+def walk_to(conn: Connection, invariant: Invariant, at: int) -> None:
+    conn.execute(
+        text("UPDATE invariant_watermarks SET full_next = :at WHERE invariant = :i"),
+        {"i": invariant.value, "at": at},
+    )
+
+
+def walk_end(conn: Connection, invariant: Invariant) -> None:
+    conn.execute(
+        text(
+            "UPDATE invariant_watermarks SET full_next = NULL, full_started_at = NULL"
+            " WHERE invariant = :i"
+        ),
+        {"i": invariant.value},
+    )
+
+
+def resolve_unseen(conn: Connection, invariant: Invariant, began: dt.datetime) -> int:
+    """At a walk's end: its open violations that no pass has seen since it began are gone
+    (a violation the walk found again, or another pass did meanwhile, was seen since)."""
+    return int(
+        conn.execute(
+            text(
+                "UPDATE invariant_violations SET resolved_at = now() WHERE invariant = :i"
+                " AND resolved_at IS NULL AND last_seen_at < :began"
+            ),
+            {"i": invariant.value, "began": began},
+        ).rowcount
     )
 
 

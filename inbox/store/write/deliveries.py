@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, text
 
-from inbox.domain import callbacks, ledger
 from inbox.domain.circuit import CircuitState
 from inbox.domain.records import (
     ClaimedDelivery,
@@ -34,56 +33,6 @@ def subscribers(conn: Connection, tenant_ids: Collection[TenantId]) -> dict[Tena
     for ep in conn.execute(_SUBSCRIBERS, {"ts": sorted(tenant_ids)}):
         eps.setdefault(TenantId(ep.tenant_id), []).append(ep)
     return eps
-
-
-# One statement for every delivery of a commit, the rows as parallel arrays. A delivery's
-# public id is not unique across days (a partitioned table's unique index would have to
-# include the id), so a second write of the same delivery is refused here: it can only be
-# on its event's day or later (``lo``), which prunes the look to those days. The step's
-# own row (written in this transaction, fenced) already keeps a step from running twice;
-# this is the backstop the unique index was.
-_WRITE = text(
-    """
-    INSERT INTO deliveries (public_id, tenant_id, endpoint_id, event_id, event_type, body,
-                            replay, trace_context, state)
-    SELECT r.p, r.t, r.e, r.ev, r.type, r.body, r.replay, r.tc, r.state
-      FROM unnest(CAST(:p AS text[]), CAST(:t AS bigint[]), CAST(:e AS bigint[]),
-                  CAST(:ev AS bigint[]), CAST(:type AS text[]), CAST(:body AS bytea[]),
-                  CAST(:replay AS int[]), CAST(:tc AS text[]), CAST(:state AS text[]),
-                  CAST(:lo AS bigint[]))
-           AS r(p, t, e, ev, type, body, replay, tc, state, lo)
-     WHERE NOT EXISTS (SELECT FROM deliveries d WHERE d.public_id = r.p AND d.id >= r.lo)
-    """
-)
-
-
-_WRITE_COLUMNS = ("p", "t", "e", "ev", "type", "body", "replay", "tc", "state", "lo")
-
-
-def write(
-    conn: Connection, owed: Sequence[callbacks.Owed], sends: Mapping[EndpointId, bool]
-) -> set[EndpointId]:
-    """Write ``owed`` in the caller's transaction, held where the endpoint does not send
-    now (``sends``); returns the endpoint ids to ring."""
-    if not owed:
-        return set()
-    cols: dict[str, list[Any]] = {k: [] for k in _WRITE_COLUMNS}
-    for o in owed:
-        cbs = o.cbs
-        cols["p"].append(o.public_id)
-        cols["t"].append(cbs.tenant_id)
-        cols["e"].append(o.endpoint_id)
-        cols["ev"].append(cbs.event_id)
-        cols["type"].append(o.message.event_type)
-        cols["body"].append(o.body())
-        cols["replay"].append(cbs.replay)
-        cols["tc"].append(cbs.trace_context)
-        cols["state"].append("pending" if sends[o.endpoint_id] else "held")
-        cols["lo"].append(
-            ledger.bounds(ledger.day_of(cbs.event_id))[0] if cbs.event_id is not None else 0
-        )
-    conn.execute(_WRITE, cols)
-    return {o.endpoint_id for o in owed if sends[o.endpoint_id]}
 
 
 # Claims for one endpoint are serialised by locking the endpoint's row; each claim

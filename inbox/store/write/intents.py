@@ -1,66 +1,111 @@
 """Callback intents: what a step owes each subscribed endpoint, recorded beside its deliveries.
 
-``enqueue`` is the work store's ``enqueue_deliveries``: in the steps' own transaction it
-records one ``callback_intents`` row per callback and endpoint subscribed to its type
-(``inbox.domain.callbacks.route``: the endpoint's event types and filter; enabled or not),
-then writes the deliveries (``inbox.store.write.deliveries.write``). The self-audit compares the two
+``enqueue`` is the work store's ``enqueue_deliveries``: in the steps' own transaction, in
+one statement for the whole commit, it records one ``callback_intents`` row per callback
+and endpoint subscribed to its type (``inbox.domain.callbacks.route``: the endpoint's event
+types and filter; enabled or not: an endpoint's state decides when a callback is
+attempted, never whether it is owed; a deleted endpoint is owed nothing) and writes the
+deliveries. The self-audit compares the two
 (``inbox.domain.invariants.Invariant.DELIVERY_PER_ENDPOINT``): a delivery missing for
-an intent, or two for one, is a violation.
+an intent, or two for one, is a violation. Each intent keeps its delivery's envelope
+(sealed as the event's payload is), so the repair can write a missing delivery, held.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import Connection, text
 
-from inbox.domain import callbacks
+from inbox.domain import callbacks, ledger
 from inbox.domain.records import EndpointId
 from inbox.infra import metrics
+from inbox.store.db import sealing
 from inbox.store.write import deliveries
 
-_RECORD = text(
+# Every intent and delivery of a commit in one statement (one round trip, in the steps'
+# transaction, whatever the number of events): ``input`` is one row per owed delivery;
+# each intent keeps the envelope as ``kept`` (sealed under the event's key when its
+# payload is sealed), so a delivery found missing can be written again from it. A delivery
+# whose webhook-id exists already (on its event's day or later: ``lo``) is not written
+# twice; an intent recorded already is left as it is.
+_RECORD_AND_WRITE = text(
     """
-    INSERT INTO callback_intents (public_id, tenant_id, endpoint_id, event_id, step, event_type)
-    SELECT * FROM unnest(CAST(:p AS text[]), CAST(:t AS bigint[]), CAST(:e AS bigint[]),
-                         CAST(:ev AS bigint[]), CAST(:step AS text[]), CAST(:type AS text[]))
+    WITH input AS (
+        SELECT * FROM unnest(CAST(:p AS text[]), CAST(:t AS bigint[]), CAST(:e AS bigint[]),
+                             CAST(:ev AS bigint[]), CAST(:step AS text[]),
+                             CAST(:type AS text[]), CAST(:body AS bytea[]),
+                             CAST(:state AS text[]), CAST(:kept AS bytea[]),
+                             CAST(:key AS bigint[]), CAST(:replay AS int[]),
+                             CAST(:tc AS text[]), CAST(:lo AS bigint[]))
+               AS r(public_id, tenant_id, endpoint_id, event_id, step, event_type, body,
+                    state, kept, key_id, replay, trace_context, lo)
+    ), recorded AS (
+        INSERT INTO callback_intents (public_id, tenant_id, endpoint_id, event_id, step,
+                                      event_type, body, key_id, replay, trace_context)
+        SELECT public_id, tenant_id, endpoint_id, event_id, step, event_type, kept, key_id,
+               replay, trace_context
+          FROM input
         ON CONFLICT (public_id) DO NOTHING
+    )
+    INSERT INTO deliveries (public_id, tenant_id, endpoint_id, event_id, event_type, body,
+                            replay, trace_context, state)
+    SELECT r.public_id, r.tenant_id, r.endpoint_id, r.event_id, r.event_type, r.body,
+           r.replay, r.trace_context, r.state
+      FROM input r
+     WHERE NOT EXISTS (SELECT FROM deliveries d WHERE d.public_id = r.public_id AND d.id >= r.lo)
     """
 )
-
-
-def record(conn: Connection, owed: Sequence[callbacks.Owed]) -> int:
-    """Record one intent per owed delivery in the caller's transaction; returns how many."""
-    if not owed:
-        return 0
-    conn.execute(
-        _RECORD,
-        {
-            "p": [o.public_id for o in owed],
-            "t": [o.cbs.tenant_id for o in owed],
-            "e": [o.endpoint_id for o in owed],
-            "ev": [o.cbs.event_id for o in owed],
-            "step": [o.cbs.step for o in owed],
-            "type": [o.message.event_type for o in owed],
-        },
-    )
-    return len(owed)
+_COLUMNS = ("p", "t", "e", "ev", "step", "type", "body", "state", "kept", "key", "replay")
 
 
 def enqueue(conn: Connection, sets: Sequence[callbacks.CallbackSet]) -> set[EndpointId]:
-    """The callbacks of every step a commit holds, in its transaction: the subscribed
-    endpoints read once, the intents recorded, then the deliveries written, each in one
-    statement whatever the number of events; the endpoint ids to ring."""
+    """Record the intents and write the deliveries of every callback set (the steps a
+    commit holds), in the caller's transaction: the subscribed endpoints read once, then
+    one statement; the endpoint ids to ring."""
     sets = [cbs for cbs in sets if cbs.messages]
     if not sets:
         return set()
     eps = deliveries.subscribers(conn, {cbs.tenant_id for cbs in sets})
     owed, filtered = callbacks.fan_out(sets, eps)
-    record(conn, owed)
-    ring = deliveries.write(conn, owed, {ep.id: ep.sends for e in eps.values() for ep in e})
     for tenant, n in filtered.items():
         metrics.record_callbacks_filtered(tenant, n)
-    return ring
+    if not owed:
+        return set()
+    sends = {ep.id: ep.sends for tenant_eps in eps.values() for ep in tenant_eps}
+    cols: dict[str, list[Any]] = {k: [] for k in (*_COLUMNS, "tc", "lo")}
+    keys = sealing.for_engine(conn.engine)
+    for o in owed:
+        cbs = o.cbs
+        key = None if cbs.event_id is None else keys.event_key(conn, cbs.event_id)
+        body = o.body()
+        cols["p"].append(o.public_id)
+        cols["t"].append(cbs.tenant_id)
+        cols["e"].append(o.endpoint_id)
+        cols["ev"].append(cbs.event_id)
+        cols["step"].append(cbs.step)
+        cols["type"].append(o.message.event_type)
+        cols["body"].append(body)
+        cols["state"].append("pending" if sends[o.endpoint_id] else "held")
+        cols["kept"].append(body if key is None else key.seal(body, sealing.INTENT + o.public_id))
+        cols["key"].append(None if key is None else key.id)
+        cols["replay"].append(cbs.replay)
+        cols["tc"].append(cbs.trace_context)
+        cols["lo"].append(
+            ledger.bounds(ledger.day_of(cbs.event_id))[0] if cbs.event_id is not None else 0
+        )
+    conn.execute(_RECORD_AND_WRITE, cols)
+    return {o.endpoint_id for o in owed if sends[o.endpoint_id]}
+
+
+def kept_body(conn: Connection, key_id: int | None, public_id: str, kept: bytes) -> bytes | None:
+    """An intent's envelope in clear; None when the key it is sealed under was destroyed
+    (the payload was erased: there is nothing to write the delivery from)."""
+    if key_id is None:
+        return bytes(kept)
+    key = sealing.for_engine(conn.engine).key_by_id(conn, key_id)
+    return None if key is None else key.open(bytes(kept), sealing.INTENT + public_id)
 
 
 # Intents outlive nothing they describe: once their event's day is dropped by retention
