@@ -97,7 +97,7 @@ class Erasure:
     tenant: str
     scope: str
     reason: str
-    status: str  # awaiting_approval, done, rejected
+    status: str  # awaiting_approval, destroying (keys being deleted), done, rejected
     requested_by: str
     requested_at: datetime
     approved_by: str | None

@@ -1,17 +1,24 @@
 """The data keys of a process: sealing payloads on the way in, opening them on the way out.
 
 A payload is sealed under its tenant's data key, or its subject's (``inbox.domain.erasure``),
-with one AEAD call per column (``inbox.infra.envelope``). The keys are unwrapped once and
-kept per engine in a bounded cache (least recently used out first, each entry for at most
-``INBOX_DATA_KEY_TTL_S``): a receiver whose tenant's key is cached seals with no round trip
-at all. A key is made on first use (a tenant's first payload, a subject's first): read if
-another process made it, else inserted (``ON CONFLICT DO NOTHING`` on the live key's unique
-index, so two processes racing end up with the same key), in a short transaction of its own.
+with one AEAD call per column (``inbox.infra.envelope``). The wrapped keys live in the key
+store (``inbox.store.db.keystore``, a database of their own); the inbox's database has each
+key's registry row (``data_keys``: tenant, subject digest, destroyed or not), no key
+material. The keys are unwrapped once and kept per engine in a bounded cache (least
+recently used out first, each entry for at most ``INBOX_DATA_KEY_TTL_S``): a receiver whose
+tenant's key is cached seals with no round trip at all. A key is made on first use (a
+tenant's first payload, a subject's first): the registry's live row if another process made
+it; else a new key committed in the key store first, then registered (``ON CONFLICT DO
+NOTHING`` on the live key's unique index, so two processes racing end up with the same key;
+the loser's key is deleted again, and would be a harmless orphan if that failed).
 
-Opening reads the wrapped key by id (cached as well). A destroyed key (erasure) opens
-nothing: ``open`` answers None and the reader says the payload was erased. The process
-that erases forgets the keys at once; another process may keep an unwrapped key until its
-entry expires (the threat model in docs/explanation/security.md says so).
+Opening reads the wrapped key by id from the key store (cached as well). Every reader's own
+statement says whether the registry has the key live (``live``), so an erasure is seen at
+once by every process whatever it has cached; a key the key store no longer has (erased,
+or a copy of the inbox's database restored from before an erasure) opens nothing. Sealing
+with a cached tenant or subject key is the one use not checked: a process that had the key
+may seal under it for at most ``INBOX_DATA_KEY_TTL_S`` after an erasure (such a payload
+reads as erased; docs/explanation/security.md says so).
 """
 
 from __future__ import annotations
@@ -32,26 +39,33 @@ from inbox.domain.intake import Prepared
 from inbox.infra import config
 from inbox.infra import keyring as kr
 from inbox.infra.envelope import DataKey, SealBroken, new_key, unwrap, wrap
+from inbox.store.db import keystore
 
 BODY = "body"
 HEADERS = "headers"
 
 _LIVE = text(
-    "SELECT id, wrapped FROM data_keys"
+    "SELECT id FROM data_keys"
     " WHERE tenant_id = :t AND subject_digest = :s AND destroyed_at IS NULL"
 )
-_MAKE = text(
-    "INSERT INTO data_keys (tenant_id, subject_digest, wrapped) VALUES (:t, :s, :w)"
+_REGISTER = text(
+    "INSERT INTO data_keys (id, tenant_id, subject_digest) VALUES (:id, :t, :s)"
     " ON CONFLICT (tenant_id, subject_digest) WHERE destroyed_at IS NULL DO NOTHING"
-    " RETURNING id, wrapped"
+    " RETURNING id"
 )
-_BY_ID = text("SELECT wrapped FROM data_keys WHERE id = :id")
+
+
+class KeyLost(SealBroken):
+    """The registry has a live key that the key store does not (a key store restored from
+    an older backup, or pointed at the wrong database): nothing is sealed under a guess."""
+
+    http_status = 503
 
 
 def live(event: str) -> str:
-    """SQL: whether the key of the events row aliased ``event`` is live (NULL: in clear);
-    one primary-key probe inside the reader's own statement."""
-    return f"(SELECT k.wrapped IS NOT NULL FROM data_keys k WHERE k.id = {event}.key_id)"
+    """SQL: whether the key of the events row aliased ``event`` is live in the registry
+    (NULL: in clear); one primary-key probe inside the reader's own statement."""
+    return f"(SELECT k.destroyed_at IS NULL FROM data_keys k WHERE k.id = {event}.key_id)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,15 +145,28 @@ class PayloadKeys:
         engine = self._engine()
         assert engine is not None
         ring = kr.keyring()
+        store = keystore.current()
         self.misses += 1
         params = {"t": k[0], "s": k[1]}
-        with engine.begin() as conn:
-            row = conn.execute(_LIVE, params).first()
-            if row is None:
-                row = conn.execute(_MAKE, {**params, "w": wrap(ring, new_key())}).first()
-            if row is None:  # another process made it meanwhile
-                row = conn.execute(_LIVE, params).one()
-        key = DataKey(int(row.id), unwrap(ring, row.wrapped))
+        with engine.connect() as conn:
+            key_id = conn.execute(_LIVE, params).scalar()
+        if key_id is None:
+            # The key store first, committed: a failure from here on leaves an orphan key
+            # that nothing is sealed under, never a payload whose key was not kept.
+            made = store.create(tenant_id, wrap(ring, new_key()))
+            with engine.begin() as conn:
+                key_id = conn.execute(_REGISTER, {**params, "id": made}).scalar()
+                if key_id is None:  # another process registered one meanwhile: use it
+                    key_id = conn.execute(_LIVE, params).scalar_one()
+            if key_id != made:
+                store.destroy([made])
+        wrapped = store.get(int(key_id))
+        if wrapped is None:
+            raise KeyLost(
+                f"data key {key_id} is live in the inbox's database but not in the key store"
+                " (INBOX_KEYSTORE_URL): restored from an older backup, or the wrong database?"
+            )
+        key = DataKey(int(key_id), unwrap(ring, wrapped))
         self._put(self._live, k, key)
         self._put(self._by_id, key.id, key)
         return key
@@ -154,13 +181,14 @@ class PayloadKeys:
 
     # -- opening -----------------------------------------------------------------------
     def key_by_id(self, conn: Connection, key_id: int) -> DataKey | None:
-        """The key ``key_id`` (read on ``conn`` when not cached); None once destroyed."""
+        """The key ``key_id`` (read from the key store when not cached); None once
+        destroyed, or where the key store has no such key."""
         found = self._get(self._by_id, key_id)
         if found is not None:
             key: DataKey | None = found[0]
             return key
         self.misses += 1
-        wrapped = conn.execute(_BY_ID, {"id": key_id}).scalar()
+        wrapped = keystore.current().get(key_id)
         key = None if wrapped is None else DataKey(key_id, unwrap(kr.keyring(), wrapped))
         self._put(self._by_id, key_id, key)
         return key
@@ -231,15 +259,20 @@ class PayloadKeys:
         return self.open_steps(conn, {DECISION: decision}, {DECISION: key_id})[DECISION]
 
     def open_steps(
-        self, conn: Connection, steps: dict[str, Any], sealed: dict[str, Any] | None
+        self,
+        conn: Connection,
+        steps: dict[str, Any],
+        sealed: dict[str, Any] | None,
+        erased: bool = False,
     ) -> dict[str, Any]:
         """Step results in clear: ``sealed`` names the sealed ones, with their key's id (a
-        destroyed key: the result reads None)."""
+        destroyed key: the result reads None; ``erased``: the reader's statement found the
+        event's key destroyed, so the key store is not asked)."""
         if not sealed:
             return dict(steps)
         out = dict(steps)
         for name, key_id in sealed.items():
-            key = self.key_by_id(conn, int(key_id))
+            key = None if erased else self.key_by_id(conn, int(key_id))
             raw = str(steps[name])
             out[name] = (
                 None if key is None else json.loads(key.open(base64.b64decode(raw), STEP + name))
@@ -282,11 +315,16 @@ _shared_lock = threading.Lock()
 
 def for_engine(engine: Engine) -> PayloadKeys:
     """The data keys of ``engine`` (made on first use, from the settings as they are then:
-    sealing is on where ``INBOX_ENCRYPT_PAYLOADS`` is and ``INBOX_KEK`` names a key)."""
+    sealing is on where ``INBOX_ENCRYPT_PAYLOADS`` is, ``INBOX_KEK`` names a key and
+    ``INBOX_KEYSTORE_URL`` a key store)."""
     with _shared_lock:
         found = _shared.get(engine)
         if found is None:
-            enabled = bool(config.current("encrypt_payloads")) and kr.configured()
+            enabled = (
+                bool(config.current("encrypt_payloads"))
+                and kr.configured()
+                and keystore.configured()
+            )
             found = _shared[engine] = PayloadKeys(
                 engine,
                 int(config.current("data_key_cache")),
