@@ -76,9 +76,7 @@ def _destroy(engine: Engine, settings: Settings, erasure: Erasure, keys: set[int
     return _finish(engine, settings, erasure.id, keys) or erasure
 
 
-def _finish(
-    engine: Engine, settings: Settings, erasure_id: int, keys: set[int]
-) -> Erasure | None:
+def _finish(engine: Engine, settings: Settings, erasure_id: int, keys: set[int]) -> Erasure | None:
     sealing.for_engine(engine).forget(keys)
     if keys:
         keystore.current().destroy(keys)

@@ -86,7 +86,9 @@ def downgrade() -> None:
         " greatest((SELECT max(id) FROM data_keys), 1))"
     )
     op.create_check_constraint(
-        op.f("ck_data_keys_destroyed"), "data_keys", "(wrapped IS NULL) = (destroyed_at IS NOT NULL)"
+        op.f("ck_data_keys_destroyed"),
+        "data_keys",
+        "(wrapped IS NULL) = (destroyed_at IS NOT NULL)",
     )
 
 

@@ -30,8 +30,8 @@ from inbox.cli import main
 from inbox.infra import envelope
 from inbox.infra import keyring as kr
 from inbox.infra.config import Settings
-from inbox.services.drain import drain_once
 from inbox.services import erasure
+from inbox.services.drain import drain_once
 from inbox.store.db import keystore, sealing
 from inbox.store.db.engine import make_engine
 from inbox.store.write import tokens as tstore
@@ -372,7 +372,9 @@ def test_a_dump_taken_before_the_erasure_does_not_open_after_it(
     assert in_keystore([row.key_id]) == {}  # decrypting with the KEK finds no key
     with pytest.raises(envelope.SealBroken):  # and no other live key opens it
         other = stored(engine, kept).key_id
-        key = envelope.DataKey(row.key_id, envelope.unwrap(kr.keyring(), in_keystore([other])[other]))
+        key = envelope.DataKey(
+            row.key_id, envelope.unwrap(kr.keyring(), in_keystore([other])[other])
+        )
         key.open(bytes(row.body), sealing.BODY)
     # The other subject's payload in the same copy still opens.
     assert json.loads(_restored_payload(scratch_url, kept).body or b"")["name"] == "Rob Poe"
@@ -528,9 +530,7 @@ def test_a_payload_sealed_under_a_key_destroyed_since_is_quarantined_as_erased(
         assert subjects[stored(engine, anonymous).key_id] is True  # the tenant's key
         assert subjects[stored(engine, late).key_id] is False
         conn.execute(
-            text(
-                "UPDATE data_keys SET destroyed_at = now(), destroyed_by = 'x' WHERE id = :k"
-            ),
+            text("UPDATE data_keys SET destroyed_at = now(), destroyed_by = 'x' WHERE id = :k"),
             {"k": stored(engine, late).key_id},
         )
     _finish(engine)

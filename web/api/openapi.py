@@ -360,7 +360,10 @@ _SCHEMAS: dict[str, Any] = {
             "tenant": {"type": "string"},
             "scope": {"type": "string", "enum": ["subject", "tenant"]},
             "reason": {"type": "string"},
-            "status": {"type": "string", "enum": ["awaiting_approval", "destroying", "done", "rejected"]},
+            "status": {
+                "type": "string",
+                "enum": ["awaiting_approval", "destroying", "done", "rejected"],
+            },
             "requested_by": {"type": "string"},
             "approved_by": {"type": ["string", "null"]},
             "keys_destroyed": {"type": "integer"},

@@ -197,4 +197,8 @@ __all__ = [
     "SCHEMA",
     "KeyStore",
     "KeyStoreMissing",
-    "KeyStoreUnavailable", "Rewrapped", "configured", "current"]
+    "KeyStoreUnavailable",
+    "Rewrapped",
+    "configured",
+    "current",
+]

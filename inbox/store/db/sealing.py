@@ -38,15 +38,16 @@ from inbox.domain.erasure import TENANT_KEY
 from inbox.domain.intake import Prepared
 from inbox.infra import config
 from inbox.infra import keyring as kr
-from inbox.infra.envelope import DataKey, SealBroken, new_key, unwrap, wrap
+from inbox.infra.envelope import DataKey, SealBroken, new_key, tagged_key, unwrap, wrap
 from inbox.store.db import keystore
 
 BODY = "body"
 HEADERS = "headers"
+DELIVERY = "deliveries.body"
+RESPONSE = "events.response_body"
 
 _LIVE = text(
-    "SELECT id FROM data_keys"
-    " WHERE tenant_id = :t AND subject_digest = :s AND destroyed_at IS NULL"
+    "SELECT id FROM data_keys WHERE tenant_id = :t AND subject_digest = :s AND destroyed_at IS NULL"
 )
 _REGISTER = text(
     "INSERT INTO data_keys (id, tenant_id, subject_digest) VALUES (:id, :t, :s)"
@@ -180,7 +181,7 @@ class PayloadKeys:
         return _replace(ev, key.id, key.seal(ev.body, BODY), sealed_headers)
 
     # -- opening -----------------------------------------------------------------------
-    def key_by_id(self, conn: Connection, key_id: int) -> DataKey | None:
+    def key_by_id(self, conn: Connection | None, key_id: int) -> DataKey | None:
         """The key ``key_id`` (read from the key store when not cached); None once
         destroyed, or where the key store has no such key."""
         found = self._get(self._by_id, key_id)
@@ -225,6 +226,34 @@ class PayloadKeys:
         results and decision are stored the same way, with no round trip to ask."""
         self._put(self._events, event_id, key)
 
+    def event_key(self, conn: Connection, event_id: int) -> DataKey | None:
+        """The key event ``event_id``'s payload is sealed under (None: in clear, or erased):
+        cached where a worker loaded the event, else its row says."""
+        found = self._get(self._events, event_id)
+        if found is not None:
+            key: DataKey | None = found[0]
+            return key
+        key_id = conn.execute(_EVENT_KEY, {"id": event_id}).scalar()
+        return None if key_id is None else self.key_by_id(conn, int(key_id))
+
+    def seal_tagged(
+        self, conn: Connection, event_id: int | None, label: str, value: bytes, column: str
+    ) -> bytes:
+        """A payload-bearing value of another table (a delivery's body, a synchronous
+        answer) sealed under its event's key, naming the key itself
+        (``envelope.DataKey.seal_tagged``); as it is where the event's payload is in clear."""
+        key = None if event_id is None else self.event_key(conn, event_id)
+        return value if key is None else key.seal_tagged(value, column, label)
+
+    def open_tagged(self, value: bytes, column: str) -> bytes | None:
+        """A ``seal_tagged`` value in clear (a value stored in clear as it is); None once
+        its key was destroyed."""
+        key_id = tagged_key(value)
+        if key_id is None:
+            return value
+        key = self.key_by_id(None, key_id)
+        return None if key is None else key.open_tagged(value, column)
+
     def seal_steps(
         self, conn: Connection, event_id: int, steps: dict[str, Any]
     ) -> tuple[dict[str, Any], int | None]:
@@ -232,13 +261,7 @@ class PayloadKeys:
         event's key, and that key's id; as they are (and None) for a payload in clear."""
         if not steps:
             return steps, None
-        found = self._get(self._events, event_id)
-        key: DataKey | None
-        if found is not None:
-            key = found[0]
-        else:  # not loaded here, or dropped from the cache: its row says
-            key_id = conn.execute(_EVENT_KEY, {"id": event_id}).scalar()
-            key = None if key_id is None else self.key_by_id(conn, int(key_id))
+        key = self.event_key(conn, event_id)
         if key is None:
             return steps, None
         return {
@@ -336,7 +359,9 @@ def for_engine(engine: Engine) -> PayloadKeys:
 
 __all__ = [
     "BODY",
+    "DELIVERY",
     "HEADERS",
+    "RESPONSE",
     "STEP",
     "Opened",
     "PayloadKeys",

@@ -20,6 +20,7 @@ from inbox.domain.records import (
     TenantId,
 )
 from inbox.infra import metrics, tracing
+from inbox.store.db import sealing
 from inbox.store.db.days import LOWER_FLOOR, DayBounded, open_days
 from inbox.store.write import circuit, endpoint_rate
 
@@ -56,6 +57,7 @@ def enqueue(
     # from running twice; this is the backstop the unique index was.
     since = ledger.bounds(ledger.day_of(event_id))[0] if event_id is not None else 0
     trace_context = tracing.traceparent()  # the step's span: each attempt continues it
+    keys = sealing.for_engine(conn.engine)  # bodies sealed under the event's key
     rows = []
     filtered = 0
     for index, msg in enumerate(messages):
@@ -68,7 +70,13 @@ def enqueue(
                 filtered += 1
                 continue
             msg_id = callbacks.delivery_id(event_public_id, step, index, ep.id)
-            body = callbacks.envelope(msg_id, msg.event_type, tenant, msg.data, msg.created_at)
+            body = keys.seal_tagged(
+                conn,
+                event_id,
+                msg_id,
+                callbacks.envelope(msg_id, msg.event_type, tenant, msg.data, msg.created_at),
+                sealing.DELIVERY,
+            )
             rows.append(
                 {
                     "p": msg_id,
@@ -182,6 +190,7 @@ def claim(
             return []
     params = {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease}
     rows = conn.execute((_PROBE if probe else _CLAIM).over(*open_days(conn)), params).fetchall()
+    keys = sealing.for_engine(conn.engine)  # bodies sealed under their event's key
     if probe and rows:
         circuit.probing(conn, endpoint_id, lease)
     if bucket is not None:
@@ -192,7 +201,7 @@ def claim(
                 DeliveryId(r.id),
                 r.fence,
                 r.public_id,
-                bytes(r.body),
+                keys.open_tagged(bytes(r.body), sealing.DELIVERY),
                 r.attempts,
                 r.replay,
                 r.trace_context,

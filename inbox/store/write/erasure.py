@@ -220,7 +220,9 @@ def finish(conn: Connection, erasure_id: int) -> tuple[Erasure, set[int]] | None
     return _done(conn, erasure_id, row.approved_by or row.requested_by, keys)
 
 
-def _done(conn: Connection, erasure_id: int, actor: str, keys: list[int]) -> tuple[Erasure, set[int]]:
+def _done(
+    conn: Connection, erasure_id: int, actor: str, keys: list[int]
+) -> tuple[Erasure, set[int]]:
     tenant_id = conn.execute(
         text("SELECT tenant_id FROM erasures WHERE id = :id"), {"id": erasure_id}
     ).scalar_one()

@@ -13,6 +13,8 @@ from inbox.domain.intake import Prepared
 from inbox.domain.outcomes import IngestOutcome
 from inbox.domain.records import Source
 from inbox.domain.states import FINISHED
+from inbox.infra.envelope import tagged_key
+from inbox.store.db import sealing
 from inbox.store.db.claims import Claimed, Copy, autocommit, execute, row
 from inbox.store.db.engine import alone, deadline_at, watchdog
 from inbox.store.schema.tables import event_keys, idempotency_conflicts
@@ -103,12 +105,16 @@ def _duplicate_params(source: Source, ev: Prepared) -> dict[str, Any]:
     }
 
 
-def _as_duplicate(dup: Any) -> IngestResult:
-    """The answer to a copy of the first delivery (``_DUPLICATE``'s row)."""
+def _as_duplicate(engine: Engine, dup: Any) -> IngestResult:
+    """The answer to a copy of the first delivery (``_DUPLICATE``'s row); a synchronous
+    answer opened where it is sealed (empty once its key was erased)."""
     event_id, public_id, status, body, sync, state = dup
     if sync and state not in FINISHED:
         return IngestResult(IngestOutcome.IN_FLIGHT, event_id, public_id, 409, b"")
-    return IngestResult(IngestOutcome.DUPLICATE, event_id, public_id, status, bytes(body))
+    answer = bytes(body)
+    if tagged_key(answer) is not None:
+        answer = sealing.for_engine(engine).open_tagged(answer, sealing.RESPONSE) or b""
+    return IngestResult(IngestOutcome.DUPLICATE, event_id, public_id, status, answer)
 
 
 def replay(engine: Engine, source: Source, ev: Prepared, until: float) -> IngestResult | None:
@@ -122,7 +128,7 @@ def replay(engine: Engine, source: Source, ev: Prepared, until: float) -> Ingest
         params = _duplicate_params(source, ev)
         with watchdog.guard(driver, until):
             dup = alone(driver, pooled.info, lambda: driver.execute(_DUPLICATE, params).fetchone())
-    return None if dup is None else _as_duplicate(dup)
+    return None if dup is None else _as_duplicate(engine, dup)
 
 
 def _conflict(conn: Connection, source: Source, ev: Prepared) -> IngestResult | None:
@@ -160,7 +166,7 @@ def ingest(conn: Connection, source: Source, ev: Prepared) -> IngestResult:
                 return claimed
         dup = conn.exec_driver_sql(_DUPLICATE, _duplicate_params(source, ev)).first()
         if dup is not None:
-            return _as_duplicate(dup)
+            return _as_duplicate(conn.engine, dup)
         conflict = _conflict(conn, source, ev)
         if conflict is not None:
             return conflict

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, select, update
 
 from inbox.infra.keyring import Keyring, is_encrypted
-from inbox.store.reads.secrets import TABLES
 from inbox.store.db import keystore
+from inbox.store.reads.secrets import TABLES
 
 
 @dataclass(frozen=True)
