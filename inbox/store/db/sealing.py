@@ -63,6 +63,19 @@ class KeyLost(SealBroken):
     http_status = 503
 
 
+def destroyed(conn: Connection, values: list[bytes]) -> set[int]:
+    """Of the keys these ``seal_tagged`` values name, those the registry has destroyed: one
+    look-up per batch, so an erasure is seen at once whatever a process has cached."""
+    ids = {k for k in map(tagged_key, values) if k is not None}
+    if not ids:
+        return set()
+    found = conn.execute(_DESTROYED, {"ids": sorted(ids)}).scalars()
+    return {int(k) for k in found}
+
+
+_DESTROYED = text("SELECT id FROM data_keys WHERE id = ANY(:ids) AND destroyed_at IS NOT NULL")
+
+
 def live(event: str) -> str:
     """SQL: whether the key of the events row aliased ``event`` is live in the registry
     (NULL: in clear); one primary-key probe inside the reader's own statement."""
@@ -245,12 +258,16 @@ class PayloadKeys:
         key = None if event_id is None else self.event_key(conn, event_id)
         return value if key is None else key.seal_tagged(value, column, label)
 
-    def open_tagged(self, value: bytes, column: str) -> bytes | None:
+    def open_tagged(self, value: bytes, column: str, live: bool | None = None) -> bytes | None:
         """A ``seal_tagged`` value in clear (a value stored in clear as it is); None once
-        its key was destroyed."""
+        its key was destroyed. ``live``: whether the registry has the key live, as the
+        reader's own statement found it (False: erased, whatever this process cached)."""
         key_id = tagged_key(value)
         if key_id is None:
             return value
+        if live is False:
+            self.forget({key_id})
+            return None
         key = self.key_by_id(None, key_id)
         return None if key is None else key.open_tagged(value, column)
 
@@ -366,6 +383,7 @@ __all__ = [
     "Opened",
     "PayloadKeys",
     "SealBroken",
+    "destroyed",
     "for_engine",
     "live",
     "steps_sealed",

@@ -19,7 +19,7 @@ from inbox.domain.records import (
     EventId,
     TenantId,
 )
-from inbox.infra import metrics, tracing
+from inbox.infra import envelope, metrics, tracing
 from inbox.store.db import sealing
 from inbox.store.db.days import LOWER_FLOOR, DayBounded, open_days
 from inbox.store.write import circuit, endpoint_rate
@@ -191,6 +191,7 @@ def claim(
     params = {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease}
     rows = conn.execute((_PROBE if probe else _CLAIM).over(*open_days(conn)), params).fetchall()
     keys = sealing.for_engine(conn.engine)  # bodies sealed under their event's key
+    gone = sealing.destroyed(conn, [bytes(r.body) for r in rows])  # erased since: not sent
     if probe and rows:
         circuit.probing(conn, endpoint_id, lease)
     if bucket is not None:
@@ -201,7 +202,9 @@ def claim(
                 DeliveryId(r.id),
                 r.fence,
                 r.public_id,
-                keys.open_tagged(bytes(r.body), sealing.DELIVERY),
+                keys.open_tagged(
+                    bytes(r.body), sealing.DELIVERY, envelope.tagged_key(bytes(r.body)) not in gone
+                ),
                 r.attempts,
                 r.replay,
                 r.trace_context,
