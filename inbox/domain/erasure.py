@@ -35,6 +35,7 @@ __all__ = [
     "ErasureScope",
     "ErasureUnfinished",
     "PayloadErased",
+    "ReplayErased",
     "needs_two_people",
     "subject_digest",
     "subject_of",
@@ -84,6 +85,13 @@ class ErasureNotAwaiting(InboxError):
 
     http_status = 409
     code = "erasure_not_awaiting"
+
+
+class ReplayErased(InboxError):
+    """This event's payload was erased: a replay would have nothing to run."""
+
+    http_status = 409
+    code = "payload_erased"
 
 
 class PayloadErased(PermanentError):

@@ -548,6 +548,18 @@ def test_a_payload_sealed_under_a_key_destroyed_since_is_quarantined_as_erased(
     assert (ev.state, ev.last_error_class, ran) == ("quarantined", "PayloadErased", 0)
     assert stored(engine, anonymous).state == "completed"
 
+    # A replay of it is refused up front (409 naming why), not run and quarantined again.
+    resp = client.post(f"/api/v1/events/{late}/replay", headers=token(engine, "ops"))
+    assert resp.status_code == 409 and resp.json["error"]["code"] == "payload_erased"
+    assert "erased" in resp.json["error"]["message"] and late in resp.json["error"]["message"]
+    said = cli("replay", late, "--actor", "ops", ok=False)
+    assert "cannot be replayed: its payload was erased" in said
+    with engine.connect() as conn:
+        replays = conn.execute(
+            text("SELECT count(*) FROM audit_log WHERE action = 'replay'")
+        ).scalar_one()
+    assert stored(engine, late).state == "quarantined" and replays == 0
+
 
 def test_the_key_cache_is_bounded_and_expires(make_source, engine):
     """At most INBOX_DATA_KEY_CACHE keys per process; an entry past INBOX_DATA_KEY_TTL_S is

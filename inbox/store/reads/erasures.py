@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.domain.erasure import Erasure
+from inbox.store.reads.ledger_reads import event_bounds
 
 _ERASURE = """
     SELECT x.id, x.public_id, t.name AS tenant, x.scope, x.reason, x.status, x.requested_by,
@@ -46,3 +47,24 @@ def listing(conn: Connection, scope: int | None, limit: int = 100) -> list[Erasu
         {"scope": scope, "n": limit},
     )
     return [_erasure(r) for r in rows]
+
+
+# An event's erasure: its key destroyed in the registry (one partition, by the event's day).
+_OF_EVENT = text(
+    """
+    SELECT x.public_id AS erasure, k.destroyed_at AS at, k.destroyed_by AS by
+      FROM events e JOIN data_keys k ON k.id = e.key_id
+      LEFT JOIN erasures x ON x.id = k.erasure_id
+     WHERE e.public_id = :p AND e.id >= :lo AND e.id < :hi AND k.destroyed_at IS NOT NULL
+    """
+)
+
+
+def of_event(conn: Connection, public_id: str) -> dict[str, Any] | None:
+    """When, by whom and by which erasure event ``public_id``'s payload was erased; None
+    where it was not."""
+    lo, hi = event_bounds(public_id)
+    row = conn.execute(_OF_EVENT, {"p": public_id, "lo": lo, "hi": hi}).first()
+    if row is None:
+        return None
+    return {"erasure": row.erasure, "at": row.at.isoformat(), "by": row.by}
