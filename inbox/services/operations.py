@@ -136,8 +136,8 @@ def refuse_erased(rt: Runtime, actor: Actor, public_ids: Sequence[str]) -> None:
             if erased is not None:
                 raise ReplayErased(
                     f"Event {public_id} cannot be replayed: its payload was erased by"
-                    f" {erased['erasure'] or 'an erasure'} on {erased['at']} ({erased['by']});"
-                    " there is nothing left to run."
+                    f" {erased.erasure or 'an erasure'} on {erased.at.isoformat()}"
+                    f" ({erased.by}); there is nothing left to run."
                 )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -60,11 +62,19 @@ _OF_EVENT = text(
 )
 
 
-def of_event(conn: Connection, public_id: str) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class ErasedPayload:
+    """An event's payload erased: by which erasure (None: its key destroyed by hand), when,
+    by whom."""
+
+    erasure: str | None
+    at: datetime
+    by: str | None
+
+
+def of_event(conn: Connection, public_id: str) -> ErasedPayload | None:
     """When, by whom and by which erasure event ``public_id``'s payload was erased; None
     where it was not."""
     lo, hi = event_bounds(public_id)
     row = conn.execute(_OF_EVENT, {"p": public_id, "lo": lo, "hi": hi}).first()
-    if row is None:
-        return None
-    return {"erasure": row.erasure, "at": row.at.isoformat(), "by": row.by}
+    return None if row is None else ErasedPayload(row.erasure, row.at, row.by)
