@@ -3,6 +3,7 @@ a receiver's 503 names its cause class."""
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import replace
 
@@ -109,3 +110,38 @@ def test_a_source_whose_playbook_is_missing_is_named_but_not_a_cause(settings, m
     assert body["checks"]["playbooks"].startswith(
         f"not registered: {src.tenant}/{src.name} names 'nowhere-registered'"
     )
+
+
+def test_the_key_store_unset_or_down_is_the_cause_once_payload_keys_exist(
+    settings, make_source, engine, monkeypatch
+):
+    from sqlalchemy import text
+
+    from inbox.store.db import keystore, sealing
+
+    src = make_source()
+    status, body = ready(settings)
+    assert status == 200 and body["checks"]["keystore"] == "ok", body
+    live_store = os.environ["INBOX_KEYSTORE_URL"]
+    monkeypatch.delenv("INBOX_KEYSTORE_URL")  # no key yet: nothing to open, not a cause
+    status, body = ready(settings)
+    assert status == 200 and body["checks"]["keystore"] == "not configured", body
+
+    monkeypatch.setenv("INBOX_KEYSTORE_URL", live_store)
+    key = sealing.PayloadKeys(engine, size=4, ttl_s=60, enabled=True).key_for(src.tenant_id, None)
+    monkeypatch.delenv("INBOX_KEYSTORE_URL")
+    status, body = ready(settings)
+    assert status == 503 and body["cause"] == "keystore"
+    assert body["checks"]["keystore"].startswith("INBOX_KEYSTORE_URL is not set, yet 1 payload")
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"postgresql://postgres@127.0.0.1:{s.getsockname()[1]}/keys"
+    monkeypatch.setenv("INBOX_KEYSTORE_URL", dead)
+    status, body = ready(settings)
+    assert status == 503 and body["cause"] == "keystore"
+    assert body["checks"]["keystore"].startswith("unreachable"), body
+    monkeypatch.setenv("INBOX_KEYSTORE_URL", live_store)
+    keystore.current().destroy([key.id])
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM data_keys"))
