@@ -145,3 +145,13 @@ def test_the_key_store_unset_or_down_is_the_cause_once_payload_keys_exist(
     keystore.current().destroy([key.id])
     with engine.begin() as conn:
         conn.execute(text("DELETE FROM data_keys"))
+
+
+def test_a_process_without_a_key_store_says_payloads_go_in_clear(settings, caplog):
+    from inbox.services import startup
+
+    startup.check(replace(settings, keystore_url="", encrypt_payloads=True))
+    assert "INBOX_KEYSTORE_URL is not set: new payloads are stored in clear" in caplog.text
+    caplog.clear()
+    startup.check(replace(settings, keystore_url="postgresql://x/keys", encrypt_payloads=True))
+    assert "INBOX_KEYSTORE_URL" not in caplog.text
