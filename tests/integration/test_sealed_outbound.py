@@ -148,3 +148,45 @@ def test_the_single_completion_seals_the_answer_too(client, engine, make_source,
 def _count(engine: Engine, sql: str) -> int:
     with engine.connect() as conn:
         return int(conn.execute(text(sql)).scalar_one())
+
+
+def test_the_sealing_job_seals_old_deliveries_and_answers_too(
+    client, engine, wsettings, sink, make_source
+):
+    """Rows stored in clear before sealing was on: the job (``inbox payloads seal``) seals a
+    delivery's body and a synchronous answer under the event's key, and both still read."""
+    from inbox.services import sealing_job
+    from inbox.store.reads.events import stored_response
+
+    fwd = make_source(playbook="forward", event_type_path="type")
+    secret = callbacks.new_secret()
+    with engine.begin() as conn:
+        ep = estore.create_endpoint(
+            conn, fwd.tenant, sink.script("/hook", Answer(200)), secret, retry_schedule=[0]
+        )
+    send(client, fwd, {"type": "fraud.alert", "account": "acct-3"}, "k1")
+    drain_once(engine, wsettings)
+    [before] = deliveries(engine)
+    assert b"acct-3" in bytes(before.body)  # stored in clear (sealing off in the suite)
+    sync = make_source(event_type_path="type")
+    box: dict[str, object] = {}
+    t = threading.Thread(
+        target=lambda: box.update(r=send(client, sync, {"type": "t"}, "s1", Prefer="wait=10"))
+    )
+    t.start()
+    wait_for(lambda: _count(engine, "SELECT count(*) FROM events") > 1)
+    drain_once(engine, wsettings)
+    t.join(15)
+    answer = box["r"].data
+
+    assert sealing_job.run(engine) == 2
+    [after] = deliveries(engine)
+    assert envelope.tagged_key(bytes(after.body)) is not None and b"acct-3" not in bytes(after.body)
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT id, response_body FROM events WHERE sync")).one()
+        assert envelope.tagged_key(bytes(row.response_body)) is not None
+        assert stored_response(conn, row.id).body == answer
+    wait_for(lambda: deliver_once(engine, ep.id, allow_private=True).delivered == 1)
+    [got] = sink.at("/hook")
+    Webhook(secret).verify(got.body, got.headers)
+    assert json.loads(got.body)["data"]["account"] == "acct-3"
