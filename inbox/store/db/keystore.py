@@ -12,9 +12,9 @@ one place an erased key lives on; they are small and kept briefly
 
 Ordering, with the inbox's database: a key is made here first, committed, then registered
 there (a failure between leaves an orphan key here that nothing is sealed under: harmless,
-and ``orphans`` lists them); an erasure marks its keys destroyed there first (every reader
-sees the payloads erased from that commit on), then deletes them here, then marks the
-erasure done there (``inbox.services.erasure``; a crash between resumes).
+a row whose id no registry row names); an erasure marks its keys destroyed there first
+(every reader sees the payloads erased from that commit on), then deletes them here, then
+marks the erasure done there (``inbox.services.erasure``; a crash between resumes).
 """
 
 from __future__ import annotations
