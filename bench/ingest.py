@@ -465,6 +465,10 @@ def main(argv: list[str] | None = None) -> int:
     ) as db_url:
         _sql(db_url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements", autocommit=True)
         levels = drive(args, db_url, tag, probes)
+        # The inbox's rows sealed (under a key of the key store) and in clear: the sealed
+        # receiver's run did seal (inbox-clear's rows are the clear ones).
+        sealed = _sql(db_url, "SELECT count(*) FROM events WHERE key_id IS NOT NULL")
+        print(f"events sealed: {sealed} of {_sql(db_url, 'SELECT count(*) FROM events')}")
         levels.sort(key=lambda lv: (lv["run"], lv["workload"], lv["receiver"]))
         report = {
             "date": datetime.now(UTC).isoformat(timespec="seconds"),

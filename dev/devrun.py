@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from dev import embedded
 from dev.supervise import Child, Supervisor
@@ -40,7 +40,7 @@ PORT = int(os.environ.get("PORT", "8000"))
 READY_TIMEOUT = 120.0
 
 
-STORES = ("DATABASE_URL", "REDIS_URL", "BROKER_URL")
+STORES = ("DATABASE_URL", "INBOX_KEYSTORE_URL", "REDIS_URL", "BROKER_URL")
 EXPORTS = "exports"  # in DATA: the last Ready block's exports (0600), printed by `make env`
 
 
@@ -53,6 +53,22 @@ def _urls() -> dict[str, str]:
         print(f"REDIS_URL is not set: starting an embedded Redis in {DATA / 'redis'}")
         env["REDIS_URL"] = embedded.start_redis(DATA / "redis", redis_port(DATA))
     return env
+
+
+def keystore_beside(database_url: str) -> str:
+    """The key store's URL for ``make run``: a database on the same server, named after the
+    inbox's with ``_keys``, made when missing (in production it is a database of its own,
+    with its own short backup retention: docs/how-to/deploy.md)."""
+    import psycopg
+    from psycopg import sql
+
+    parts = urlsplit(database_url)
+    name = (parts.path.lstrip("/") or "postgres") + "_keys"
+    with psycopg.connect(database_url.replace("+psycopg", ""), autocommit=True) as conn:
+        found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if found is None:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return urlunsplit(parts._replace(path="/" + name))
 
 
 def redis_port(data: Path) -> int:
@@ -183,7 +199,7 @@ def ready_block(path: str, secret: str, token: str, names: list[str]) -> str:
     env = os.environ
     exports = "\n".join(
         f"  export {k}={shlex.quote(env[k])}"
-        for k in ("DATABASE_URL", "REDIS_URL", "BROKER_URL", "INBOX_KEK")
+        for k in ("DATABASE_URL", "INBOX_KEYSTORE_URL", "REDIS_URL", "BROKER_URL", "INBOX_KEK")
         if env.get(k)
     )
     rule = "=" * 78
@@ -325,6 +341,8 @@ def main() -> None:
     sup: Supervisor | None = None
     try:
         os.environ.update(_urls())
+        if not os.environ.get("INBOX_KEYSTORE_URL"):
+            os.environ["INBOX_KEYSTORE_URL"] = keystore_beside(os.environ["DATABASE_URL"])
         os.environ.setdefault("PORT", str(PORT))
         os.environ.setdefault("BROKER_URL", os.environ["REDIS_URL"])  # for the Ready block
         os.environ.setdefault("INBOX_PLAYBOOKS", "")

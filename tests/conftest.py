@@ -139,8 +139,17 @@ def database_url(pg_server_url: str, template_db: str) -> Iterator[str]:
     _clone(pg_server_url, template_db, name)
     url = _with_db(pg_server_url, name)
     os.environ["DATABASE_URL"] = url
+    # The payloads' key store: a database of its own beside it, as in production
+    # (inbox/store/db/keystore.py); its one table is made on first use.
+    keys = f"inbox_keys_{RUN}_{WORKER}"
+    _drop(pg_server_url, keys)
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{keys}"')
+        conn.execute(f'ALTER DATABASE "{keys}" SET synchronous_commit = off')  # as _clone
+    os.environ["INBOX_KEYSTORE_URL"] = _with_db(pg_server_url, keys)
     yield url
     _drop(pg_server_url, name)
+    _drop(pg_server_url, keys)
     if _shared_server_url() is None:
         _drop(pg_server_url, template_db)  # this worker's own embedded server: no one else
 

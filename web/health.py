@@ -3,7 +3,8 @@ answers and takes writes, its schema is the code's, the stored signing secrets c
 read, and the broker answers).
 
 ``/readyz`` answers 503 with ``cause`` naming the first failing check (database, schema,
-secrets: INBOX_KEK missing or not the key of the stored secrets, broker) and ``checks``
+secrets: INBOX_KEK missing or not the key of the stored secrets, keystore: the payloads' key
+store unset while payload keys exist, or not answering, broker) and ``checks``
 saying what each found, so a load balancer stops sending events to a receiver that would
 answer every one of them 503, and an operator sees why. ``playbooks`` names sources whose
 playbook is not registered; it is advisory: their events are accepted and held. A
@@ -51,11 +52,13 @@ def readyz() -> tuple[dict[str, object], int]:
             if checks["schema"] == "ok" or checks["schema"].startswith(readiness.AHEAD):
                 checks["secrets"] = startup.secrets_problem(conn) or "ok"
                 checks["playbooks"] = check_playbooks(conn)
+                checks["keystore"] = readiness.keystore(conn)
     except Exception as exc:
         checks.setdefault("database", readiness.unreachable(exc))
         checks.setdefault("schema", NOT_CHECKED)
     checks.setdefault("secrets", NOT_CHECKED)
     checks.setdefault("playbooks", NOT_CHECKED)
+    checks.setdefault("keystore", NOT_CHECKED)
     checks["broker"] = check_broker(ext.settings)
     failed = [
         k

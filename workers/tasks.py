@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 from inbox.domain.records import BulkJobId, EndpointId
 from inbox.infra import broker
 from inbox.services import audit as auditor
-from inbox.services import gapfill, upkeep
+from inbox.services import erasure, gapfill, upkeep
 from inbox.services import sweep as sweeper
 from inbox.services.bulk import run_bulk_once
 from inbox.services.courier import BATCH, deliver_once, policy_of
@@ -168,9 +168,13 @@ def sweep() -> dict[str, int]:
 @shared_task(name=broker.PRUNE)  # type: ignore[untyped-decorator]
 @through_outages
 def prune() -> dict[str, object]:
-    """Retention: expired keys, old raw bodies, old delivery attempts, old ledger days."""
-    r = upkeep.prune(engine(), state.current().settings)
+    """Retention: expired keys, old raw bodies, old delivery attempts, old ledger days; and
+    any erasure a crash left between its two databases, finished."""
+    settings = state.current().settings
+    r = upkeep.prune(engine(), settings)
+    resumed = erasure.resume(engine(), settings)
     return {
+        "erasures_resumed": resumed,
         "keys": r.keys_removed,
         "bodies": r.bodies_removed,
         "attempts_folded": r.attempts_folded,

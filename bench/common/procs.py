@@ -37,15 +37,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def create_database(pg_url: str, prefix: str = "inbox_bench") -> tuple[str, str]:
-    """A fresh database, migrated to head: (name, url)."""
-    from inbox.store.schema import migrate
-
+def _empty_database(pg_url: str, prefix: str) -> tuple[str, str]:
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     base, _, query = pg_url.partition("?")
-    url = base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
+    return name, base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
+
+
+def create_database(pg_url: str, prefix: str = "inbox_bench") -> tuple[str, str]:
+    """A fresh database, migrated to head: (name, url)."""
+    from inbox.store.schema import migrate
+
+    name, url = _empty_database(pg_url, prefix)
     migrate.upgrade(url)
     return name, url
 
@@ -68,6 +72,11 @@ def source_database(
         cluster = PrivatePostgres(settings=cluster_settings)
         pg_url = cluster.url
     try:
+        # The payloads' key store, a database of its own beside it (INBOX_KEYSTORE_URL),
+        # as in production; every process this run starts inherits it.
+        keys_name, keys_url = _empty_database(pg_url, prefix + "_keys")
+        kept = os.environ.get("INBOX_KEYSTORE_URL")
+        os.environ["INBOX_KEYSTORE_URL"] = keys_url
         name, db_url = create_database(pg_url, prefix)
         try:
             tenant, source_name, secret = source
@@ -88,6 +97,11 @@ def source_database(
             yield db_url
         finally:
             drop_database(pg_url, name)
+            drop_database(pg_url, keys_name)
+            if kept is None:
+                os.environ.pop("INBOX_KEYSTORE_URL", None)
+            else:
+                os.environ["INBOX_KEYSTORE_URL"] = kept
     finally:
         if cluster is not None:
             cluster.stop()

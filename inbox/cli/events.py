@@ -280,6 +280,8 @@ def replay(
     if len(targets) > approval_min:
         _request_approval(tenant, source, since, rate, who)
         return
+    if ids:
+        operations.refuse_erased(current(), who, targets)
     with click.progressbar(length=len(targets), label="replaying", show_pos=True) as bar:
         done = operations.replay_events(
             ringing(), who, targets, rate=rate, each=lambda _: bar.update(1)

@@ -79,10 +79,13 @@ def erase(
     actor: str,
     as_json: bool,
 ) -> None:
-    """Erase payloads by destroying their keys: every copy (backups and dumps too) no longer
-    opens; rows, digests, verdicts and audit entries stay. `--tenant T --subject S` erases
-    one subject at once; `--tenant T` alone asks, and another operator confirms with
-    `--approve ERA`. Refused (409) while a legal hold covers them."""
+    """Erase payloads by deleting their keys from the key store (INBOX_KEYSTORE_URL): every
+    copy of the inbox's database (backups and dumps too) no longer opens them; the key
+    store's own backups keep a key until they expire (docs/how-to/erase.md). Rows, digests,
+    verdicts and audit entries stay. `--tenant T --subject S` erases one subject at once;
+    `--tenant T` alone asks, and another operator confirms with `--approve ERA`. Refused
+    (409) while a legal hold covers them. An erasure the key store did not answer stays
+    `destroying` and is finished by the next one (or the beat's hourly upkeep)."""
     rt = current()
     if listing:
         found = erasure.listing(rt, None)

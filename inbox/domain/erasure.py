@@ -35,6 +35,7 @@ __all__ = [
     "ErasureScope",
     "ErasureUnfinished",
     "PayloadErased",
+    "ReplayErased",
     "needs_two_people",
     "subject_digest",
     "subject_of",
@@ -86,6 +87,13 @@ class ErasureNotAwaiting(InboxError):
     code = "erasure_not_awaiting"
 
 
+class ReplayErased(InboxError):
+    """This event's payload was erased: a replay would have nothing to run."""
+
+    http_status = 409
+    code = "payload_erased"
+
+
 class PayloadErased(PermanentError):
     """The event's payload was erased (its key destroyed): there is nothing to run."""
 
@@ -97,7 +105,7 @@ class Erasure:
     tenant: str
     scope: str
     reason: str
-    status: str  # awaiting_approval, done, rejected
+    status: str  # awaiting_approval, destroying (keys being deleted), done, rejected
     requested_by: str
     requested_at: datetime
     approved_by: str | None

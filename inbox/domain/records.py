@@ -128,7 +128,7 @@ class ClaimedDelivery:
     id: DeliveryId
     fence: int
     public_id: str
-    body: bytes
+    body: bytes | None  # None: sealed under a key an erasure destroyed (never sent)
     attempts: int
     replay: int = 0
     trace_context: str | None = None  # the W3C traceparent of the step that made it

@@ -215,6 +215,15 @@ class Settings:
         "seal raw bodies and stored headers under per-tenant (or per-subject) data keys"
         " wrapped by INBOX_KEK; takes effect where INBOX_KEK is set (0: store new ones in clear)",
     )
+    keystore_url: str = setting(
+        "INBOX_KEYSTORE_URL",
+        "",
+        "PostgreSQL URL of the key store: a small database of its own that holds the payloads'"
+        " wrapped data keys, apart from DATABASE_URL, so a dump of the inbox's database holds"
+        " no key (docs/explanation/security.md); sealing is off while it is unset;"
+        " `make run` makes one beside its database",
+        shown="none (sealing off); `make run`: a database `inbox_keys` beside its own",
+    )
     data_key_cache: int = setting(
         "INBOX_DATA_KEY_CACHE",
         4096,

@@ -17,10 +17,13 @@ retired by erasure's successor, a fresh key, at any time).
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESGCMSIV
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from inbox.domain.errors import InboxError
 from inbox.infra.keyring import Keyring
@@ -28,6 +31,11 @@ from inbox.infra.keyring import Keyring
 VERSION = b"\x01"
 NONCE_BYTES = 12
 OVERHEAD = len(VERSION) + NONCE_BYTES + 16  # the tag
+# A value that names its own key (``seal_tagged``): TAGGED || key id (8 bytes) || nonce ||
+# ciphertext+tag. A JSON document never starts with this byte, so a column may hold both.
+TAGGED = b"\x02"
+KEY_ID_BYTES = 8
+TAGGED_OVERHEAD = len(TAGGED) + KEY_ID_BYTES + NONCE_BYTES + 16
 
 
 class SealBroken(InboxError):
@@ -37,11 +45,16 @@ class SealBroken(InboxError):
 class DataKey:
     """One unwrapped data key, ready to seal and open (thread-safe: AESGCM is)."""
 
-    __slots__ = ("_aead", "id")
+    __slots__ = ("_aead", "_siv", "id")
 
     def __init__(self, key_id: int, key: bytes) -> None:
         self.id = key_id
         self._aead = AESGCM(key)
+        # The deterministic AEAD of ``seal_tagged``: AES-GCM-SIV (RFC 8452) under a subkey
+        # derived from the data key (one key, one algorithm), so erasing the data key
+        # erases these values too.
+        sub = HKDF(hashes.SHA256(), 32, None, b"inbox tagged values").derive(key)
+        self._siv = AESGCMSIV(sub)
 
     def _aad(self, column: str) -> bytes:
         return f"{column}:{self.id}".encode()
@@ -58,6 +71,30 @@ class DataKey:
             return self._aead.decrypt(nonce, sealed[1 + NONCE_BYTES :], self._aad(column))
         except InvalidTag:
             raise SealBroken(f"{column}: does not open under key {self.id}") from None
+
+    def seal_tagged(self, plain: bytes, column: str, label: str) -> bytes:
+        """``plain`` sealed deterministically, naming this key: the same ``label`` (a row's
+        public id) and plaintext give the same bytes, so a check that compares two copies
+        of a row still can; the nonce is derived from the label, and AES-GCM-SIV keeps a
+        repeated nonce from revealing more than that the two plaintexts are equal."""
+        nonce = hashlib.sha256(label.encode()).digest()[:NONCE_BYTES]
+        head = TAGGED + self.id.to_bytes(KEY_ID_BYTES, "big")
+        return head + nonce + self._siv.encrypt(nonce, plain, self._aad(column))
+
+    def open_tagged(self, sealed: bytes, column: str) -> bytes:
+        start = len(TAGGED) + KEY_ID_BYTES
+        nonce = sealed[start : start + NONCE_BYTES]
+        try:
+            return self._siv.decrypt(nonce, sealed[start + NONCE_BYTES :], self._aad(column))
+        except InvalidTag:
+            raise SealBroken(f"{column}: does not open under key {self.id}") from None
+
+
+def tagged_key(value: bytes) -> int | None:
+    """The key id a ``seal_tagged`` value names; None for a value stored in clear."""
+    if value[:1] != TAGGED or len(value) < TAGGED_OVERHEAD:
+        return None
+    return int.from_bytes(value[len(TAGGED) : len(TAGGED) + KEY_ID_BYTES], "big")
 
 
 def new_key() -> bytes:

@@ -216,6 +216,19 @@ def _send(client: Client, ep: Endpoint, c: ClaimedDelivery) -> Sent:
 def _attempt(client: Client, ep: Endpoint, c: ClaimedDelivery) -> Sent:
     """Send one delivery and judge the answer (no database work here)."""
     now = datetime.now(UTC)
+    if c.body is None:  # its event's key was destroyed by an erasure: nothing to send
+        return Sent(
+            claim=c,
+            at=now,
+            status=None,
+            error="payload erased",
+            latency_ms=0.0,
+            excerpt=None,
+            state=transition(DeliveryState.SENDING, DeliveryState.FAILED),
+            delay=0.0,
+            disable=False,
+            unreachable=False,
+        )
     hdrs = callbacks.headers(c.public_id, c.body, list(ep.secrets), now, c.replay)
     tracing.inject(hdrs)  # traceparent: the tenant's system continues the event's trace
     status: int | None = None

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from inbox.domain import callbacks
+from inbox.domain.erasure import ReplayErased
 from inbox.domain.errors import NotFound
 from inbox.domain.holds import Hold
 from inbox.domain.records import Endpoint, TenantId
@@ -26,6 +27,7 @@ from inbox.services.bulk import NotReplayable
 from inbox.services.runtime import Rung, Runtime
 from inbox.store.reads import admin
 from inbox.store.reads import endpoints as ereads
+from inbox.store.reads import erasures as erasure_reads
 from inbox.store.reads import holds as hreads
 from inbox.store.reads import lanes as lreads
 from inbox.store.write import deliveries as dstore
@@ -124,8 +126,25 @@ def replay_events(
     return Replayed(moved, len(public_ids), rung)
 
 
+def refuse_erased(rt: Runtime, actor: Actor, public_ids: Sequence[str]) -> None:
+    """409 (``payload_erased``, naming the erasure) where a named event's payload was
+    erased: a replay would have nothing to run (asked up front, not found by the worker)."""
+    with rt.engine.connect() as conn:
+        check_visible(conn, actor, "events", public_ids)
+        for public_id in public_ids:
+            erased = erasure_reads.of_event(conn, public_id)
+            if erased is not None:
+                raise ReplayErased(
+                    f"Event {public_id} cannot be replayed: its payload was erased by"
+                    f" {erased.erasure or 'an erasure'} on {erased.at.isoformat()}"
+                    f" ({erased.by}); there is nothing left to run."
+                )
+
+
 def replay_event(rt: Runtime, actor: Actor, public_id: str) -> Replayed:
-    """One event: 404 unless the actor sees it, 409 unless it is quarantined or filtered."""
+    """One event: 404 unless the actor sees it, 409 (``payload_erased``, naming the erasure)
+    if its payload was erased, else 409 unless it is quarantined or filtered."""
+    refuse_erased(rt, actor, [public_id])
     done = replay_events(rt, actor, [public_id])
     if not done.moved:
         raise NotReplayable("Only a quarantined or filtered event can be replayed.")

@@ -1,16 +1,20 @@
 """What ``/readyz`` checks, each as one line: the database takes writes, its schema is the
-code's, and every source's playbook is registered in this process."""
+code's, every source's playbook is registered in this process, and the key store answers
+where payload keys exist."""
 
 from __future__ import annotations
 
 from sqlalchemy import Connection, text
 
 from inbox.domain.playbooks import Registry, registry
+from inbox.store.db import keystore as keys
 from inbox.store.db.availability import unreachable, writable
 from inbox.store.reads import sources as source_reads
 from inbox.store.schema.migrate import head_revision, known_revisions
 
-__all__ = ["AHEAD", "playbooks", "schema", "unreachable", "writable"]
+__all__ = ["AHEAD", "keystore", "playbooks", "schema", "unreachable", "writable"]
+
+NOT_CONFIGURED = "not configured"
 
 # What ``schema`` says of a database migrated by a newer release than this process's: it
 # still serves (a rolling upgrade migrates first, then replaces processes one by one; a
@@ -59,3 +63,23 @@ def playbooks(conn: Connection, reg: Registry = registry) -> str:
         f"not registered: {'; '.join(missing[:3])}{more}; their events are held until"
         " INBOX_PLAYBOOKS loads it"
     )
+
+
+def keystore(conn: Connection) -> str:
+    """ "ok" when the key store answers; "not configured" where it is unset and no payload
+    key exists; else why sealed payloads cannot be opened (unset while keys are registered,
+    or not answering)."""
+    registered = int(conn.execute(text("SELECT count(*) FROM data_keys")).scalar_one())
+    if not keys.configured():
+        if not registered:
+            return NOT_CONFIGURED
+        return (
+            f"INBOX_KEYSTORE_URL is not set, yet {registered} payload key(s) are registered:"
+            " sealed payloads cannot be opened, nor new ones sealed (set it to the key store)"
+        )
+    try:
+        with keys.current().engine.connect() as ks:
+            ks.execute(text("SELECT 1"))
+    except Exception as exc:
+        return unreachable(exc)
+    return "ok"

@@ -58,6 +58,11 @@ def check(settings: Settings, engine: Engine | None = None) -> None:
             raise CannotStart(f"{kr.ENV} is not a list of keys: {exc}") from None
     if not settings.database_url:
         raise CannotStart("DATABASE_URL is not set: export it (postgresql://USER@HOST/DB)")
+    if settings.encrypt_payloads and ring is not None and not settings.keystore_url:
+        log.warning(
+            "INBOX_KEYSTORE_URL is not set: new payloads are stored in clear (sealing needs"
+            " the key store, docs/how-to/deploy.md#the-key-store)"
+        )
     own = engine is None
     eng = engine or make_engine(settings, pool_size=1)
     try:

@@ -73,7 +73,7 @@ class DevRun:
         env = {
             k: v
             for k, v in os.environ.items()
-            if k not in ("DATABASE_URL", "REDIS_URL", "BROKER_URL")
+            if k not in ("DATABASE_URL", "INBOX_KEYSTORE_URL", "REDIS_URL", "BROKER_URL")
         }
         env.update({"INBOX_DEV_DATA": str(data), "PORT": str(port), **(shell or {})})
         self.popen = subprocess.Popen(
@@ -118,8 +118,10 @@ def test_make_run_supervises_says_ready_and_stops_everything(data_dir):
         # one Ready block, with the console's token (kept) and the second shell's exports
         token = (data_dir / "operator_token").read_text().strip()
         assert token in out
-        for name in ("DATABASE_URL", "REDIS_URL", "BROKER_URL"):
+        for name in ("DATABASE_URL", "INBOX_KEYSTORE_URL", "REDIS_URL", "BROKER_URL"):
             assert f"export {name}=" in out
+        # The payloads' key store: a database of its own beside the embedded one.
+        assert re.search(r"export INBOX_KEYSTORE_URL=\S*/postgres_keys", out), out[-2000:]
         assert "[tasks]" not in out and "-------------- [queues]" not in out  # no banners
         redis_port = re.search(r"export REDIS_URL=redis://127.0.0.1:(\d+)/0", out).group(1)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)

@@ -480,7 +480,12 @@ def test_an_erased_payload_or_a_deleted_endpoint_is_refused_at_the_proposal(
     decided(client, engine, wsettings, forward, "k1")
     corrupt(engine, "DELETE FROM deliveries")
     v = open_one(engine, wsettings, I.DELIVERY_PER_ENDPOINT)
-    corrupt(engine, "UPDATE data_keys SET wrapped = NULL, destroyed_at = now()")
+    from inbox.store.db import keystore
+
+    corrupt(engine, "UPDATE data_keys SET destroyed_at = now()")
+    with engine.connect() as conn:  # destroyed as an erasure destroys it: in the key store
+        ids = list(conn.execute(text("SELECT id FROM data_keys")).scalars())
+    keystore.current().destroy(ids)
     keys.clear()
     with pytest.raises(BadRequest, match="was erased"):
         audit.propose(engine, wsettings, "alice", v.id)

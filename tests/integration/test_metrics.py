@@ -360,6 +360,7 @@ def test_readyz_pings_the_redis_broker(settings, engine, redis_url):
         "schema": "ok",
         "secrets": "ok",
         "playbooks": "ok",
+        "keystore": "ok",
         "broker": "ok",
     }
     down = f"redis://127.0.0.1:{closed_port()}/0"
@@ -389,6 +390,7 @@ def test_readyz_without_a_broker_checks_the_database_only(settings, engine, dead
         "schema": "ok",
         "secrets": "ok",
         "playbooks": "ok",
+        "keystore": "ok",
         "broker": "not configured",
     }
     status, body = ready(settings, dead_engine)

@@ -1,9 +1,11 @@
 """Payloads sealed at rest (envelope encryption) and erased by destroying their keys,
 against real PostgreSQL: what is stored is ciphertext, every reader sees the payload, the
 digests are the plaintext's; an erasure keeps every row and its evidence, a legal hold
-refuses it, a tenant-wide one takes two operators; a dump taken before an erasure does not
-open once the KEK that wrapped its keys is retired; KEK rotation rewrites no payload; the
-sealing job resumes after a crash."""
+refuses it, a tenant-wide one takes two operators; the keys live in a key store of their
+own, so a dump of the inbox's database taken before an erasure, restored after it, opens
+nothing with the KEK in force; an erasure cut short between the two databases resumes;
+KEK rotation rewraps the key store and rewrites no payload; the sealing job resumes after
+a crash."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,8 +30,10 @@ from inbox.cli import main
 from inbox.infra import envelope
 from inbox.infra import keyring as kr
 from inbox.infra.config import Settings
+from inbox.services import erasure
 from inbox.services.drain import drain_once
-from inbox.store.db import sealing
+from inbox.store.db import keystore, sealing
+from inbox.store.db.engine import make_engine
 from inbox.store.write import tokens as tstore
 from tests.helpers import body_of, hmac_headers, wait_for
 from tests.integration.ui_support import CSRF, grab, new_token, sign_in
@@ -48,11 +53,28 @@ def keys(engine: Engine) -> Iterator[sealing.PayloadKeys]:
     before and after (the tables are emptied between tests, ids start again)."""
     found = sealing.for_engine(engine)
     found.clear()
+    _empty_keystore()
     was = found.enabled
     found.enabled = True
     yield found
     found.enabled = was
     found.clear()
+
+
+def _empty_keystore() -> None:
+    """The worker's key store emptied (it outlives the tables emptied between tests)."""
+    with keystore.current().engine.begin() as conn:
+        keystore.current().ensure_schema()
+        conn.execute(text("DELETE FROM data_keys"))
+
+
+def in_keystore(key_ids) -> dict[int, str]:
+    """The key store's wrapped keys among ``key_ids``."""
+    with keystore.current().engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT id, wrapped FROM data_keys WHERE id = ANY(:ids)"), {"ids": list(key_ids)}
+        )
+        return {int(r.id): str(r.wrapped) for r in rows}
 
 
 def cli(*args: str, ok: bool = True) -> str:
@@ -182,13 +204,14 @@ def test_subject_erasure_keeps_rows_and_evidence(
     after = stored(engine, gone)  # the row, its sealed bytes and its digest stay
     assert bytes(after.body) == bytes(before.body) and after.body_sha256 == before.body_sha256
     with engine.connect() as conn:
-        wrapped = conn.execute(
-            text("SELECT wrapped FROM data_keys WHERE id = :k"), {"k": after.key_id}
+        destroyed = conn.execute(
+            text("SELECT destroyed_by FROM data_keys WHERE id = :k"), {"k": after.key_id}
         ).scalar_one()
         audit = conn.execute(
             text("SELECT actor, action FROM audit_log WHERE subject_kind = 'erasure' ORDER BY id")
         ).all()
-    assert wrapped is None
+    assert destroyed == "dpo" and in_keystore([after.key_id]) == {}  # gone from the key store
+    assert len(in_keystore([stored(engine, kept).key_id])) == 1  # the other subject's stays
     assert [(a.actor, a.action) for a in audit] == [("dpo", "erasure_requested"), ("dpo", "erased")]
     shown = detail(client, engine, gone)
     assert shown["body"] is None and shown["headers"] == {}
@@ -231,7 +254,7 @@ def test_a_legal_hold_refuses_the_erasure_naming_the_hold(client, make_source, e
         assert conn.execute(text("SELECT count(*) FROM erasures")).scalar_one() == 0
         assert (
             conn.execute(
-                text("SELECT count(*) FROM data_keys WHERE wrapped IS NOT NULL")
+                text("SELECT count(*) FROM data_keys WHERE destroyed_at IS NULL")
             ).scalar_one()
             == 1
         )
@@ -273,81 +296,155 @@ def test_a_tenant_wide_erasure_takes_two_operators(client, make_source, engine, 
     assert json.loads(detail(client, engine, later)["body"]) == {"n": 9}
 
 
-def _dumped_key(dump: str, key_id: int) -> str:
-    """The wrapped value of data key ``key_id`` in a plain pg_dump of data_keys."""
-    lines = dump.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("COPY public.data_keys"))
-    columns = re.search(r"\((.*)\)", lines[start]).group(1).split(", ")
-    for line in lines[start + 1 :]:
-        if line == "\\.":
-            break
-        row = dict(zip(columns, line.split("\t"), strict=True))
-        if int(row["id"]) == key_id:
-            return row["wrapped"]
-    raise AssertionError(f"key {key_id} is not in the dump")
+def _psql(url: str) -> str:
+    return url.replace("+psycopg", "")
+
+
+@pytest.fixture
+def scratch_url(database_url: str) -> Iterator[str]:
+    """An empty database beside the test's, to restore a dump into."""
+    name = f"inbox_restore_{uuid4().hex[:8]}"
+    admin = _psql(database_url)
+    subprocess.run(["psql", "-q", admin, "-c", f'CREATE DATABASE "{name}"'], check=True)
+    yield database_url.rsplit("/", 1)[0] + f"/{name}"
+    subprocess.run(
+        ["psql", "-q", admin, "-c", f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'], check=True
+    )
+
+
+def _restored_payload(url: str, public_id: str) -> sealing.Opened:
+    """The payload of ``public_id`` as the inbox reads it from the database at ``url``,
+    with the KEK and the key store in force and nothing cached."""
+    restored = make_engine(Settings(database_url=url), pool_size=1)
+    try:
+        with restored.connect() as conn:
+            row = conn.execute(
+                text(
+                    f"SELECT e.body, e.key_id, e.headers_sealed, {sealing.live('e')} AS live"
+                    " FROM events e WHERE e.public_id = :p"
+                ),
+                {"p": public_id},
+            ).one()
+            assert row.live is True  # the registry as dumped: the key was live then
+            keys = sealing.PayloadKeys(restored, size=10, ttl_s=60, enabled=True)
+            return keys.open(conn, row.key_id, row.body, None, row.headers_sealed, row.live)
+    finally:
+        restored.dispose()
 
 
 def test_a_dump_taken_before_the_erasure_does_not_open_after_it(
-    client, make_source, engine, keys, database_url, monkeypatch
+    client, make_source, engine, keys, database_url, scratch_url
 ):
+    """The threat: a copy of the inbox's database made before an erasure, restored after it.
+    It holds the sealed payload and the key's id, never the key: the key store (a database
+    of its own) held the key, and the erasure deleted it there. With the KEK in force,
+    decrypting finds no key. No KEK retirement needed."""
     src = subject_source(make_source)
     jane = person("Jane Roe", "acct-1")
     gone = post(client, src, jane, "k1")
+    kept = post(client, src, person("Rob Poe", "acct-2"), "k2")
     _finish(engine)
     row = stored(engine, gone)
     dump = subprocess.run(
-        ["pg_dump", "--data-only", "--table=data_keys", database_url.replace("+psycopg", "")],
+        ["pg_dump", "--no-owner", "--no-privileges", _psql(database_url)],
         check=True,
         capture_output=True,
         text=True,
     ).stdout
-    wrapped = _dumped_key(dump, row.key_id)
-    old_kek = os.environ["INBOX_KEK"]
-    # The threat: the dump and the KEK of its day open the payload.
-    opened = envelope.DataKey(row.key_id, envelope.unwrap(kr.keyring(), wrapped))
-    assert opened.open(bytes(row.body), sealing.BODY) == body_of(jane)
+    # No key material in the inbox's database: its data_keys has ids, no wrapped keys.
+    copy = next(line for line in dump.splitlines() if line.startswith("COPY public.data_keys"))
+    assert "wrapped" not in copy and "Jane Roe" not in dump
+    subprocess.run(
+        ["psql", "-q", "-v", "ON_ERROR_STOP=1", _psql(scratch_url)],
+        input=dump,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    # Restored before the erasure, the copy opens as the live database does.
+    assert json.loads(_restored_payload(scratch_url, gone).body or b"") == jane
 
     cli("erase", "--tenant", src.tenant, "--subject", "acct-1", "--reason", "GDPR")
-    with engine.connect() as conn:  # the live database holds no key for it any more
-        assert (
-            conn.execute(
-                text("SELECT wrapped FROM data_keys WHERE id = :k"), {"k": row.key_id}
-            ).scalar_one()
-            is None
+
+    # The same copy, after it: nothing opens, though the KEK is the one that wrapped the key.
+    opened = _restored_payload(scratch_url, gone)
+    assert opened.erased and opened.body is None and opened.headers == {}
+    assert in_keystore([row.key_id]) == {}  # decrypting with the KEK finds no key
+    with pytest.raises(envelope.SealBroken):  # and no other live key opens it
+        other = stored(engine, kept).key_id
+        key = envelope.DataKey(
+            row.key_id, envelope.unwrap(kr.keyring(), in_keystore([other])[other])
         )
-    # The KEK retired (docs/how-to/erase.md): a new one first, every live key rewrapped,
-    # the old one dropped. The dump's wrapped key then opens under no KEK in force.
-    new_kek = kr.new_key()
-    monkeypatch.setenv("INBOX_KEK", f"{new_kek},{old_kek}")
-    assert "data_keys: 0 of 0 re-encrypted" in cli("secrets", "reencrypt")
-    monkeypatch.setenv("INBOX_KEK", new_kek)
-    with pytest.raises(kr.KeyInvalid):
-        envelope.unwrap(kr.keyring(), wrapped)
-    keys.clear()
-    assert detail(client, engine, gone)["body"] is None
+        key.open(bytes(row.body), sealing.BODY)
+    # The other subject's payload in the same copy still opens.
+    assert json.loads(_restored_payload(scratch_url, kept).body or b"")["name"] == "Rob Poe"
 
 
-def test_kek_rotation_rewraps_keys_and_rewrites_no_payload(
+def test_an_erasure_cut_short_between_the_two_databases_resumes(
+    client, make_source, engine, keys, settings, monkeypatch
+):
+    """Step 1 (the registry marked, the erasure 'destroying') commits, then the key store's
+    delete fails (a crash, an outage): every reader already finds the payload erased, the
+    key is still in the key store, and the next erasure (or the beat's upkeep) finishes it:
+    the key deleted, the erasure done, its audit row and report written once."""
+    src = subject_source(make_source)
+    gone = post(client, src, person("Jane Roe", "acct-1"), "k1")
+    _finish(engine)
+    key_id = stored(engine, gone).key_id
+
+    live_store = os.environ["INBOX_KEYSTORE_URL"]
+    with socket.socket() as s:  # a port nothing listens on: the key store is down
+        s.bind(("127.0.0.1", 0))
+        dead = f"postgresql://postgres@127.0.0.1:{s.getsockname()[1]}/inbox_keys"
+    monkeypatch.setenv("INBOX_KEYSTORE_URL", dead)
+    said = cli("erase", "--tenant", src.tenant, "--subject", "acct-1", "--reason", "GDPR", ok=False)
+    assert "key store (INBOX_KEYSTORE_URL) does not answer" in said, said
+    with engine.connect() as conn:
+        status = conn.execute(text("SELECT status FROM erasures")).scalar_one()
+    assert status == "destroying"
+    assert detail(client, engine, gone)["body"] is None  # erased for every reader already
+
+    monkeypatch.setenv("INBOX_KEYSTORE_URL", live_store)  # the key store is back
+    assert len(in_keystore([key_id])) == 1  # the key itself not yet deleted
+    assert erasure.resume(engine, settings) == 1
+    assert erasure.resume(engine, settings) == 0  # once
+    assert in_keystore([key_id]) == {}
+    with engine.connect() as conn:
+        done = conn.execute(text("SELECT status, keys_destroyed, events FROM erasures")).one()
+        erased = conn.execute(
+            text("SELECT count(*) FROM audit_log WHERE action = 'erased'")
+        ).scalar_one()
+        reports = conn.execute(
+            text("SELECT count(*) FROM retention_reports WHERE kind = 'erasure'")
+        ).scalar_one()
+    assert tuple(done) == ("done", 1, 1) and erased == 1 and reports == 1
+
+
+def test_kek_rotation_rewraps_the_key_store_and_rewrites_no_payload(
     client, make_source, engine, keys, monkeypatch
 ):
     src = subject_source(make_source)
     ids = [post(client, src, person("Jane Roe", f"acct-{n}"), f"k{n}") for n in range(2)]
     before = {i: bytes(stored(engine, i).body) for i in ids}
-    with engine.connect() as conn:
-        wrapped = dict(conn.execute(text("SELECT id, wrapped FROM data_keys")).all())
+    key_ids = {stored(engine, i).key_id for i in ids}
+    wrapped = in_keystore(key_ids)
+    assert wrapped.keys() == key_ids
     old_kek = os.environ["INBOX_KEK"]
     new_kek = kr.new_key()
     monkeypatch.setenv("INBOX_KEK", f"{new_kek},{old_kek}")
-    assert "data_keys: 2 of 2 re-encrypted" in cli("secrets", "reencrypt")
+    assert "data_keys (key store): 2 of 2 re-encrypted" in cli("secrets", "reencrypt")
     monkeypatch.setenv("INBOX_KEK", new_kek)  # the old KEK dropped
     keys.clear()
-    with engine.connect() as conn:
-        rewrapped = dict(conn.execute(text("SELECT id, wrapped FROM data_keys")).all())
+    rewrapped = in_keystore(key_ids)
     assert rewrapped.keys() == wrapped.keys()
     assert all(rewrapped[k] != wrapped[k] for k in wrapped)
     assert {i: bytes(stored(engine, i).body) for i in ids} == before  # not rewritten
     for i in ids:
         assert json.loads(detail(client, engine, i)["body"])["name"] == "Jane Roe"
+    # The old KEK opens none of the rewrapped keys any more.
+    monkeypatch.setenv("INBOX_KEK", old_kek)
+    with pytest.raises(kr.KeyInvalid):
+        envelope.unwrap(kr.keyring(), next(iter(rewrapped.values())))
 
 
 def test_the_sealing_job_resumes_after_a_crash(client, make_source, engine, database_url):
@@ -433,10 +530,7 @@ def test_a_payload_sealed_under_a_key_destroyed_since_is_quarantined_as_erased(
         assert subjects[stored(engine, anonymous).key_id] is True  # the tenant's key
         assert subjects[stored(engine, late).key_id] is False
         conn.execute(
-            text(
-                "UPDATE data_keys SET wrapped = NULL, destroyed_at = now(), destroyed_by = 'x'"
-                " WHERE id = :k"
-            ),
+            text("UPDATE data_keys SET destroyed_at = now(), destroyed_by = 'x' WHERE id = :k"),
             {"k": stored(engine, late).key_id},
         )
     _finish(engine)
@@ -453,6 +547,18 @@ def test_a_payload_sealed_under_a_key_destroyed_since_is_quarantined_as_erased(
         ).scalar_one()
     assert (ev.state, ev.last_error_class, ran) == ("quarantined", "PayloadErased", 0)
     assert stored(engine, anonymous).state == "completed"
+
+    # A replay of it is refused up front (409 naming why), not run and quarantined again.
+    resp = client.post(f"/api/v1/events/{late}/replay", headers=token(engine, "ops"))
+    assert resp.status_code == 409 and resp.json["error"]["code"] == "payload_erased"
+    assert "erased" in resp.json["error"]["message"] and late in resp.json["error"]["message"]
+    said = cli("replay", late, "--actor", "ops", ok=False)
+    assert "cannot be replayed: its payload was erased" in said
+    with engine.connect() as conn:
+        replays = conn.execute(
+            text("SELECT count(*) FROM audit_log WHERE action = 'replay'")
+        ).scalar_one()
+    assert stored(engine, late).state == "quarantined" and replays == 0
 
 
 def test_the_key_cache_is_bounded_and_expires(make_source, engine):

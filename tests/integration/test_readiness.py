@@ -3,6 +3,7 @@ a receiver's 503 names its cause class."""
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import replace
 
@@ -109,3 +110,48 @@ def test_a_source_whose_playbook_is_missing_is_named_but_not_a_cause(settings, m
     assert body["checks"]["playbooks"].startswith(
         f"not registered: {src.tenant}/{src.name} names 'nowhere-registered'"
     )
+
+
+def test_the_key_store_unset_or_down_is_the_cause_once_payload_keys_exist(
+    settings, make_source, engine, monkeypatch
+):
+    from sqlalchemy import text
+
+    from inbox.store.db import keystore, sealing
+
+    src = make_source()
+    status, body = ready(settings)
+    assert status == 200 and body["checks"]["keystore"] == "ok", body
+    live_store = os.environ["INBOX_KEYSTORE_URL"]
+    monkeypatch.delenv("INBOX_KEYSTORE_URL")  # no key yet: nothing to open, not a cause
+    status, body = ready(settings)
+    assert status == 200 and body["checks"]["keystore"] == "not configured", body
+
+    monkeypatch.setenv("INBOX_KEYSTORE_URL", live_store)
+    key = sealing.PayloadKeys(engine, size=4, ttl_s=60, enabled=True).key_for(src.tenant_id, None)
+    monkeypatch.delenv("INBOX_KEYSTORE_URL")
+    status, body = ready(settings)
+    assert status == 503 and body["cause"] == "keystore"
+    assert body["checks"]["keystore"].startswith("INBOX_KEYSTORE_URL is not set, yet 1 payload")
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"postgresql://postgres@127.0.0.1:{s.getsockname()[1]}/keys"
+    monkeypatch.setenv("INBOX_KEYSTORE_URL", dead)
+    status, body = ready(settings)
+    assert status == 503 and body["cause"] == "keystore"
+    assert body["checks"]["keystore"].startswith("unreachable"), body
+    monkeypatch.setenv("INBOX_KEYSTORE_URL", live_store)
+    keystore.current().destroy([key.id])
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM data_keys"))
+
+
+def test_a_process_without_a_key_store_says_payloads_go_in_clear(settings, caplog):
+    from inbox.services import startup
+
+    startup.check(replace(settings, keystore_url="", encrypt_payloads=True))
+    assert "INBOX_KEYSTORE_URL is not set: new payloads are stored in clear" in caplog.text
+    caplog.clear()
+    startup.check(replace(settings, keystore_url="postgresql://x/keys", encrypt_payloads=True))
+    assert "INBOX_KEYSTORE_URL" not in caplog.text

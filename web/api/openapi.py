@@ -382,7 +382,10 @@ _SCHEMAS: dict[str, Any] = {
             "tenant": {"type": "string"},
             "scope": {"type": "string", "enum": ["subject", "tenant"]},
             "reason": {"type": "string"},
-            "status": {"type": "string", "enum": ["awaiting_approval", "done", "rejected"]},
+            "status": {
+                "type": "string",
+                "enum": ["awaiting_approval", "destroying", "done", "rejected"],
+            },
             "requested_by": {"type": "string"},
             "approved_by": {"type": ["string", "null"]},
             "keys_destroyed": {"type": "integer"},
@@ -427,7 +430,10 @@ _PATHS: dict[str, Any] = {
     ),
     "/api/v1/events/{public_id}": _detail("One event in full.", "EventDetail"),
     "/api/v1/events/{public_id}/replay": _action(
-        "Replay a quarantined or filtered event (operator).", _REPLAYED, 409
+        "Replay a quarantined or filtered event (operator); 409 payload_erased, naming the"
+        " erasure, when its payload was erased.",
+        _REPLAYED,
+        409,
     ),
     "/api/v1/events/{public_id}/redact": {
         "post": {
@@ -722,7 +728,8 @@ _PATHS: dict[str, Any] = {
             "summary": "Erase payloads by destroying their keys (operator): a subject's now"
             " (201), a tenant's once another operator approves (202). 409 erasure_held names"
             " the legal holds that cover them; 409 erasure_unfinished while events under the"
-            " keys still run.",
+            " keys still run; 503 (cause keystore) while the key store does not answer (the"
+            " erasure stays destroying and is finished later).",
             "requestBody": {
                 "required": True,
                 "content": {"application/json": {"schema": _ref("ErasureRequest")}},

@@ -1,17 +1,24 @@
 """The data keys of a process: sealing payloads on the way in, opening them on the way out.
 
 A payload is sealed under its tenant's data key, or its subject's (``inbox.domain.erasure``),
-with one AEAD call per column (``inbox.infra.envelope``). The keys are unwrapped once and
-kept per engine in a bounded cache (least recently used out first, each entry for at most
-``INBOX_DATA_KEY_TTL_S``): a receiver whose tenant's key is cached seals with no round trip
-at all. A key is made on first use (a tenant's first payload, a subject's first): read if
-another process made it, else inserted (``ON CONFLICT DO NOTHING`` on the live key's unique
-index, so two processes racing end up with the same key), in a short transaction of its own.
+with one AEAD call per column (``inbox.infra.envelope``). The wrapped keys live in the key
+store (``inbox.store.db.keystore``, a database of their own); the inbox's database has each
+key's registry row (``data_keys``: tenant, subject digest, destroyed or not), no key
+material. The keys are unwrapped once and kept per engine in a bounded cache (least
+recently used out first, each entry for at most ``INBOX_DATA_KEY_TTL_S``): a receiver whose
+tenant's key is cached seals with no round trip at all. A key is made on first use (a
+tenant's first payload, a subject's first): the registry's live row if another process made
+it; else a new key committed in the key store first, then registered (``ON CONFLICT DO
+NOTHING`` on the live key's unique index, so two processes racing end up with the same key;
+the loser's key is deleted again, and would be a harmless orphan if that failed).
 
-Opening reads the wrapped key by id (cached as well). A destroyed key (erasure) opens
-nothing: ``open`` answers None and the reader says the payload was erased. The process
-that erases forgets the keys at once; another process may keep an unwrapped key until its
-entry expires (the threat model in docs/explanation/security.md says so).
+Opening reads the wrapped key by id from the key store (cached as well). Every reader's own
+statement says whether the registry has the key live (``live``), so an erasure is seen at
+once by every process whatever it has cached; a key the key store no longer has (erased,
+or a copy of the inbox's database restored from before an erasure) opens nothing. Sealing
+with a cached tenant or subject key is the one use not checked: a process that had the key
+may seal under it for at most ``INBOX_DATA_KEY_TTL_S`` after an erasure (such a payload
+reads as erased; docs/explanation/security.md says so).
 """
 
 from __future__ import annotations
@@ -31,27 +38,48 @@ from inbox.domain.erasure import TENANT_KEY
 from inbox.domain.intake import Prepared
 from inbox.infra import config
 from inbox.infra import keyring as kr
-from inbox.infra.envelope import DataKey, SealBroken, new_key, unwrap, wrap
+from inbox.infra.envelope import DataKey, SealBroken, new_key, tagged_key, unwrap, wrap
+from inbox.store.db import keystore
 
 BODY = "body"
 HEADERS = "headers"
+DELIVERY = "deliveries.body"
+RESPONSE = "events.response_body"
 
 _LIVE = text(
-    "SELECT id, wrapped FROM data_keys"
-    " WHERE tenant_id = :t AND subject_digest = :s AND destroyed_at IS NULL"
+    "SELECT id FROM data_keys WHERE tenant_id = :t AND subject_digest = :s AND destroyed_at IS NULL"
 )
-_MAKE = text(
-    "INSERT INTO data_keys (tenant_id, subject_digest, wrapped) VALUES (:t, :s, :w)"
+_REGISTER = text(
+    "INSERT INTO data_keys (id, tenant_id, subject_digest) VALUES (:id, :t, :s)"
     " ON CONFLICT (tenant_id, subject_digest) WHERE destroyed_at IS NULL DO NOTHING"
-    " RETURNING id, wrapped"
+    " RETURNING id"
 )
-_BY_ID = text("SELECT wrapped FROM data_keys WHERE id = :id")
+
+
+class KeyLost(SealBroken):
+    """The registry has a live key that the key store does not (a key store restored from
+    an older backup, or pointed at the wrong database): nothing is sealed under a guess."""
+
+    http_status = 503
+
+
+def destroyed(conn: Connection, values: list[bytes]) -> set[int]:
+    """Of the keys these ``seal_tagged`` values name, those the registry has destroyed: one
+    look-up per batch, so an erasure is seen at once whatever a process has cached."""
+    ids = {k for k in map(tagged_key, values) if k is not None}
+    if not ids:
+        return set()
+    found = conn.execute(_DESTROYED, {"ids": sorted(ids)}).scalars()
+    return {int(k) for k in found}
+
+
+_DESTROYED = text("SELECT id FROM data_keys WHERE id = ANY(:ids) AND destroyed_at IS NOT NULL")
 
 
 def live(event: str) -> str:
-    """SQL: whether the key of the events row aliased ``event`` is live (NULL: in clear);
-    one primary-key probe inside the reader's own statement."""
-    return f"(SELECT k.wrapped IS NOT NULL FROM data_keys k WHERE k.id = {event}.key_id)"
+    """SQL: whether the key of the events row aliased ``event`` is live in the registry
+    (NULL: in clear); one primary-key probe inside the reader's own statement."""
+    return f"(SELECT k.destroyed_at IS NULL FROM data_keys k WHERE k.id = {event}.key_id)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,15 +159,28 @@ class PayloadKeys:
         engine = self._engine()
         assert engine is not None
         ring = kr.keyring()
+        store = keystore.current()
         self.misses += 1
         params = {"t": k[0], "s": k[1]}
-        with engine.begin() as conn:
-            row = conn.execute(_LIVE, params).first()
-            if row is None:
-                row = conn.execute(_MAKE, {**params, "w": wrap(ring, new_key())}).first()
-            if row is None:  # another process made it meanwhile
-                row = conn.execute(_LIVE, params).one()
-        key = DataKey(int(row.id), unwrap(ring, row.wrapped))
+        with engine.connect() as conn:
+            key_id = conn.execute(_LIVE, params).scalar()
+        if key_id is None:
+            # The key store first, committed: a failure from here on leaves an orphan key
+            # that nothing is sealed under, never a payload whose key was not kept.
+            made = store.create(tenant_id, wrap(ring, new_key()))
+            with engine.begin() as conn:
+                key_id = conn.execute(_REGISTER, {**params, "id": made}).scalar()
+                if key_id is None:  # another process registered one meanwhile: use it
+                    key_id = conn.execute(_LIVE, params).scalar_one()
+            if key_id != made:
+                store.destroy([made])
+        wrapped = store.get(int(key_id))
+        if wrapped is None:
+            raise KeyLost(
+                f"data key {key_id} is live in the inbox's database but not in the key store"
+                " (INBOX_KEYSTORE_URL): restored from an older backup, or the wrong database?"
+            )
+        key = DataKey(int(key_id), unwrap(ring, wrapped))
         self._put(self._live, k, key)
         self._put(self._by_id, key.id, key)
         return key
@@ -153,14 +194,15 @@ class PayloadKeys:
         return _replace(ev, key.id, key.seal(ev.body, BODY), sealed_headers)
 
     # -- opening -----------------------------------------------------------------------
-    def key_by_id(self, conn: Connection, key_id: int) -> DataKey | None:
-        """The key ``key_id`` (read on ``conn`` when not cached); None once destroyed."""
+    def key_by_id(self, conn: Connection | None, key_id: int) -> DataKey | None:
+        """The key ``key_id`` (read from the key store when not cached); None once
+        destroyed, or where the key store has no such key."""
         found = self._get(self._by_id, key_id)
         if found is not None:
             key: DataKey | None = found[0]
             return key
         self.misses += 1
-        wrapped = conn.execute(_BY_ID, {"id": key_id}).scalar()
+        wrapped = keystore.current().get(key_id)
         key = None if wrapped is None else DataKey(key_id, unwrap(kr.keyring(), wrapped))
         self._put(self._by_id, key_id, key)
         return key
@@ -197,6 +239,38 @@ class PayloadKeys:
         results and decision are stored the same way, with no round trip to ask."""
         self._put(self._events, event_id, key)
 
+    def event_key(self, conn: Connection, event_id: int) -> DataKey | None:
+        """The key event ``event_id``'s payload is sealed under (None: in clear, or erased):
+        cached where a worker loaded the event, else its row says."""
+        found = self._get(self._events, event_id)
+        if found is not None:
+            key: DataKey | None = found[0]
+            return key
+        key_id = conn.execute(_EVENT_KEY, {"id": event_id}).scalar()
+        return None if key_id is None else self.key_by_id(conn, int(key_id))
+
+    def seal_tagged(
+        self, conn: Connection, event_id: int | None, label: str, value: bytes, column: str
+    ) -> bytes:
+        """A payload-bearing value of another table (a delivery's body, a synchronous
+        answer) sealed under its event's key, naming the key itself
+        (``envelope.DataKey.seal_tagged``); as it is where the event's payload is in clear."""
+        key = None if event_id is None else self.event_key(conn, event_id)
+        return value if key is None else key.seal_tagged(value, column, label)
+
+    def open_tagged(self, value: bytes, column: str, live: bool | None = None) -> bytes | None:
+        """A ``seal_tagged`` value in clear (a value stored in clear as it is); None once
+        its key was destroyed. ``live``: whether the registry has the key live, as the
+        reader's own statement found it (False: erased, whatever this process cached)."""
+        key_id = tagged_key(value)
+        if key_id is None:
+            return value
+        if live is False:
+            self.forget({key_id})
+            return None
+        key = self.key_by_id(None, key_id)
+        return None if key is None else key.open_tagged(value, column)
+
     def seal_steps(
         self, conn: Connection, event_id: int, steps: dict[str, Any]
     ) -> tuple[dict[str, Any], int | None]:
@@ -210,16 +284,6 @@ class PayloadKeys:
         return {
             n: _b64(key.seal(json.dumps(r).encode(), STEP + n)) for n, r in steps.items()
         }, key.id
-
-    def event_key(self, conn: Connection, event_id: int) -> DataKey | None:
-        """The key the event's payload is sealed under (None: in clear), cached since the
-        worker loaded it; read from its row otherwise."""
-        found = self._get(self._events, event_id)
-        if found is not None:
-            key: DataKey | None = found[0]
-            return key
-        key_id = conn.execute(_EVENT_KEY, {"id": event_id}).scalar()
-        return None if key_id is None else self.key_by_id(conn, int(key_id))
 
     def seal_decision(self, conn: Connection, event_id: int, decision: Any) -> Any:
         """A decision as stored: a JSON string (the base64 of it sealed under the event's
@@ -235,15 +299,20 @@ class PayloadKeys:
         return self.open_steps(conn, {DECISION: decision}, {DECISION: key_id})[DECISION]
 
     def open_steps(
-        self, conn: Connection, steps: dict[str, Any], sealed: dict[str, Any] | None
+        self,
+        conn: Connection,
+        steps: dict[str, Any],
+        sealed: dict[str, Any] | None,
+        erased: bool = False,
     ) -> dict[str, Any]:
         """Step results in clear: ``sealed`` names the sealed ones, with their key's id (a
-        destroyed key: the result reads None)."""
+        destroyed key: the result reads None; ``erased``: the reader's statement found the
+        event's key destroyed, so the key store is not asked)."""
         if not sealed:
             return dict(steps)
         out = dict(steps)
         for name, key_id in sealed.items():
-            key = self.key_by_id(conn, int(key_id))
+            key = None if erased else self.key_by_id(conn, int(key_id))
             raw = str(steps[name])
             out[name] = (
                 None if key is None else json.loads(key.open(base64.b64decode(raw), STEP + name))
@@ -287,11 +356,16 @@ _shared_lock = threading.Lock()
 
 def for_engine(engine: Engine) -> PayloadKeys:
     """The data keys of ``engine`` (made on first use, from the settings as they are then:
-    sealing is on where ``INBOX_ENCRYPT_PAYLOADS`` is and ``INBOX_KEK`` names a key)."""
+    sealing is on where ``INBOX_ENCRYPT_PAYLOADS`` is, ``INBOX_KEK`` names a key and
+    ``INBOX_KEYSTORE_URL`` a key store)."""
     with _shared_lock:
         found = _shared.get(engine)
         if found is None:
-            enabled = bool(config.current("encrypt_payloads")) and kr.configured()
+            enabled = (
+                bool(config.current("encrypt_payloads"))
+                and kr.configured()
+                and keystore.configured()
+            )
             found = _shared[engine] = PayloadKeys(
                 engine,
                 int(config.current("data_key_cache")),
@@ -303,12 +377,15 @@ def for_engine(engine: Engine) -> PayloadKeys:
 
 __all__ = [
     "BODY",
+    "DELIVERY",
     "HEADERS",
     "INTENT",
+    "RESPONSE",
     "STEP",
     "Opened",
     "PayloadKeys",
     "SealBroken",
+    "destroyed",
     "for_engine",
     "live",
     "steps_sealed",

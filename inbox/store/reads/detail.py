@@ -255,7 +255,7 @@ def event(conn: Connection, public_id: str) -> EventDetail | None:
     m["duplicate_of"] = _public_id(conn, m["duplicate_of"])
     m["newer_event"] = _public_id(conn, m.pop("newer_event_id"))
     params = {"id": ev.id}
-    m["steps"] = _steps(conn, conn.execute(text(STEPS), params).all())
+    m["steps"] = _steps(conn, conn.execute(text(STEPS), params).all(), opened.erased)
     m["conflicts"] = tuple(Conflict(**r._mapping) for r in conn.execute(text(CONFLICTS), params))
     m["audit"] = tuple(AuditRecord(**r._mapping) for r in conn.execute(text(EVENT_AUDIT), params))
     m["deliveries"] = event_deliveries(conn, ev.id)
@@ -263,12 +263,12 @@ def event(conn: Connection, public_id: str) -> EventDetail | None:
     return EventDetail(**m)
 
 
-def _steps(conn: Connection, rows: Sequence[Any]) -> tuple[Step, ...]:
+def _steps(conn: Connection, rows: Sequence[Any], erased: bool) -> tuple[Step, ...]:
     """The step rows, their sealed results opened (None under a destroyed key)."""
     keys = sealing.for_engine(conn.engine)
     results = {r.name: r.result for r in rows}
     sealed = {r.name: r.key_id for r in rows if r.key_id is not None}
-    opened = keys.open_steps(conn, results, sealed)
+    opened = keys.open_steps(conn, results, sealed, erased)
     return tuple(Step(r.name, opened[r.name], r.attempt, r.replay, r.completed_at) for r in rows)
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, text
 
 from inbox.domain.erasure import Erasure
+from inbox.store.reads.ledger_reads import event_bounds
 
 _ERASURE = """
     SELECT x.id, x.public_id, t.name AS tenant, x.scope, x.reason, x.status, x.requested_by,
@@ -46,3 +49,32 @@ def listing(conn: Connection, scope: int | None, limit: int = 100) -> list[Erasu
         {"scope": scope, "n": limit},
     )
     return [_erasure(r) for r in rows]
+
+
+# An event's erasure: its key destroyed in the registry (one partition, by the event's day).
+_OF_EVENT = text(
+    """
+    SELECT x.public_id AS erasure, k.destroyed_at AS at, k.destroyed_by AS by
+      FROM events e JOIN data_keys k ON k.id = e.key_id
+      LEFT JOIN erasures x ON x.id = k.erasure_id
+     WHERE e.public_id = :p AND e.id >= :lo AND e.id < :hi AND k.destroyed_at IS NOT NULL
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ErasedPayload:
+    """An event's payload erased: by which erasure (None: its key destroyed by hand), when,
+    by whom."""
+
+    erasure: str | None
+    at: datetime
+    by: str | None
+
+
+def of_event(conn: Connection, public_id: str) -> ErasedPayload | None:
+    """When, by whom and by which erasure event ``public_id``'s payload was erased; None
+    where it was not."""
+    lo, hi = event_bounds(public_id)
+    row = conn.execute(_OF_EVENT, {"p": public_id, "lo": lo, "hi": hi}).first()
+    return None if row is None else ErasedPayload(row.erasure, row.at, row.by)

@@ -109,7 +109,7 @@ def events(conn: Connection, public_ids: list[str]) -> list[PlannedEvent]:
             body=keys.open(conn, r.key_id, r.body, None, None, r.key_live).body,
             state=r.state,
             replay=r.replay,
-            steps=keys.open_steps(conn, r.steps, r.steps_sealed),
+            steps=keys.open_steps(conn, r.steps, r.steps_sealed, r.key_live is False),
         )
         for r in rows
     ]

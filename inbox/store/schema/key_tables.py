@@ -1,13 +1,17 @@
 """Payload keys: the data keys that seal payloads at rest, erasures, and the sealing job.
 
-``data_keys``: one live key per tenant (``subject_digest`` empty) and per subject a
-source names (its digest), wrapped by ``INBOX_KEK`` (``inbox.infra.envelope``). Erasure
-destroys a key: ``wrapped`` becomes NULL and the row stays, saying when, by whom and by
-which erasure; a later payload of that subject gets a new key (the unique index covers
-live keys only). ``events.key_id`` names the key a payload is sealed under (NULL: stored
-in clear, before sealing was turned on or the sealing job reached it).
+``data_keys``: the registry of the data keys, one live key per tenant (``subject_digest``
+empty) and per subject a source names (its digest). No key material: the keys themselves,
+wrapped by ``INBOX_KEK``, live in the key store, a database of their own
+(``inbox.store.db.keystore``), under the same id. Erasure destroys a key: the registry row
+is marked (when, by whom, by which erasure) and stays, and the key store's row is deleted;
+a later payload of that subject gets a new key (the unique index covers live keys only).
+``events.key_id`` names the key a payload is sealed under (NULL: stored in clear, before
+sealing was turned on or the sealing job reached it).
 
-``erasures``: each request, with the second operator of a tenant-wide one.
+``erasures``: each request, with the second operator of a tenant-wide one; ``destroying``
+between the registry's commit and the key store's delete (``inbox.services.erasure``
+resumes one found there).
 ``sealing_progress``: where the background job that seals rows stored in clear is.
 ``retention_reports``: what each prune (with its day drops) and each erasure removed, by
 which rule or request, and what holds kept; the report's exact bytes, and its manifest and
@@ -35,22 +39,21 @@ from sqlalchemy import (
 
 from inbox.store.schema.metadata import metadata, now_column
 
-ERASURE_STATUSES = ("awaiting_approval", "done", "rejected")
+ERASURE_STATUSES = ("awaiting_approval", "destroying", "done", "rejected")
 
 data_keys = Table(
     "data_keys",
     metadata,
-    Column("id", BigInteger, Identity(), primary_key=True),
+    # The key store's id for the key (it makes the key, then this row is written).
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
     Column("tenant_id", BigInteger, ForeignKey("tenants.id"), nullable=False),
     # Empty: the tenant's own key; else the subject's digest (never the subject in clear).
     Column("subject_digest", LargeBinary, nullable=False, server_default=text("''::bytea")),
-    # The data key wrapped by the KEK (``fernet:...``); NULL once destroyed.
-    Column("wrapped", Text),
     now_column(),
     Column("destroyed_at", DateTime(timezone=True)),
     Column("destroyed_by", Text),
     Column("erasure_id", BigInteger),
-    CheckConstraint("(wrapped IS NULL) = (destroyed_at IS NOT NULL)", name="destroyed"),
+    Index("ix_data_keys_erasure_id", "erasure_id", postgresql_where=text("erasure_id IS NOT NULL")),
     Index(
         "ix_data_keys_live",
         "tenant_id",
@@ -82,7 +85,7 @@ erasures = Table(
         name="scope",
     ),
     CheckConstraint(
-        "status IN ('awaiting_approval', 'done', 'rejected')",
+        "status IN ('awaiting_approval', 'destroying', 'done', 'rejected')",
         name="status",
     ),
 )

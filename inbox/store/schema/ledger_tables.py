@@ -208,6 +208,8 @@ events = Table(
     ),
     # Search by trace id: partial, so it costs nothing while tracing is off.
     Index("ix_events_trace_id", "trace_id", postgresql_where=text("trace_id IS NOT NULL")),
+    # An erasure's events: those sealed under its keys (holds, unfinished ones, the count).
+    Index("ix_events_key_id", "key_id", postgresql_where=text("key_id IS NOT NULL")),
     # Held events: empty unless a source's playbook is missing.
     Index(
         "ix_events_held",

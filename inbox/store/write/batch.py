@@ -9,6 +9,7 @@ of one step of every event go in one fenced statement, so one commit serves the 
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -58,7 +59,7 @@ _COMPLETE_MANY = DayBounded(
                finished_at = now(), lease_owner = NULL, lease_expires_at = NULL,
                last_error_class = NULL, last_error_message = NULL,
                response_status = CASE WHEN i.resp IS NULL THEN e.response_status ELSE 200 END,
-               response_body = coalesce(convert_to(i.resp, 'UTF8'), e.response_body)
+               response_body = coalesce(decode(i.resp, 'base64'), e.response_body)
           FROM input i
          WHERE e.id = i.id AND e.fence = i.fence AND e.state = 'processing'
            AND e.id >= {lo} AND e.id < {hi} AND e.lease_expires_at > now()
@@ -84,6 +85,17 @@ def _steps(
     return {"steps": sealed, "key_id": key}
 
 
+def _response(
+    keys: sealing.PayloadKeys, conn: Connection, event_id: int, text_response: str | None
+) -> str | None:
+    """A synchronous answer as the statement takes it: base64 of its bytes, sealed under the
+    event's key where its payload is."""
+    if text_response is None:
+        return None
+    raw = keys.seal_tagged(conn, event_id, str(event_id), text_response.encode(), sealing.RESPONSE)
+    return base64.b64encode(raw).decode()
+
+
 def complete_many(conn: Connection, completions: list[Completion]) -> set[EventId]:
     """Record the steps and complete every event still leased to us; returns their ids."""
     if not completions:
@@ -96,7 +108,7 @@ def complete_many(conn: Connection, completions: list[Completion]) -> set[EventI
             **_steps(keys, conn, x.claim.id, x.steps),
             "outcome": x.outcome,
             "decision": keys.seal_decision(conn, x.claim.id, x.decision),
-            "resp": x.sync_response,
+            "resp": _response(keys, conn, x.claim.id, x.sync_response),
         }
         for x in completions
     ]

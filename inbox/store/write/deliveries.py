@@ -16,6 +16,8 @@ from inbox.domain.records import (
     EndpointId,
     TenantId,
 )
+from inbox.infra import envelope
+from inbox.store.db import sealing
 from inbox.store.db.days import LOWER_FLOOR, DayBounded, open_days
 from inbox.store.write import circuit, endpoint_rate, ordered
 
@@ -121,6 +123,8 @@ def claim(
         rows = ordered.claim(conn, endpoint_id, owner, limit, lease, days)
     else:
         rows = list(conn.execute((_PROBE if probe else _CLAIM).over(*days), params))
+    keys = sealing.for_engine(conn.engine)  # bodies sealed under their event's key
+    gone = sealing.destroyed(conn, [bytes(r.body) for r in rows])  # erased since: not sent
     if probe and rows:
         circuit.probing(conn, endpoint_id, lease)
     if bucket is not None:
@@ -131,7 +135,9 @@ def claim(
                 DeliveryId(r.id),
                 r.fence,
                 r.public_id,
-                bytes(r.body),
+                keys.open_tagged(
+                    bytes(r.body), sealing.DELIVERY, envelope.tagged_key(bytes(r.body)) not in gone
+                ),
                 r.attempts,
                 r.replay,
                 r.trace_context,

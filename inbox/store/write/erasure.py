@@ -5,9 +5,13 @@ requester can never confirm it: ``inbox.domain.approval.check_reviewer``). Runni
 one transaction: ``legal_holds`` locked in SHARE mode (a hold placed at the same moment
 is either seen or waits), the keys locked, refused (409, naming the holds) while an active
 hold covers an event under them, refused while such an event is unfinished; then each key's
-wrapped bytes are set to NULL (the row stays: when, by whom, by which erasure), the
-erasure is marked done and an ``audit_log`` row written. Nothing else changes: events keep
-their sealed bytes, which no longer open anywhere, in the database or in any copy of it.
+registry row is marked destroyed (when, by whom, by which erasure) and the erasure becomes
+``destroying``: from that commit on every reader finds the payloads erased. The keys
+themselves live in the key store (``inbox.store.db.keystore``): the use case deletes them
+there after this commit, then ``finish`` marks the erasure done and writes the
+``audit_log`` row (``inbox.services.erasure``, which resumes an erasure a crash left in
+``destroying``). Nothing else changes: events keep their sealed bytes, which no key opens
+any more, in the database or in any copy of it.
 """
 
 from __future__ import annotations
@@ -60,9 +64,10 @@ _UNFINISHED = text(
 )
 _EVENTS = text("SELECT count(*) FROM events WHERE tenant_id = :t AND key_id = ANY(:keys)")
 _DESTROY = text(
-    "UPDATE data_keys SET wrapped = NULL, destroyed_at = now(), destroyed_by = :a,"
+    "UPDATE data_keys SET destroyed_at = now(), destroyed_by = :a,"
     " erasure_id = :x WHERE id = ANY(:keys)"
 )
+_DESTROYED = text("SELECT id FROM data_keys WHERE erasure_id = :x ORDER BY id")
 
 
 def _audit(conn: Connection, actor: str, action: str, erasure: Erasure, **extra: Any) -> None:
@@ -178,18 +183,58 @@ def _run(
     approved_by: str | None,
 ) -> tuple[Erasure, set[int]]:
     keys = _check(conn, erasure, tenant_id, digest)
-    params = {"t": tenant_id, "keys": keys}
-    events = int(conn.execute(_EVENTS, params).scalar_one()) if keys else 0
-    if keys:
-        conn.execute(_DESTROY, {**params, "a": actor, "x": erasure.id})
+    conn.execute(
+        text("UPDATE erasures SET status = 'destroying', approved_by = :b WHERE id = :id"),
+        {"b": approved_by, "id": erasure.id},
+    )
+    if not keys:  # nothing to delete in the key store: done at once
+        return _done(conn, erasure.id, actor, [])
+    conn.execute(_DESTROY, {"t": tenant_id, "keys": keys, "a": actor, "x": erasure.id})
+    marked = reads.by_id(conn, erasure.id)
+    assert marked is not None
+    return marked, set(keys)
+
+
+def pending(conn: Connection) -> list[tuple[int, set[int]]]:
+    """The erasures left ``destroying`` (by a crash, or a key store that did not answer),
+    each with its keys."""
+    ids = conn.execute(
+        text("SELECT id FROM erasures WHERE status = 'destroying' ORDER BY id")
+    ).scalars()
+    return [(int(x), {int(k) for k in conn.execute(_DESTROYED, {"x": x}).scalars()}) for x in ids]
+
+
+def finish(conn: Connection, erasure_id: int) -> tuple[Erasure, set[int]] | None:
+    """Mark a ``destroying`` erasure done once its keys are gone from the key store, with its
+    audit row; None where it is not ``destroying`` (another process finished it)."""
+    row = conn.execute(
+        text(
+            "SELECT requested_by, approved_by FROM erasures"
+            " WHERE id = :id AND status = 'destroying' FOR UPDATE"
+        ),
+        {"id": erasure_id},
+    ).first()
+    if row is None:
+        return None
+    keys = [int(k) for k in conn.execute(_DESTROYED, {"x": erasure_id}).scalars()]
+    return _done(conn, erasure_id, row.approved_by or row.requested_by, keys)
+
+
+def _done(
+    conn: Connection, erasure_id: int, actor: str, keys: list[int]
+) -> tuple[Erasure, set[int]]:
+    tenant_id = conn.execute(
+        text("SELECT tenant_id FROM erasures WHERE id = :id"), {"id": erasure_id}
+    ).scalar_one()
+    events = int(conn.execute(_EVENTS, {"t": tenant_id, "keys": keys}).scalar_one()) if keys else 0
     conn.execute(
         text(
-            "UPDATE erasures SET status = 'done', done_at = now(), approved_by = :b,"
+            "UPDATE erasures SET status = 'done', done_at = now(),"
             " keys_destroyed = :k, events = :n WHERE id = :id"
         ),
-        {"b": approved_by, "k": len(keys), "n": events, "id": erasure.id},
+        {"k": len(keys), "n": events, "id": erasure_id},
     )
-    done = reads.by_id(conn, erasure.id)
+    done = reads.by_id(conn, erasure_id)
     assert done is not None
     _audit(conn, actor, "erased", done, key_ids=keys)
     return done, set(keys)

@@ -13,6 +13,8 @@ from inbox.domain.intake import Prepared
 from inbox.domain.outcomes import IngestOutcome
 from inbox.domain.records import Source
 from inbox.domain.states import FINISHED
+from inbox.infra.envelope import tagged_key
+from inbox.store.db import sealing
 from inbox.store.db.claims import Claimed, Copy, autocommit, execute, row
 from inbox.store.db.engine import alone, deadline_at, watchdog
 from inbox.store.schema.tables import event_keys, idempotency_conflicts
@@ -74,7 +76,8 @@ def _claim_in(conn: Connection, source: Source, ev: Prepared) -> IngestResult | 
 # test decides duplicate vs conflict in the same statement, so no second round trip is
 # needed for the common case.
 # In the driver's own placeholders: ``replay`` sends it on the driver directly.
-_DUPLICATE = """
+_DUPLICATE = (
+    """
     WITH k AS (
         UPDATE event_keys
            SET duplicate_count = duplicate_count + 1,
@@ -85,13 +88,17 @@ _DUPLICATE = """
         RETURNING event_id, public_id, response_status, response_body, sync
     )
     SELECT k.event_id, k.public_id, coalesce(e.response_status, k.response_status),
-           coalesce(e.response_body, k.response_body), k.sync, e.state
+           coalesce(e.response_body, k.response_body), k.sync, e.state, e.key_live
       FROM k LEFT JOIN LATERAL (
             -- OFFSET 0 keeps this a subquery of its own: k.sync gates it (a one-time
             -- filter), so a copy for an asynchronous source never reads events at all.
-            SELECT state, response_status, response_body FROM events e
+            -- key_live: whether its answer's key is live (sealing.live), for an erasure.
+            SELECT state, response_status, response_body, """
+    + sealing.live("e")
+    + """ AS key_live FROM events e
              WHERE k.sync AND e.id = k.event_id OFFSET 0) e ON true
     """
+)
 
 
 def _duplicate_params(source: Source, ev: Prepared) -> dict[str, Any]:
@@ -103,12 +110,16 @@ def _duplicate_params(source: Source, ev: Prepared) -> dict[str, Any]:
     }
 
 
-def _as_duplicate(dup: Any) -> IngestResult:
-    """The answer to a copy of the first delivery (``_DUPLICATE``'s row)."""
-    event_id, public_id, status, body, sync, state = dup
+def _as_duplicate(engine: Engine, dup: Any) -> IngestResult:
+    """The answer to a copy of the first delivery (``_DUPLICATE``'s row); a synchronous
+    answer opened where it is sealed (empty once its key was erased)."""
+    event_id, public_id, status, body, sync, state, live = dup
     if sync and state not in FINISHED:
         return IngestResult(IngestOutcome.IN_FLIGHT, event_id, public_id, 409, b"")
-    return IngestResult(IngestOutcome.DUPLICATE, event_id, public_id, status, bytes(body))
+    answer = bytes(body)
+    if tagged_key(answer) is not None:
+        answer = sealing.for_engine(engine).open_tagged(answer, sealing.RESPONSE, live) or b""
+    return IngestResult(IngestOutcome.DUPLICATE, event_id, public_id, status, answer)
 
 
 def replay(engine: Engine, source: Source, ev: Prepared, until: float) -> IngestResult | None:
@@ -122,7 +133,7 @@ def replay(engine: Engine, source: Source, ev: Prepared, until: float) -> Ingest
         params = _duplicate_params(source, ev)
         with watchdog.guard(driver, until):
             dup = alone(driver, pooled.info, lambda: driver.execute(_DUPLICATE, params).fetchone())
-    return None if dup is None else _as_duplicate(dup)
+    return None if dup is None else _as_duplicate(engine, dup)
 
 
 def _conflict(conn: Connection, source: Source, ev: Prepared) -> IngestResult | None:
@@ -160,7 +171,7 @@ def ingest(conn: Connection, source: Source, ev: Prepared) -> IngestResult:
                 return claimed
         dup = conn.exec_driver_sql(_DUPLICATE, _duplicate_params(source, ev)).first()
         if dup is not None:
-            return _as_duplicate(dup)
+            return _as_duplicate(conn.engine, dup)
         conflict = _conflict(conn, source, ev)
         if conflict is not None:
             return conflict

@@ -79,7 +79,10 @@ def enqueue(conn: Connection, sets: Sequence[callbacks.CallbackSet]) -> set[Endp
     for o in owed:
         cbs = o.cbs
         key = None if cbs.event_id is None else keys.event_key(conn, cbs.event_id)
-        body = o.body()
+        plain = o.body()
+        # The delivery's body names its key itself (the courier opens it by that); the
+        # intent's copy is opened by its own key_id column.
+        body = plain if key is None else key.seal_tagged(plain, sealing.DELIVERY, o.public_id)
         cols["p"].append(o.public_id)
         cols["t"].append(cbs.tenant_id)
         cols["e"].append(o.endpoint_id)
@@ -88,7 +91,7 @@ def enqueue(conn: Connection, sets: Sequence[callbacks.CallbackSet]) -> set[Endp
         cols["type"].append(o.message.event_type)
         cols["body"].append(body)
         cols["state"].append("pending" if sends[o.endpoint_id] else "held")
-        cols["kept"].append(body if key is None else key.seal(body, sealing.INTENT + o.public_id))
+        cols["kept"].append(plain if key is None else key.seal(plain, sealing.INTENT + o.public_id))
         cols["key"].append(None if key is None else key.id)
         cols["replay"].append(cbs.replay)
         cols["tc"].append(cbs.trace_context)

@@ -28,6 +28,9 @@ _REPLAY = text(
                    AND id >= :lo AND id < :hi) AS before
          WHERE e.id = before.id AND e.state IN ('quarantined', 'filtered')
            AND e.body IS NOT NULL  -- past retention, nothing is left to run
+           -- erased (its key destroyed): nothing is left to run either
+           AND NOT EXISTS (SELECT FROM data_keys k
+                            WHERE k.id = e.key_id AND k.destroyed_at IS NOT NULL)
         RETURNING e.id, e.public_id, e.replay, before.attempts, before.last_error_class,
                   before.state, before.filter_reason
     ), audited AS (

@@ -296,16 +296,18 @@ def complete(
     duplicate_of: EventId | None,
     sync_response: bytes | None,
 ) -> None:
-    """Finish the event. A synchronous event's stored response becomes the decision."""
+    """Finish the event. A synchronous event's stored response becomes the decision (sealed
+    under the event's key where its payload is)."""
+    keys = sealing.for_engine(conn.engine)
+    if sync_response is not None:
+        sync_response = keys.seal_tagged(conn, c.id, str(c.id), sync_response, sealing.RESPONSE)
     result = conn.execute(
         _COMPLETE.over(c.id, c.id),
         {
             "id": c.id,
             "fence": c.fence,
             "outcome": outcome,
-            "decision": json.dumps(
-                sealing.for_engine(conn.engine).seal_decision(conn, c.id, decision)
-            ),
+            "decision": json.dumps(keys.seal_decision(conn, c.id, decision)),
             "dup": duplicate_of,
             "resp": sync_response,
         },

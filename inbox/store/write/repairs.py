@@ -17,6 +17,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain import ledger
 from inbox.domain.invariants import HELD_DELIVERY_STATE
+from inbox.store.db import sealing
 from inbox.store.write import intents
 
 
@@ -118,7 +119,11 @@ def write_held(conn: Connection, kept: KeptIntent) -> int | None:
     if kept.body is None:
         return None
     lo = ledger.bounds(ledger.day_of(kept.event_id))[0] if kept.event_id is not None else 0
-    row = conn.execute(_WRITE_HELD, {"p": kept.public_id, "body": kept.body, "lo": lo}).first()
+    # Sealed as the step seals a delivery's body: under its event's key, naming the key.
+    body = sealing.for_engine(conn.engine).seal_tagged(
+        conn, kept.event_id, kept.public_id, kept.body, sealing.DELIVERY
+    )
+    row = conn.execute(_WRITE_HELD, {"p": kept.public_id, "body": body, "lo": lo}).first()
     return None if row is None else int(row.id)
 
 

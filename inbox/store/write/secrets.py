@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, select, update
 
 from inbox.infra.keyring import Keyring, is_encrypted
+from inbox.store.db import keystore
 from inbox.store.reads.secrets import TABLES
-from inbox.store.schema.tables import data_keys
 
 
 @dataclass(frozen=True)
@@ -41,27 +41,15 @@ def reencrypt(conn: Connection, ring: Keyring) -> list[Reencrypted]:
             )
             rewritten += 1
         out.append(Reencrypted(table.name, len(rows), rewritten, clear))
-    out.append(rewrap(conn, ring))
+    out.append(rewrap(ring))
     return out
 
 
-def rewrap(conn: Connection, ring: Keyring) -> Reencrypted:
-    """Every live payload data key wrapped under the newest KEK: the keys change wrapping,
-    never value, so no sealed payload is rewritten (destroyed keys have nothing to wrap)."""
-    rows = conn.execute(
-        select(data_keys.c.id, data_keys.c.wrapped)
-        .where(data_keys.c.wrapped.is_not(None))
-        .order_by(data_keys.c.id)
-        .with_for_update()
-    ).all()
-    rewritten = 0
-    for row in rows:
-        if ring.is_current(row.wrapped):
-            continue
-        conn.execute(
-            update(data_keys)
-            .where(data_keys.c.id == row.id)
-            .values(wrapped=ring.rotate(row.wrapped))
-        )
-        rewritten += 1
-    return Reencrypted(data_keys.name, len(rows), rewritten, 0)
+def rewrap(ring: Keyring) -> Reencrypted:
+    """Every payload data key in the key store wrapped under the newest KEK, in the key
+    store's own transaction: the keys change wrapping, never value, so no sealed payload is
+    rewritten (destroyed keys are gone). Nothing to do where no key store is set."""
+    if not keystore.configured():
+        return Reencrypted("data_keys (key store)", 0, 0, 0)
+    done = keystore.current().rewrap(ring)
+    return Reencrypted("data_keys (key store)", done.total, done.rewritten, 0)
