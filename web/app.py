@@ -7,7 +7,7 @@ from collections.abc import Callable
 from flask import Flask, redirect
 from sqlalchemy import Engine
 
-from inbox.infra import broker, tracing
+from inbox.infra import broker, config, tracing
 from inbox.infra.config import Settings
 from inbox.infra.logs import configure_logging
 from inbox.infra.ratelimit import RateLimiter
@@ -31,7 +31,7 @@ def create_app(
     doorbell: Callable[[], None] | None = None,
     route_cache_seconds: float = 5.0,
 ) -> Flask:
-    settings = settings or Settings.from_env()
+    settings = settings or config.settings()
     configure_logging(settings.log_level)
     tracing.configure(settings, "web")  # off (nothing installed) unless OTEL_TRACES_EXPORTER
     # For /readyz, which names a source whose playbook no module registers.

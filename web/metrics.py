@@ -208,7 +208,7 @@ class _ProcessRegistry(Collector):
 
 def build_registry(engine: Engine) -> CollectorRegistry:
     registry = CollectorRegistry()
-    if config.current("metrics_dir"):
+    if config.settings().metrics_dir:
         from prometheus_client import multiprocess
 
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]

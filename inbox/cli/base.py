@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Engine
 
 from inbox.cli.params import TEXT
 from inbox.domain.errors import InboxError
+from inbox.infra import config
 from inbox.infra.config import Settings
 from inbox.services import admin, failures, runtime
 from inbox.services.runtime import Runtime
@@ -29,7 +30,7 @@ EXAMPLE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 def settings() -> Settings:
     """The environment's settings; a missing DATABASE_URL is a one-line error with the fix."""
     try:
-        found = Settings.from_env()
+        found = config.settings()
     except ValueError as exc:  # a setting that does not parse, e.g. INBOX_DB_POOL_SIZE=ten
         raise Failed(f"a setting is invalid: {' '.join(str(exc).split())}") from None
     if not found.database_url:
@@ -78,7 +79,7 @@ def transaction() -> Iterator[Connection]:
 def _database() -> str:
     """DATABASE_URL without its password, to name in an error."""
     try:
-        return runtime.database_label(Settings.from_env().database_url)
+        return runtime.database_label(config.settings().database_url)
     except ValueError:  # a setting that does not parse
         return "DATABASE_URL"
 

@@ -15,7 +15,7 @@ from inbox.cli.playbooks import check as check_playbook
 from inbox.domain.records import Source
 from inbox.domain.signatures import SCHEMES, Scheme
 from inbox.domain.sources import OPTION_NAMES, SourceOptions
-from inbox.infra.config import Settings
+from inbox.infra import config
 from inbox.services import admin, runtime
 
 
@@ -54,7 +54,7 @@ def tenants_list(as_json: bool) -> None:
 
 
 def _public_base() -> str:
-    return Settings.from_env().public_base
+    return config.settings().public_base
 
 
 def _record(src: Source) -> dict[str, Any]:

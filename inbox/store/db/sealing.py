@@ -286,11 +286,11 @@ def for_engine(engine: Engine) -> PayloadKeys:
     with _shared_lock:
         found = _shared.get(engine)
         if found is None:
-            enabled = bool(config.current("encrypt_payloads")) and kr.configured()
+            enabled = bool(config.settings().encrypt_payloads) and kr.configured()
             found = _shared[engine] = PayloadKeys(
                 engine,
-                int(config.current("data_key_cache")),
-                float(config.current("data_key_ttl_s")),
+                int(config.settings().data_key_cache),
+                float(config.settings().data_key_ttl_s),
                 enabled,
             )
         return found
