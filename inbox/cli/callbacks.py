@@ -17,7 +17,8 @@ from inbox.domain.records import Endpoint
 from inbox.domain.states import DeliveryState
 from inbox.services import operations
 from inbox.services.operations import Actor
-from inbox.store.reads import admin
+from inbox.store.reads import deliveries as delivery_reads
+from inbox.store.reads import listing
 from inbox.store.reads.endpoint_health import EndpointStatus, statuses
 
 _ACTOR = click.option(
@@ -236,8 +237,8 @@ def deliveries_list(state: str | None, tenant: str | None, limit: int, as_json: 
     """The newest outbound deliveries first (times in UTC)."""
     with transaction() as conn:
         check_named(conn, tenant)
-        rows = admin.list_deliveries(
-            conn, None, admin.Filter(tenant=tenant, state=state), limit, None
+        rows = delivery_reads.list_deliveries(
+            conn, None, listing.Filter(tenant=tenant, state=state), limit, None
         )
     if as_json:
         emit_json([d.public() for d in rows])
@@ -266,7 +267,7 @@ def deliveries_list(state: str | None, tenant: str | None, limit: int, as_json: 
 def deliveries_show(delivery_id: str, as_json: bool) -> None:
     """One delivery: its endpoint, event, state and every attempt with its answer."""
     with transaction() as conn:
-        detail = admin.delivery_detail(conn, delivery_id, None)
+        detail = delivery_reads.delivery_detail(conn, delivery_id, None)
     if detail is None:
         raise NotFound(f"No delivery {delivery_id}.")
     if as_json:

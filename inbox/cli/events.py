@@ -17,7 +17,8 @@ from inbox.domain.states import EventState
 from inbox.services import bulk, operations, replays
 from inbox.services.operations import Actor
 from inbox.services.runtime import Rung
-from inbox.store.reads import admin
+from inbox.store.reads import events as event_reads
+from inbox.store.reads import listing
 from inbox.store.reads.detail import EventDetail
 
 # Lease bookkeeping: how the workers coordinate, not what happened to the event.
@@ -43,8 +44,8 @@ def events_list(
     """The newest events first (times in UTC)."""
     with transaction() as conn:
         check_named(conn, tenant, source)
-        f = admin.Filter(state=state, tenant=tenant, source=source)
-        rows = admin.list_events(conn, None, f, limit, None)
+        f = listing.Filter(state=state, tenant=tenant, source=source)
+        rows = event_reads.list_events(conn, None, f, limit, None)
     if as_json:
         emit_json([r.public() for r in rows])
         return
@@ -71,7 +72,7 @@ def events_list(
 def events_show(public_id: str, as_json: bool) -> None:
     """One event: state, attempts, errors, steps with results, duplicates, conflicts, audit."""
     with transaction() as conn:
-        detail = admin.event_detail(conn, public_id, None)
+        detail = event_reads.event_detail(conn, public_id, None)
     if detail is None:
         raise NotFound(f"No event {public_id}.")
     if as_json:
@@ -264,10 +265,10 @@ def replay(
         if quarantined:
             targets = [
                 r.public_id
-                for r in admin.list_events(
+                for r in event_reads.list_events(
                     conn,
                     None,
-                    admin.Filter(
+                    listing.Filter(
                         tenant=tenant, source=source, state=EventState.QUARANTINED, since=since
                     ),
                     1_000_000,

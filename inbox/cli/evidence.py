@@ -13,7 +13,7 @@ from inbox.cli.events import events
 from inbox.domain import evidence as bundle
 from inbox.services import evidence, reports
 from inbox.store.reads import evidence as reads
-from inbox.store.reads.admin import Filter
+from inbox.store.reads.listing import Filter
 
 _FILTERS = {f.name for f in fields(Filter)} - {"endpoint", "untyped"}
 

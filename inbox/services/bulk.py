@@ -31,8 +31,8 @@ from sqlalchemy import Connection, Engine
 from inbox.domain.approval import DEFAULT_APPROVAL_MIN, Job
 from inbox.domain.errors import BadRequest, InboxError
 from inbox.domain.records import BulkJobId, EndpointId, TenantId
-from inbox.store.reads import admin
 from inbox.store.reads import bulk as reads
+from inbox.store.reads import listing
 from inbox.store.write import bulk as store
 from inbox.store.write import deliveries as dstore
 from inbox.store.write import operator
@@ -63,7 +63,7 @@ def parse_time(value: str, name: str) -> datetime:
 @dataclass(frozen=True)
 class BulkRequest:
     kind: str
-    match: admin.Filter
+    match: listing.Filter
     rate: int
     stored_filter: dict[str, str]
 
@@ -95,7 +95,7 @@ def parse_request(body: object) -> BulkRequest:
     rate = body.get("rate", DEFAULT_RATE)
     if isinstance(rate, bool) or not isinstance(rate, int) or not 1 <= rate <= MAX_RATE:
         raise BadRequest(f"rate must be a whole number from 1 to {MAX_RATE} (items a second)")
-    match = admin.Filter(
+    match = listing.Filter(
         tenant=raw.get("tenant"),
         source=raw.get("source"),
         endpoint=raw.get("endpoint"),

@@ -90,7 +90,7 @@ def _payload(hint: Any) -> bool:
 def test_the_read_model_has_queries():
     found = dict(queries())
     assert len(found) > 30
-    assert "inbox.store.reads.admin.event_detail" in found
+    assert "inbox.store.reads.events.event_detail" in found
 
 
 @pytest.mark.parametrize(("name", "hint"), list(queries()), ids=lambda v: str(v))

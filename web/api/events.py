@@ -9,7 +9,7 @@ from flask import request
 from inbox.domain.errors import BadRequest
 from inbox.domain.states import STATES, EventState
 from inbox.services import operations
-from inbox.store.reads import admin
+from inbox.store.reads import events as event_reads
 from web import actions
 from web.api import auth
 from web.api.blueprint import api
@@ -21,14 +21,14 @@ from web.services import services
 def list_events() -> dict[str, Any]:
     size, f = limit(), list_filter(STATES)
     with services().engine.connect() as conn:
-        rows = admin.list_events(conn, auth.scope(), f, size + 1, cursor())
+        rows = event_reads.list_events(conn, auth.scope(), f, size + 1, cursor())
     return page(rows, size)
 
 
 @api.get("/events/<public_id>")
 def show_event(public_id: str) -> dict[str, Any]:
     with services().engine.connect() as conn:
-        detail = admin.event_detail(conn, public_id, auth.scope())
+        detail = event_reads.event_detail(conn, public_id, auth.scope())
     if detail is None:
         raise not_found("event")
     shown: dict[str, Any] = jsonable(detail.public())

@@ -13,8 +13,9 @@ from werkzeug.wrappers import Response
 from inbox.domain.errors import BadRequest
 from inbox.domain.states import DeliveryState, EventState
 from inbox.services import replays
+from inbox.store.reads import bulk as bulk_reads
 from inbox.store.reads import dashboard as store
-from inbox.store.reads import history, stats
+from inbox.store.reads import stats
 from web.services import services
 from web.ui import charts, outcomes
 from web.ui.blueprint import ui
@@ -135,7 +136,7 @@ def dashboard() -> str:
         s = store.series(conn, window, scope())
         tiles = _now_tiles(conn)
         jobs = [
-            (job, outcomes.shown(job, history.replay_outcomes(conn, job.id, job.kind)))
+            (job, outcomes.shown(job, bulk_reads.replay_outcomes(conn, job.id, job.kind)))
             for public_id in store.recent_bulk_replays(conn, scope(), 5)
             if (job := replays.job_on(conn, public_id, scope())) is not None
         ]

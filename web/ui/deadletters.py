@@ -6,8 +6,10 @@ from __future__ import annotations
 from flask import redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from inbox.store.reads import history, reads
+from inbox.store.reads import deliveries as delivery_reads
+from inbox.store.reads import events as event_reads
 from inbox.store.reads import lanes as lreads
+from inbox.store.reads import search as search_reads
 from web.services import services
 from web.ui.blueprint import ui
 from web.ui.session import scope
@@ -16,8 +18,8 @@ from web.ui.session import scope
 @ui.get("/dead-letters")
 def dead_letters() -> str:
     with services().engine.connect() as conn:
-        groups = reads.dead_letter_groups(conn, scope())
-        deliveries = reads.failed_delivery_groups(conn, scope())
+        groups = event_reads.dead_letter_groups(conn, scope())
+        deliveries = delivery_reads.failed_delivery_groups(conn, scope())
         lanes = lreads.blocked(conn, scope())
     return render_template(
         "ui/dead_letters.html", groups=groups, deliveries=deliveries, lanes=lanes
@@ -28,10 +30,10 @@ def dead_letters() -> str:
 def search() -> str | Response:
     """One box for an event id, a delivery id, an Idempotency-Key or a provider event id."""
     q = request.args.get("q", "").strip()[:300]
-    hits: list[history.Hit] = []
+    hits: list[search_reads.Hit] = []
     if q:
         with services().engine.connect() as conn:
-            hits = history.search(conn, q, scope())
+            hits = search_reads.search(conn, q, scope())
     if len(hits) == 1:
         h = hits[0]
         view = "ui.event" if h.kind == "event" else "ui.delivery"

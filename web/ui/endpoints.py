@@ -8,8 +8,12 @@ from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from inbox.domain.errors import BadRequest
+from inbox.domain.records import TenantId
 from inbox.services import endpoint_state, operations
-from inbox.store.reads import admin, reads
+from inbox.store.reads import audit as audit_reads
+from inbox.store.reads import deliveries as delivery_reads
+from inbox.store.reads import endpoint_health as health_reads
+from inbox.store.reads import listing
 from web import actions
 from web.common import not_found
 from web.services import services
@@ -22,26 +26,26 @@ RECENT = 20
 @ui.get("/endpoints")
 def endpoints() -> str:
     with services().engine.connect() as conn:
-        rows = reads.endpoints(conn, scope())
-    return render_template("ui/endpoints.html", rows=rows, hours=reads.HEALTH_HOURS)
+        rows = health_reads.health(conn, scope())
+    return render_template("ui/endpoints.html", rows=rows, hours=health_reads.HEALTH_HOURS)
 
 
 def _page(public_id: str, secret: str | None = None) -> str:
     with services().engine.connect() as conn:
-        ep = reads.endpoint(conn, public_id, scope())
+        ep = health_reads.health_of(conn, public_id, scope())
         if ep is None:
             raise not_found("endpoint")
-        recent = admin.list_deliveries(
-            conn, scope(), admin.Filter(endpoint=public_id), RECENT, None
+        recent = delivery_reads.list_deliveries(
+            conn, scope(), listing.Filter(endpoint=public_id), RECENT, None
         )
-        audit = reads.audit_trail(conn, "endpoint", ep.id)
+        audit = audit_reads.audit_trail(conn, "endpoint", ep.id)
     return render_template(
         "ui/endpoint.html",
         ep=ep,
         recent=recent,
         audit=audit,
         secret=secret,
-        hours=reads.HEALTH_HOURS,
+        hours=health_reads.HEALTH_HOURS,
     )
 
 
@@ -118,7 +122,7 @@ def set_limits(public_id: str) -> Response:
     return redirect(url_for("ui.endpoint", public_id=public_id))
 
 
-def _who() -> tuple[str, int | None]:
+def _who() -> tuple[str, TenantId | None]:
     """Who acts (audited by name), and the tenant they are limited to."""
     who = actions.actor(current())
     return who.name, who.scope

@@ -10,7 +10,9 @@ from werkzeug.wrappers import Response
 from inbox.domain.states import REPLAYABLE, STATES, DeliveryState, EventState
 from inbox.services import operations
 from inbox.services.bulk import NotReplayable
-from inbox.store.reads import admin, history
+from inbox.store.reads import deliveries as delivery_reads
+from inbox.store.reads import events as event_reads
+from inbox.store.reads import listing
 from web import actions
 from web.common import cursor, encode_cursor, list_filter, not_found
 from web.services import services
@@ -31,8 +33,8 @@ def _filters() -> dict[str, Any]:
 def events() -> str:
     f, before = list_filter(STATES), cursor()
     with services().engine.connect() as conn:
-        rows = admin.list_events(conn, scope(), f, PAGE_SIZE + 1, before)
-        dead = history.failed_callbacks(conn, [r.id for r in rows[:PAGE_SIZE]])
+        rows = event_reads.list_events(conn, scope(), f, PAGE_SIZE + 1, before)
+        dead = delivery_reads.failed_callbacks(conn, [r.id for r in rows[:PAGE_SIZE]])
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
     filters = _filters()
@@ -55,9 +57,9 @@ def events() -> str:
 @ui.get("/events/<public_id>")
 def event(public_id: str) -> str:
     with services().engine.connect() as conn:
-        e = admin.event_detail(conn, public_id, scope())
-        row_id = admin.visible(conn, "events", public_id, scope())
-        tried = history.attempts(conn, row_id) if row_id is not None else []
+        e = event_reads.event_detail(conn, public_id, scope())
+        row_id = listing.visible(conn, "events", public_id, scope())
+        tried = event_reads.attempts(conn, row_id) if row_id is not None else []
     if e is None:
         raise not_found("event")
     dead = [d for d in e.deliveries if d.state == DeliveryState.FAILED]
@@ -75,7 +77,7 @@ def event(public_id: str) -> str:
 def confirm_event_replay(public_id: str) -> str:
     require_operator()
     with services().engine.connect() as conn:
-        e = admin.event_detail(conn, public_id, scope())
+        e = event_reads.event_detail(conn, public_id, scope())
     if e is None:
         raise not_found("event")
     if e.state not in REPLAYABLE:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from inbox.services.replays import Job
-from inbox.store.reads.history import Outcomes
+from inbox.store.reads.bulk import Outcomes
 
 # The CSS state class for each verdict.
 CSS = {

@@ -12,7 +12,8 @@ from inbox.domain import approval
 from inbox.domain.errors import BadRequest
 from inbox.services import bulk, replays
 from inbox.services.replays import Job
-from inbox.store.reads import admin, history
+from inbox.store.reads import bulk as bulk_reads
+from inbox.store.reads import events as event_reads
 from web import actions
 from web.common import jsonable, not_found
 from web.services import services
@@ -42,7 +43,7 @@ def progress(job: Job) -> dict[str, Any]:
         shown["percent"] = 100 if job.status == "completed" else 0
     shown["finished"] = job.status in FINISHED
     with services().engine.connect() as conn:
-        shown.update(outcomes.shown(job, history.replay_outcomes(conn, job.id, job.kind)))
+        shown.update(outcomes.shown(job, bulk_reads.replay_outcomes(conn, job.id, job.kind)))
     return shown
 
 
@@ -53,7 +54,7 @@ def new_replay() -> str:
     raw = _filter(request.args)
     req = bulk.parse_request({"kind": "events", "filter": raw})
     with services().engine.connect() as conn:
-        sample = admin.list_events(conn, scope(), req.match, PREVIEW + 1, None)
+        sample = event_reads.list_events(conn, scope(), req.match, PREVIEW + 1, None)
     plan = replays.preview_bulk_replay(actions.runtime(), actions.actor(current()), req)
     return render_template(
         "ui/replay_new.html",

@@ -1,5 +1,5 @@
 """One event or one delivery in full: the rows the API, the console, the CLI and the
-evidence bundle show (scoped by ``inbox.store.reads.admin``).
+evidence bundle show (scoped by ``inbox.store.reads.listing.visible``).
 
 Keys and secrets are not stored at all; the key's digest, the ordering and business key
 digests and the stored response body stay inside. ``public()`` is a row as the API shows

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, select, update
 
 from inbox.infra.keyring import Keyring, is_encrypted
-from inbox.store.reads.secrets import TABLES
-from inbox.store.schema.tables import data_keys
+from inbox.store.schema.tables import data_keys, endpoint_secrets, source_secrets
+
+# The tables that hold signing secrets (``inbox.store.reads.secrets.TABLES`` by name).
+TABLES = (source_secrets, endpoint_secrets)
 
 
 @dataclass(frozen=True)
