@@ -36,8 +36,7 @@ def builders(source: str) -> list[str]:
 
 def test_the_check_finds_a_core_query() -> None:
     core = (
-        "from sqlalchemy import Connection, select\n"
-        "from inbox.store.schema.tables import events\n"
+        "from sqlalchemy import Connection, select\nfrom inbox.store.schema.tables import events\n"
     )
     assert builders(core) == ["select", "events"]
     assert builders("from sqlalchemy import Connection, text\n") == []
