@@ -8,27 +8,23 @@ from flask import request
 
 from inbox.domain.errors import BadRequest
 from inbox.domain.states import STATES, EventState
-from inbox.services import operations
-from inbox.store.reads import events as event_reads
+from inbox.services import operations, reading
 from web import actions
 from web.api import auth
 from web.api.blueprint import api
 from web.common import cursor, jsonable, limit, list_filter, not_found, page
-from web.services import services
 
 
 @api.get("/events")
 def list_events() -> dict[str, Any]:
     size, f = limit(), list_filter(STATES)
-    with services().engine.connect() as conn:
-        rows = event_reads.list_events(conn, auth.scope(), f, size + 1, cursor())
+    rows = reading.list_events(actions.runtime(), auth.scope(), f, size + 1, cursor())
     return page(rows, size)
 
 
 @api.get("/events/<public_id>")
 def show_event(public_id: str) -> dict[str, Any]:
-    with services().engine.connect() as conn:
-        detail = event_reads.event_detail(conn, public_id, auth.scope())
+    detail = reading.event_detail(actions.runtime(), public_id, auth.scope())
     if detail is None:
         raise not_found("event")
     shown: dict[str, Any] = jsonable(detail.public())

@@ -6,23 +6,18 @@ from __future__ import annotations
 from flask import redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from inbox.store.reads import deliveries as delivery_reads
-from inbox.store.reads import events as event_reads
-from inbox.store.reads import lanes as lreads
+from inbox.services import reading
 from inbox.store.reads import search as search_reads
-from web.services import services
+from web import actions
 from web.ui.blueprint import ui
 from web.ui.session import scope
 
 
 @ui.get("/dead-letters")
 def dead_letters() -> str:
-    with services().engine.connect() as conn:
-        groups = event_reads.dead_letter_groups(conn, scope())
-        deliveries = delivery_reads.failed_delivery_groups(conn, scope())
-        lanes = lreads.blocked(conn, scope())
+    found = reading.dead_letters(actions.runtime(), scope())
     return render_template(
-        "ui/dead_letters.html", groups=groups, deliveries=deliveries, lanes=lanes
+        "ui/dead_letters.html", groups=found.groups, deliveries=found.deliveries, lanes=found.lanes
     )
 
 
@@ -32,8 +27,7 @@ def search() -> str | Response:
     q = request.args.get("q", "").strip()[:300]
     hits: list[search_reads.Hit] = []
     if q:
-        with services().engine.connect() as conn:
-            hits = search_reads.search(conn, q, scope())
+        hits = reading.search(actions.runtime(), q, scope())
     if len(hits) == 1:
         h = hits[0]
         view = "ui.event" if h.kind == "event" else "ui.delivery"

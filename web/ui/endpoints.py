@@ -9,14 +9,10 @@ from werkzeug.wrappers import Response
 
 from inbox.domain.errors import BadRequest
 from inbox.domain.records import TenantId
-from inbox.services import endpoint_state, operations
-from inbox.store.reads import audit as audit_reads
-from inbox.store.reads import deliveries as delivery_reads
+from inbox.services import endpoint_state, operations, reading
 from inbox.store.reads import endpoint_health as health_reads
-from inbox.store.reads import listing
 from web import actions
 from web.common import not_found
-from web.services import services
 from web.ui.blueprint import ui
 from web.ui.session import current, scope
 
@@ -25,25 +21,19 @@ RECENT = 20
 
 @ui.get("/endpoints")
 def endpoints() -> str:
-    with services().engine.connect() as conn:
-        rows = health_reads.health(conn, scope())
+    rows = reading.endpoint_health(actions.runtime(), scope())
     return render_template("ui/endpoints.html", rows=rows, hours=health_reads.HEALTH_HOURS)
 
 
 def _page(public_id: str, secret: str | None = None) -> str:
-    with services().engine.connect() as conn:
-        ep = health_reads.health_of(conn, public_id, scope())
-        if ep is None:
-            raise not_found("endpoint")
-        recent = delivery_reads.list_deliveries(
-            conn, scope(), listing.Filter(endpoint=public_id), RECENT, None
-        )
-        audit = audit_reads.audit_trail(conn, "endpoint", ep.id)
+    found = reading.endpoint_page(actions.runtime(), public_id, scope(), RECENT)
+    if found is None:
+        raise not_found("endpoint")
     return render_template(
         "ui/endpoint.html",
-        ep=ep,
-        recent=recent,
-        audit=audit,
+        ep=found.endpoint,
+        recent=found.recent,
+        audit=found.audit,
         secret=secret,
         hours=health_reads.HEALTH_HOURS,
     )

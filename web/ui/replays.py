@@ -10,10 +10,8 @@ from werkzeug.wrappers import Response
 
 from inbox.domain import approval
 from inbox.domain.errors import BadRequest
-from inbox.services import bulk, replays
+from inbox.services import bulk, reading, replays
 from inbox.services.replays import Job
-from inbox.store.reads import bulk as bulk_reads
-from inbox.store.reads import events as event_reads
 from web import actions
 from web.common import jsonable, not_found
 from web.services import services
@@ -42,8 +40,7 @@ def progress(job: Job) -> dict[str, Any]:
     else:
         shown["percent"] = 100 if job.status == "completed" else 0
     shown["finished"] = job.status in FINISHED
-    with services().engine.connect() as conn:
-        shown.update(outcomes.shown(job, bulk_reads.replay_outcomes(conn, job.id, job.kind)))
+    shown.update(outcomes.shown(job, reading.replay_outcomes(actions.runtime(), job)))
     return shown
 
 
@@ -53,8 +50,7 @@ def new_replay() -> str:
     require_operator()
     raw = _filter(request.args)
     req = bulk.parse_request({"kind": "events", "filter": raw})
-    with services().engine.connect() as conn:
-        sample = event_reads.list_events(conn, scope(), req.match, PREVIEW + 1, None)
+    sample = reading.list_events(actions.runtime(), scope(), req.match, PREVIEW + 1, None)
     plan = replays.preview_bulk_replay(actions.runtime(), actions.actor(current()), req)
     return render_template(
         "ui/replay_new.html",
