@@ -12,14 +12,14 @@ from inbox.infra.config import Settings
 from inbox.infra.logs import configure_logging
 from inbox.infra.ratelimit import RateLimiter
 from inbox.services import intake, playbooks, runtime
+from inbox.services.overload import Backlog
+from inbox.services.routes import RouteCache
 from web.api import api
 from web.errors import register_error_handlers
 from web.health import health
 from web.ingest import hooks
 from web.metrics import metrics_bp
-from web.overload import Backlog
 from web.receiver import Receiver
-from web.routes import RouteCache
 from web.services import Services
 from web.ui import ui
 from web.validate import register as register_edge_checks

@@ -18,9 +18,9 @@ from inbox.domain.errors import (
 )
 from inbox.domain.outcomes import IngestOutcome
 from inbox.domain.records import Source
-from inbox.services import intake
+from inbox.services import intake, overload
 from inbox.services.intake import IngestResult
-from web import overload, validate
+from web import validate
 from web.errors import error_response
 from web.services import Services, services
 

@@ -27,8 +27,8 @@ from werkzeug.wrappers import Response
 from inbox.domain import intake as core
 from inbox.domain.errors import NotFound, PayloadTooLarge
 from inbox.domain.outcomes import IngestOutcome
-from inbox.services import intake
-from web import overload, validate
+from inbox.services import intake, overload
+from web import validate
 from web.ingest import answer, environ_headers, handshake_response, received
 
 if TYPE_CHECKING:
