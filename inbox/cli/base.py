@@ -18,7 +18,7 @@ import click
 from sqlalchemy import Connection, Engine
 
 from inbox.cli.params import TEXT
-from inbox.domain.errors import InboxError
+from inbox.domain.errors import InboxError, StoreUnavailable
 from inbox.infra import config
 from inbox.infra.config import Settings
 from inbox.services import admin, failures, runtime
@@ -143,6 +143,8 @@ class _Group(click.Group):
             raise
         except click.ClickException as exc:
             raise (Misused if exc.exit_code == 2 else Failed)(_one_line(exc)) from None
+        except StoreUnavailable as exc:  # wrapped by a service: the database, in one line
+            raise Failed(failures.explain(exc, _database())) from None
         except InboxError as exc:
             raise Failed(_with_fields(exc)) from None
         except (click.exceptions.Exit, click.Abort, KeyboardInterrupt, EOFError):

@@ -8,14 +8,13 @@ from typing import IO
 
 import click
 
-from inbox.cli.base import engine, main, settings, split_ref, transaction
+from inbox.cli.base import current, engine, main, settings, split_ref
 from inbox.cli.output import json_option
 from inbox.domain.retention import key_window_hours
 from inbox.infra import metrics
 from inbox.outbound import providers
 from inbox.services import admin, gapfill, upkeep
 from inbox.services import reconcile as rec
-from inbox.store.reads import reconcile as rstore
 
 
 @main.command()
@@ -126,15 +125,13 @@ def reconcile_cmd(
         _fill(tenant, name, since, fmt)
         return
     src = admin.get_source(engine(), tenant, name)
-    with transaction() as conn:
-        hours = key_window_hours(src.scheme, src.options.key_ttl_hours, settings().key_ttl_hours)
-        start = since or rstore.window_start(conn, hours)
+    hours = key_window_hours(src.scheme, src.options.key_ttl_hours, settings().key_ttl_hours)
+    start = since or rec.window_start(current(), hours)
     if ids_file is not None:
         provider_ids = rec.parse_ids(ids_file.read())
     else:
         provider_ids = list(rec.resolve_fetcher(fetcher or "")(src, start))
-    with transaction() as conn:
-        result = rec.reconcile(conn, src, provider_ids, start, hours)
+    result = rec.check(current(), src, provider_ids, start, hours)
     rec.notify(result)
     metrics.record_reconcile(result.tenant, result.source, len(result.missing), len(result.extra))
     if fmt == "json":
@@ -154,8 +151,7 @@ def _fill(tenant: str, name: str, since: datetime | None, fmt: str) -> None:
             " (fetcher, credentials) to ask the provider with"
         )
     hours = key_window_hours(src.scheme, src.options.key_ttl_hours, cfg.key_ttl_hours)
-    with transaction() as conn:
-        start = since or rstore.window_start(conn, hours)
+    start = since or rec.window_start(current(), hours)
     try:
         result = gapfill.fill(engine(), src, start, cfg.key_ttl_hours)
     except providers.ProviderError as exc:

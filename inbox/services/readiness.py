@@ -3,14 +3,17 @@ code's, and every source's playbook is registered in this process."""
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Engine, text
 
 from inbox.domain.playbooks import Registry, registry
+from inbox.services import startup
 from inbox.store.db.availability import unreachable, writable
 from inbox.store.reads import sources as source_reads
 from inbox.store.schema.migrate import head_revision
 
-__all__ = ["playbooks", "schema", "unreachable", "writable"]
+__all__ = ["NOT_CHECKED", "playbooks", "schema", "store_checks", "unreachable", "writable"]
+
+NOT_CHECKED = "not checked"
 
 _HEAD: list[str | None] = []
 
@@ -47,3 +50,21 @@ def playbooks(conn: Connection, reg: Registry = registry) -> str:
         f"not registered: {'; '.join(missing[:3])}{more}; their events are held until"
         " INBOX_PLAYBOOKS loads it"
     )
+
+
+def store_checks(engine: Engine) -> dict[str, str]:
+    """``database``, ``schema``, ``secrets`` and ``playbooks``, each "ok" or what is wrong,
+    on one connection; a database that does not answer leaves the others not checked."""
+    checks: dict[str, str] = {}
+    try:
+        with engine.connect() as conn:
+            checks["database"] = writable(conn)
+            checks["schema"] = schema(conn)
+            if checks["schema"] == "ok":
+                checks["secrets"] = startup.secrets_problem(conn) or "ok"
+                checks["playbooks"] = playbooks(conn)
+    except Exception as exc:
+        checks.setdefault("database", unreachable(exc))
+    for name in ("schema", "secrets", "playbooks"):
+        checks.setdefault(name, NOT_CHECKED)
+    return checks

@@ -19,6 +19,7 @@ from sqlalchemy import Connection
 from inbox.domain.approval import Job
 from inbox.domain.records import TenantId
 from inbox.domain.states import DeliveryState, EventState
+from inbox.services import admin
 from inbox.services.runtime import Runtime
 from inbox.store.db.errors import wrap_exceptions
 from inbox.store.reads import audit as audit_reads
@@ -50,9 +51,19 @@ def _reading(rt: Runtime) -> Iterator[Connection]:
 
 
 def list_events(
-    rt: Runtime, scope: TenantId | None, f: Filter, limit: int, before_id: int | None
+    rt: Runtime,
+    scope: TenantId | None,
+    f: Filter,
+    limit: int,
+    before_id: int | None,
+    *,
+    check_names: bool = False,
 ) -> list[EventSummary]:
+    """A page of events; with ``check_names`` a tenant or source the filter names must
+    exist (the CLI's typo is an error, where the API's filter just matches nothing)."""
     with _reading(rt) as conn:
+        if check_names:
+            admin.check_named(conn, f.tenant, f.source)
         return event_reads.list_events(conn, scope, f, limit, before_id)
 
 
@@ -98,9 +109,18 @@ def event_story(rt: Runtime, public_id: str, scope: TenantId | None) -> EventSto
 
 
 def list_deliveries(
-    rt: Runtime, scope: TenantId | None, f: Filter, limit: int, before_id: int | None
+    rt: Runtime,
+    scope: TenantId | None,
+    f: Filter,
+    limit: int,
+    before_id: int | None,
+    *,
+    check_names: bool = False,
 ) -> list[DeliverySummary]:
+    """A page of deliveries; ``check_names`` as for ``list_events``."""
     with _reading(rt) as conn:
+        if check_names:
+            admin.check_named(conn, f.tenant)
         return delivery_reads.list_deliveries(conn, scope, f, limit, before_id)
 
 
