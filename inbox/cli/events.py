@@ -12,6 +12,7 @@ import click
 from inbox.cli.base import current, main, ringing
 from inbox.cli.output import emit_json, fields, json_option, table, when
 from inbox.cli.params import LIMIT, Rate
+from inbox.domain.approval import BulkStatus
 from inbox.domain.errors import NotFound
 from inbox.domain.states import EventState
 from inbox.services import bulk, operations, reading, replays
@@ -358,7 +359,7 @@ def _request_approval(
     )
     job, _ = replays.start(current(), actor, req)
     click.echo(f"bulk replay {job.public_id}: {job.total} event(s), {job.status}")
-    if job.status == "awaiting_approval":
+    if job.status == BulkStatus.AWAITING_APPROVAL:
         click.echo(
             f"more than {approval_min} events: another operator approves it with"
             f"\n  inbox replay --approve {job.public_id} --actor NAME"

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from inbox.domain.approval import Job
+from inbox.domain.approval import BulkStatus, Job
 from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.idempotency import validate_key
 from inbox.domain.records import BulkJobId, TenantId
@@ -113,7 +113,7 @@ def start(
     approval_min = rt.settings.bulk_approval_min
     with rt.engine.begin() as conn:
         job, created = bulk.create(conn, req, actor.scope, actor.name, key, approval_min)
-    if created and job.status == "queued":
+    if created and job.status == BulkStatus.QUEUED:
         rt.bells.ring("start_bulk_replay", job.id)
     return job, created
 

@@ -9,6 +9,7 @@ from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from inbox.domain import approval
+from inbox.domain.approval import BulkStatus
 from inbox.domain.errors import BadRequest
 from inbox.services import bulk, reading, replays
 from inbox.services.replays import Job
@@ -38,7 +39,7 @@ def progress(job: Job) -> dict[str, Any]:
     if job.total:
         shown["percent"] = min(100, job.done * 100 // job.total)
     else:
-        shown["percent"] = 100 if job.status == "completed" else 0
+        shown["percent"] = 100 if job.status == BulkStatus.COMPLETED else 0
     shown["finished"] = job.status in FINISHED
     shown.update(outcomes.shown(job, reading.replay_outcomes(actions.runtime(), job)))
     return shown
@@ -98,7 +99,7 @@ def replay(public_id: str) -> str:
     may_approve = job.actor != current().name
     # The approver sees what they would start (and the look is audited).
     plan = None
-    if job.kind == "events" and job.status == "awaiting_approval":
+    if job.kind == "events" and job.status == BulkStatus.AWAITING_APPROVAL:
         plan = replays.preview_job(actions.runtime(), actions.actor(current()), job)
     return render_template(
         "ui/replay.html",

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from inbox.domain.approval import Job
+from inbox.domain.approval import BulkStatus, Job
 from inbox.store.reads.scope import Scope, scoped
 
 
@@ -27,7 +27,8 @@ created_at, started_at, finished_at, reviewer, reviewed_at, review_note
 
 
 def to_job(row: Any) -> Job:
-    return Job(**{k: row._mapping[k] for k in Job.__dataclass_fields__})
+    values = {k: row._mapping[k] for k in Job.__dataclass_fields__}
+    return Job(**{**values, "status": BulkStatus(values["status"])})
 
 
 def get_job(conn: Connection, public_id: str, scope: Scope) -> Job | None:
@@ -40,11 +41,11 @@ def get_job(conn: Connection, public_id: str, scope: Scope) -> Job | None:
     return to_job(row)
 
 
-def status(conn: Connection, job_id: int) -> str | None:
+def status(conn: Connection, job_id: int) -> BulkStatus | None:
     value = conn.execute(
         text("SELECT status FROM bulk_replays WHERE id = :id"), {"id": job_id}
     ).scalar()
-    return str(value) if value is not None else None
+    return BulkStatus(value) if value is not None else None
 
 
 def next_items(conn: Connection, job_id: int, limit: int) -> list[Item]:

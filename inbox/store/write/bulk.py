@@ -155,7 +155,7 @@ def cancel(conn: Connection, public_id: str, scope: TenantId | None, actor: str)
     ).first()
     if row is None:
         current = get_job(conn, public_id, scope)
-        if current is not None and current.status == "cancelled":
+        if current is not None and current.status == BulkStatus.CANCELLED:
             return current
         raise NotCancellable()
     _audit(conn, actor, "cancel", job.id, {"public_id": job.public_id, "done": row.done})
