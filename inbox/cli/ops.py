@@ -124,7 +124,7 @@ def reconcile_cmd(
     if ids_file is None and fetcher is None:
         _fill(tenant, name, since, fmt)
         return
-    src = admin.get_source(engine(), tenant, name)
+    src = admin.get_source(current(), tenant, name)
     hours = key_window_hours(src.scheme, src.options.key_ttl_hours, settings().key_ttl_hours)
     start = since or rec.window_start(current(), hours)
     if ids_file is not None:
@@ -144,7 +144,7 @@ def reconcile_cmd(
 
 def _fill(tenant: str, name: str, since: datetime | None, fmt: str) -> None:
     cfg = settings()
-    src = admin.get_source(engine(), tenant, name)
+    src = admin.get_source(current(), tenant, name)
     if not src.options.reconcile:
         raise click.UsageError(
             f"give --ids FILE or --fetcher NAME: {tenant}/{name} has no reconcile option"
