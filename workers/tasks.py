@@ -25,6 +25,7 @@ from inbox.services.courier import BATCH, deliver_once, policy_of
 from inbox.services.drain import drain_once
 from inbox.services.outages import timed_out
 from inbox.services.runner import DEFERRED
+from inbox.services.runtime import Runtime
 from workers import state
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,13 @@ def through_outages(task: Callable[P, R]) -> Callable[P, R | None]:
 
 def engine() -> Engine:
     return state.current().engine()
+
+
+def runtime() -> Runtime:
+    """The process's settings and engine, as a use case takes them (no bells: a task
+    rings through the app)."""
+    current = state.current()
+    return Runtime(current.settings, current.engine())
 
 
 def set_alarms(task: str, args: list[int], delays: list[float]) -> None:
@@ -169,7 +177,7 @@ def sweep() -> dict[str, int]:
 @through_outages
 def prune() -> dict[str, object]:
     """Retention: expired keys, old raw bodies, old delivery attempts, old ledger days."""
-    r = upkeep.prune(engine(), state.current().settings)
+    r = upkeep.prune(runtime())
     return {
         "keys": r.keys_removed,
         "bodies": r.bodies_removed,
@@ -184,7 +192,7 @@ def prune() -> dict[str, object]:
 @through_outages
 def make_partitions() -> dict[str, object]:
     """The ledger's partitions for today and the week ahead (rows in DEFAULT moved out)."""
-    made = upkeep.ensure_partitions(engine())
+    made = upkeep.ensure_partitions(runtime())
     return {"created": made.created, "moved": made.moved}
 
 
@@ -192,7 +200,7 @@ def make_partitions() -> dict[str, object]:
 @through_outages
 def reconcile_sources() -> dict[str, object]:
     """Gaps found at the provider: every source whose reconcile interval has passed."""
-    done = gapfill.run_due(engine(), state.current().settings.key_ttl_hours)
+    done = gapfill.run_due(runtime())
     return {
         "sources": len(done),
         "imported": sum(r.imported for r in done),

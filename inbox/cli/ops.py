@@ -8,7 +8,7 @@ from typing import IO
 
 import click
 
-from inbox.cli.base import current, engine, main, settings, split_ref
+from inbox.cli.base import current, main, settings, split_ref
 from inbox.cli.output import json_option
 from inbox.domain.retention import key_window_hours
 from inbox.infra import metrics
@@ -27,7 +27,7 @@ def prune(dry_run: bool) -> None:
     window is shorter than its provider's retry horizon keeps its keys; it is listed
     as refused and the exit status is 1.
     """
-    result = upkeep.prune(engine(), settings(), dry_run=dry_run)
+    result = upkeep.prune(current(), dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
     click.echo(f"keys              {verb} {result.keys_removed}")
     click.echo(f"bodies            {verb} {result.bodies_removed}")
@@ -52,9 +52,9 @@ def partitions_cmd(ensure: bool) -> None:
     """The ledger's days: estimated rows, and for each day past the ledger window
     whether the next prune drops it or why it stays."""
     if ensure:
-        made = upkeep.ensure_partitions(engine())
+        made = upkeep.ensure_partitions(current())
         click.echo(f"created {len(made.created)} partitions, moved {made.moved} rows")
-    ledger = upkeep.ledger_days(engine(), settings())
+    ledger = upkeep.ledger_days(current())
     days, window, note, verdicts = ledger.days, ledger.window, ledger.note, ledger.verdicts
     kept = dict(verdicts.kept)
     click.echo(f"ledger window {window} d" + (f" ({note})" if note else ""))
@@ -153,7 +153,7 @@ def _fill(tenant: str, name: str, since: datetime | None, fmt: str) -> None:
     hours = key_window_hours(src.scheme, src.options.key_ttl_hours, cfg.key_ttl_hours)
     start = since or rec.window_start(current(), hours)
     try:
-        result = gapfill.fill(engine(), src, start, cfg.key_ttl_hours)
+        result = gapfill.fill(current(), src, start)
     except providers.ProviderError as exc:
         raise click.ClickException(f"the provider's API could not be read: {exc}") from None
     if fmt == "json":
