@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import decimal
+import enum
 import importlib
 import inspect
 import pkgutil
@@ -61,6 +62,8 @@ def problems(hint: Any, where: str, seen: set[type] | None = None) -> list[str]:
     if origin is not None:  # list[...], tuple[...], X | None, Sequence[...]
         return [p for a in args if a is not Ellipsis for p in problems(a, where, seen)]
     if not isinstance(hint, type) or hint in PLAIN or hint in seen:
+        return []
+    if issubclass(hint, enum.Enum):  # a typed value (a state, a status), not a row
         return []
     seen.add(hint)
     if not dataclasses.is_dataclass(hint):
