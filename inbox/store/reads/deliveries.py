@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from inbox.domain.states import DeliveryState
 from inbox.store.reads import detail, ledger_reads, listing
 from inbox.store.reads.detail import DeliveryDetail
 from inbox.store.reads.ledger_reads import since_event
@@ -27,7 +28,7 @@ class DeliverySummary:
     endpoint: str  # the endpoint's public id
     url: str
     event_type: str
-    state: str
+    state: DeliveryState
     replay: int
     attempts: int
     last_status: int | None
@@ -35,6 +36,9 @@ class DeliverySummary:
     created_at: datetime
     finished_at: datetime | None
     event: str | None  # the public id of the event it calls back about
+
+    def __post_init__(self) -> None:  # the column's text, as the enum it is
+        object.__setattr__(self, "state", DeliveryState(self.state))
 
     def public(self) -> dict[str, Any]:
         """As the API shows it: the row id stays inside."""

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from inbox.domain.states import EventState
 from inbox.store.reads import detail, ledger_reads, listing
 from inbox.store.reads.detail import EventDetail
 from inbox.store.reads.listing import Filter
@@ -18,9 +19,12 @@ from inbox.store.reads.scope import Scope, as_rows, scoped
 
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
-    state: str
+    state: EventState
     status: int
     body: bytes
+
+    def __post_init__(self) -> None:  # the column's text, as the enum it is
+        object.__setattr__(self, "state", EventState(self.state))
 
 
 STORED_RESPONSE = text("SELECT state, response_status, response_body FROM events WHERE id = :id")
@@ -40,7 +44,7 @@ class EventSummary:
     tenant: str
     source: str
     event_type: str | None
-    state: str
+    state: EventState
     attempts: int
     replay: int
     received_at: datetime
@@ -48,6 +52,9 @@ class EventSummary:
     outcome: str | None
     last_error_class: str | None
     duplicate_count: int
+
+    def __post_init__(self) -> None:  # the column's text, as the enum it is
+        object.__setattr__(self, "state", EventState(self.state))
 
     def public(self) -> dict[str, Any]:
         """As the API shows it: the row id stays inside."""
