@@ -151,7 +151,7 @@ def start_receiver(
         "BASELINE_SECRET": SECRET,
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": str(procs.ROOT),
-        "WEB_KEEPALIVE_REQUESTS": str(keepalive_requests(os.environ)),
+        "WEB_KEEPALIVE_REQUESTS": str(keepalive_requests()),
         # Payloads sealed at rest (the default), except for the inbox-clear receiver.
         "INBOX_ENCRYPT_PAYLOADS": "0" if name == CLEAR else "1",
     }

@@ -39,7 +39,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from inbox.infra.config import Settings
+from inbox.infra import config
 from inbox.store.db.claim_connections import Connections
 from inbox.store.db.engine import deadline, make_engine
 
@@ -148,7 +148,7 @@ def main() -> None:
     )
     p.add_argument("--n", type=int, default=3000, help="calls per round")
     args = p.parse_args()
-    settings = dataclasses.replace(Settings.from_env(), database_url=args.pg_url)
+    settings = dataclasses.replace(config.settings(), database_url=args.pg_url)
     engine = make_engine(settings, pool_size=1)
     claim_conns = Connections(engine)
     pool = ConnectionPool(args.pg_url, min_size=1, max_size=1, open=True)

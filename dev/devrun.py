@@ -26,8 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 from dev import embedded
 from dev.supervise import Child, Supervisor
 from inbox.domain.sources import SourceOptions
-from inbox.infra import keyring
-from inbox.infra.config import Settings
+from inbox.infra import config, keyring
 from inbox.store.db.engine import make_engine
 from inbox.store.reads import sources as source_reads
 from inbox.store.schema import migrate
@@ -159,7 +158,7 @@ def _operator_token() -> str:
     """An operator token for the console, made once and kept in .data/operator_token
     (made again if the database no longer knows it, e.g. after .data/pg was removed)."""
     path = DATA / "operator_token"
-    engine = make_engine(Settings.from_env(), pool_size=1)
+    engine = make_engine(config.settings(), pool_size=1)
     try:
         with engine.begin() as conn:
             if path.exists() and tokens_store.authenticate(conn, path.read_text().strip()):
@@ -173,7 +172,7 @@ def _operator_token() -> str:
 
 def _demo_source() -> tuple[str, str]:
     """The demo tenant's source and its secret (created on first run)."""
-    engine = make_engine(Settings.from_env(), pool_size=1)
+    engine = make_engine(config.settings(), pool_size=1)
     try:
         with engine.begin() as conn:
             if not any(t.name == "demo" for t in source_reads.list_tenants(conn)):
@@ -350,10 +349,10 @@ def main() -> None:
         os.environ.setdefault("INBOX_ALLOW_PRIVATE_TARGETS", "1")
         # Signing secrets are encrypted at rest: a development key kept in .data/ (0600).
         os.environ.setdefault("INBOX_KEK", keyring.dev_key(DATA / "kek"))
-        migrate.upgrade(Settings.from_env().migration_url)
+        migrate.upgrade(config.reload().migration_url)  # read with the exports above
         path, secret = _demo_source()
         token = _operator_token()
-        if Settings.from_env().allow_private_targets:
+        if config.settings().allow_private_targets:
             print(
                 "NOTE: INBOX_ALLOW_PRIVATE_TARGETS is on: callbacks may target loopback and"
                 " private\n      addresses. Never set it in production"

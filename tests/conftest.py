@@ -32,7 +32,7 @@ from sqlalchemy import Engine, text
 from dev import embedded
 from inbox.domain.records import Source
 from inbox.domain.sources import SourceOptions
-from inbox.infra import keyring
+from inbox.infra import config, keyring
 from inbox.infra.config import Settings
 from inbox.store.db.engine import deadline, make_engine
 from inbox.store.reads import sources as source_reads
@@ -132,6 +132,36 @@ def _clone(server_url: str, template: str, name: str) -> None:
         conn.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
 
 
+class _ReloadingMonkeyPatch(pytest.MonkeyPatch):
+    """``monkeypatch`` whose environment changes reach the settings: the process reads them
+    once (``inbox.infra.config.settings``), so each change, and the undo, reads them again."""
+
+    def setenv(self, name: str, value: str, prepend: str | None = None) -> None:
+        super().setenv(name, value, prepend)
+        config.reload()
+
+    def delenv(self, name: str, raising: bool = True) -> None:
+        super().delenv(name, raising)
+        config.reload()
+
+    def undo(self) -> None:
+        super().undo()
+        config.reload()
+
+
+@pytest.fixture
+def monkeypatch() -> Iterator[pytest.MonkeyPatch]:
+    patch = _ReloadingMonkeyPatch()
+    yield patch
+    patch.undo()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_settings() -> None:
+    """Each test starts from the settings the environment says now."""
+    config.reload()
+
+
 @pytest.fixture(scope="session")
 def database_url(pg_server_url: str, template_db: str) -> Iterator[str]:
     """A database of this worker's own, cloned from the run's migrated template."""
@@ -147,6 +177,7 @@ def database_url(pg_server_url: str, template_db: str) -> Iterator[str]:
         conn.execute(f'CREATE DATABASE "{keys}"')
         conn.execute(f'ALTER DATABASE "{keys}" SET synchronous_commit = off')  # as _clone
     os.environ["INBOX_KEYSTORE_URL"] = _with_db(pg_server_url, keys)
+    config.reload()  # the process reads its settings once (inbox.infra.config.settings)
     yield url
     _drop(pg_server_url, name)
     _drop(pg_server_url, keys)

@@ -7,19 +7,19 @@ from collections.abc import Callable
 from flask import Flask, redirect
 from sqlalchemy import Engine
 
-from inbox.infra import broker, tracing
+from inbox.infra import broker, config, tracing
 from inbox.infra.config import Settings
 from inbox.infra.logs import configure_logging
 from inbox.infra.ratelimit import RateLimiter
 from inbox.services import intake, playbooks, runtime
+from inbox.services.overload import Backlog
+from inbox.services.routes import RouteCache
 from web.api import api
 from web.errors import register_error_handlers
 from web.health import health
 from web.ingest import hooks
 from web.metrics import metrics_bp
-from web.overload import Backlog
 from web.receiver import Receiver
-from web.routes import RouteCache
 from web.services import Services
 from web.ui import ui
 from web.validate import register as register_edge_checks
@@ -31,7 +31,7 @@ def create_app(
     doorbell: Callable[[], None] | None = None,
     route_cache_seconds: float = 5.0,
 ) -> Flask:
-    settings = settings or Settings.from_env()
+    settings = settings or config.settings()
     configure_logging(settings.log_level)
     tracing.configure(settings, "web")  # off (nothing installed) unless OTEL_TRACES_EXPORTER
     # For /readyz, which names a source whose playbook no module registers.

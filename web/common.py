@@ -13,7 +13,9 @@ from flask import request
 
 from inbox.domain.errors import BadRequest, InboxError, NotFound
 from inbox.services.bulk import parse_time
-from inbox.store.reads.admin import DeliverySummary, EventSummary, Filter
+from inbox.store.reads.deliveries import DeliverySummary
+from inbox.store.reads.events import EventSummary
+from inbox.store.reads.listing import Filter
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500

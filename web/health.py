@@ -20,16 +20,15 @@ import socket
 from urllib.parse import urlsplit
 
 from flask import Blueprint
-from sqlalchemy import Connection
 
 from inbox.infra.config import Settings
-from inbox.services import readiness, startup
+from inbox.services import readiness
 from web.services import services
 
 health = Blueprint("health", __name__)
 BROKER_TIMEOUT_SECONDS = 1.0
 NOT_CONFIGURED = "not configured"
-NOT_CHECKED = "not checked"  # a broker this probe does not speak (e.g. sqs://)
+NOT_CHECKED = readiness.NOT_CHECKED  # also a broker this probe does not speak (sqs://)
 # Named in ``checks`` but not a reason for 503: events of a source whose playbook is
 # missing are accepted and held (nothing is lost), where a 503 would have the provider
 # retry, then give up on the endpoint.
@@ -44,21 +43,7 @@ def healthz() -> dict[str, str]:
 @health.get("/readyz")
 def readyz() -> tuple[dict[str, object], int]:
     ext = services()
-    checks: dict[str, str] = {}
-    try:
-        with ext.engine.connect() as conn:
-            checks["database"] = readiness.writable(conn)
-            checks["schema"] = check_schema(conn)
-            if checks["schema"] == "ok" or checks["schema"].startswith(readiness.AHEAD):
-                checks["secrets"] = startup.secrets_problem(conn) or "ok"
-                checks["playbooks"] = check_playbooks(conn)
-                checks["keystore"] = readiness.keystore(conn)
-    except Exception as exc:
-        checks.setdefault("database", readiness.unreachable(exc))
-        checks.setdefault("schema", NOT_CHECKED)
-    checks.setdefault("secrets", NOT_CHECKED)
-    checks.setdefault("playbooks", NOT_CHECKED)
-    checks.setdefault("keystore", NOT_CHECKED)
+    checks = readiness.store_checks(ext.engine)
     checks["broker"] = check_broker(ext.settings)
     failed = [
         k
@@ -70,17 +55,6 @@ def readyz() -> tuple[dict[str, object], int]:
     if not failed:
         return {"status": "ok", "checks": checks}, 200
     return {"status": "unavailable", "cause": failed[0], "checks": checks}, 503
-
-
-def check_playbooks(conn: Connection) -> str:
-    """ "ok", or the sources whose playbook no module of INBOX_PLAYBOOKS registers here."""
-    return readiness.playbooks(conn)
-
-
-def check_schema(conn: Connection) -> str:
-    """ "ok" when the database is at the code's newest migration; "ahead ..." (still ready)
-    when a newer release migrated it; otherwise what it is at."""
-    return readiness.schema(conn)
 
 
 def check_broker(settings: Settings) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
@@ -18,9 +19,9 @@ from inbox.domain.errors import (
 )
 from inbox.domain.outcomes import IngestOutcome
 from inbox.domain.records import Source
-from inbox.services import intake
+from inbox.services import intake, overload
 from inbox.services.intake import IngestResult
-from web import overload, validate
+from web import validate
 from web.errors import error_response
 from web.services import Services, services
 
@@ -92,13 +93,8 @@ def answer(result: IngestResult) -> Response:
 @hooks.route("/hooks/<tenant>/<source>", methods=_METHODS)
 def receive(tenant: str, source: str) -> Response:
     ext = services()
-    # Every database wait of this request ends by then (the pool, each statement, the
-    # group-commit queue): past it, 503, and the sender retries.
-    until = time.monotonic() + ext.settings.db_timeout_ms / 1000
-    with intake.deadline(until):
-        route: Source | None = ext.routes.get(tenant, source)
-    if route is None or not route.enabled:
-        raise NotFound()
+    until = deadline(ext)
+    route = route_of(ext, tenant, source, until)
     if request.method == "GET":
         req = core.signed_request("GET", request.url, _headers(), b"")
         handshake = core.handshake_get(route, req, time.time())
@@ -106,23 +102,49 @@ def receive(tenant: str, source: str) -> Response:
             return handshake_response(handshake)
     if request.method != "POST":
         raise MethodNotAllowed()
-    overload.check_backlog(ext.backlog)
-    limit = route.options.max_body_bytes or ext.settings.max_body_bytes
-    body = _read_body(limit)
     # Few schemes sign the URL; building it costs more than the rest of the request parsing.
     url = request.url if core.signs_url(route) else ""
-    req = core.signed_request("POST", url, _headers(), body)
+    done = take(ext, route, _read_body, url, _headers, until, tenant, source)
+    if isinstance(done, core.Handshake):
+        return handshake_response(done)
+    return answer(done)
+
+
+def deadline(ext: Services) -> float:
+    """When every database wait of this request ends (the pool, each statement, the
+    group-commit queue): past it, 503, and the sender retries."""
+    return time.monotonic() + ext.settings.db_timeout_ms / 1000
+
+
+def route_of(ext: Services, tenant: str, source: str, until: float) -> Source:
+    """The source the path names (cached, ``inbox.services.routes``), else 404."""
+    with intake.deadline(until):
+        route: Source | None = ext.routes.get(tenant, source)
+    if route is None or not route.enabled:
+        raise NotFound()
+    return route
+
+
+def take(
+    ext: Services,
+    route: Source,
+    read_body: Callable[[int], bytes],
+    url: str,
+    headers: Callable[[], dict[str, str]],
+    until: float,
+    tenant: str,
+    source: str,
+) -> IngestResult | core.Handshake:
+    """A POST to a known source, in the one order the view and ``web/receiver.py`` share
+    (docs/reference/ingest.md): the backlog (503), the body within the source's limit
+    (``read_body(limit)`` answers 413 past it), the signature and the envelope (401, 400;
+    or a provider's handshake), the source's rate (429), then the receive use case."""
+    overload.check_backlog(ext.backlog)
+    body = read_body(route.options.max_body_bytes or ext.settings.max_body_bytes)
+    req = core.signed_request("POST", url, headers(), body)
     prepared = core.prepare(route, req, time.time(), ext.settings.key_ttl_hours)
     if isinstance(prepared, core.Handshake):
-        return handshake_response(prepared)
-    return answer(received(ext, route, prepared, until, tenant, source))
-
-
-def received(
-    ext: Services, route: Source, prepared: core.Prepared, until: float, tenant: str, source: str
-) -> IngestResult:
-    """The source's rate, then the receive use case, and its debug line: what the view and
-    ``web/receiver.py`` do alike once a delivery is prepared."""
+        return prepared
     overload.check_rate(ext.limiter, route)
     result = ext.intake.receive(route, prepared, until)
     if log.isEnabledFor(logging.DEBUG):

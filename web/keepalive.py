@@ -11,17 +11,17 @@ any worker may accept.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
 
 from flask import Flask, Response
 
+from inbox.infra import config
 from inbox.infra.config import Settings
 from web.receiver import Receiver
 
 
-def keepalive_requests(env: Mapping[str, str] | None = None) -> int:
+def keepalive_requests(settings: Settings | None = None) -> int:
     """``WEB_KEEPALIVE_REQUESTS``: requests per connection on average; 0 never closes."""
-    return Settings.from_env(env).keepalive_requests
+    return (settings or config.settings()).keepalive_requests
 
 
 def close_now_and_then(app: Flask, every: int) -> None:

@@ -29,7 +29,7 @@ from inbox.domain.errors import Unauthorized
 from inbox.domain.states import DeliveryState, EventState
 from inbox.infra import config
 from inbox.infra.metrics import tenant_label
-from inbox.store.reads import endpoint_health, invariants, lanes, stats
+from inbox.services import stats
 from web import throttle
 from web.errors import error_response
 from web.services import services
@@ -115,15 +115,17 @@ class StatsCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         fam = self._families()
         try:
-            with self.engine.connect() as conn:
-                depth = stats.inbox_depth(conn)
-                backlog = stats.delivery_backlog(conn)
-                endpoints = endpoint_health.statuses(conn)
-                blocked = lanes.blocked_counts(conn)
+            found = stats.snapshot(self.engine)
         except Exception as exc:  # a scrape must still answer; inbox_stats_up says why not
             log.warning("metrics: database statistics unavailable (%s)", type(exc).__name__)
             fam["up"].add_metric([], 0)
             return [fam["up"]]
+        depth, backlog, endpoints, blocked = (
+            found.depth,
+            found.backlog,
+            found.endpoints,
+            found.blocked,
+        )
         # Tenant labels off: rows of one source name in several tenants add up (or take
         # the oldest), so no two samples of a family share a label set.
         counts: dict[tuple[str, ...], float] = {}
@@ -186,8 +188,7 @@ class ViolationsCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         fam = self._family()
         try:
-            with self.engine.connect() as conn:
-                counts = invariants.open_counts(conn)
+            counts = stats.open_violations(self.engine)
         except Exception as exc:  # inbox_stats_up already says the database did not answer
             log.warning("metrics: open violations unavailable (%s)", type(exc).__name__)
             return []
@@ -208,7 +209,7 @@ class _ProcessRegistry(Collector):
 
 def build_registry(engine: Engine) -> CollectorRegistry:
     registry = CollectorRegistry()
-    if config.current("metrics_dir"):
+    if config.settings().metrics_dir:
         from prometheus_client import multiprocess
 
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]

@@ -18,18 +18,16 @@ app is served alone (its instrumentation makes the server span).
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from werkzeug.wrappers import Response
 
 from inbox.domain import intake as core
-from inbox.domain.errors import NotFound, PayloadTooLarge
+from inbox.domain.errors import PayloadTooLarge
 from inbox.domain.outcomes import IngestOutcome
-from inbox.services import intake
-from web import overload, validate
-from web.ingest import answer, environ_headers, handshake_response, received
+from web import validate
+from web.ingest import answer, deadline, environ_headers, handshake_response, route_of, take
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -76,24 +74,22 @@ class Receiver:
         """The answer, or None for what only the Flask view does (before the body is read)."""
         validate.check_path_values({"tenant": tenant, "source": source})
         ext: Services = self.flask.extensions["inbox"]
-        until = time.monotonic() + ext.settings.db_timeout_ms / 1000
-        with intake.deadline(until):
-            route = ext.routes.get(tenant, source)
-        if route is None or not route.enabled:
-            raise NotFound()
+        until = deadline(ext)
+        route = route_of(ext, tenant, source, until)
         if core.signs_url(route):
             return None  # the URL as werkzeug builds it: the Flask view's
-        overload.check_backlog(ext.backlog)
-        limit = route.options.max_body_bytes or ext.settings.max_body_bytes
-        if length > limit:
-            raise PayloadTooLarge(limit_bytes=limit)
-        body = validate.read_exactly(environ, length)
-        req = core.signed_request("POST", "", environ_headers(environ), body)
-        prepared = core.prepare(route, req, time.time(), ext.settings.key_ttl_hours)
-        if isinstance(prepared, core.Handshake):
+
+        def read_body(limit: int) -> bytes:
+            if length > limit:
+                raise PayloadTooLarge(limit_bytes=limit)
+            return validate.read_exactly(environ, length)
+
+        result = take(
+            ext, route, read_body, "", lambda: environ_headers(environ), until, tenant, source
+        )
+        if isinstance(result, core.Handshake):
             with self.flask.app_context():
-                return handshake_response(prepared)
-        result = received(ext, route, prepared, until, tenant, source)
+                return handshake_response(result)
         if result.outcome in _ERRORS:  # a conflict, an event in flight: the error's JSON
             with self.flask.app_context():
                 return answer(result)

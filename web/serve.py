@@ -27,10 +27,10 @@ import shutil
 import socket
 import sys
 import tempfile
-from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
 
-from inbox.infra.config import Settings, process_environment
+from inbox.infra import config
+from inbox.infra.config import Settings
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,7 @@ class ServerSettings:
     graceful_seconds: int
 
 
-def server_settings(env: Mapping[str, str]) -> ServerSettings:
-    s = Settings.from_env(env)
+def server_settings(s: Settings) -> ServerSettings:
     return ServerSettings(
         host=s.web_host,
         port=s.port,
@@ -91,13 +90,15 @@ def prune_dead_files(path: str) -> int:
     return removed
 
 
-def metrics_dir(environ: MutableMapping[str, str]) -> str | None:
+def metrics_dir(settings: Settings) -> str | None:
     """Make sure ``PROMETHEUS_MULTIPROC_DIR`` names a directory and prune it; the
-    directory's path when this call created it (the caller removes it at exit)."""
+    directory's path when this call created it and exported it for the workers (the caller
+    removes it at exit)."""
     owned = None
-    if not environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        owned = environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="inbox-metrics-")
-    path = environ["PROMETHEUS_MULTIPROC_DIR"]
+    path = settings.metrics_dir
+    if not path:
+        path = owned = tempfile.mkdtemp(prefix="inbox-metrics-")
+        config.export("PROMETHEUS_MULTIPROC_DIR", owned)
     os.makedirs(path, exist_ok=True)
     prune_dead_files(path)
     return owned
@@ -138,8 +139,8 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def parse_args(argv: list[str] | None, env: Mapping[str, str]) -> tuple[str, ServerSettings]:
-    base = server_settings(env)
+def parse_args(argv: list[str] | None, settings: Settings) -> tuple[str, ServerSettings]:
+    base = server_settings(settings)
     p = argparse.ArgumentParser(prog="python -m web", description="Serve the web app.")
     p.add_argument("--app", default="web.wsgi:app", help="WSGI target, MODULE:NAME")
     p.add_argument("--host", default=base.host)
@@ -153,11 +154,10 @@ def parse_args(argv: list[str] | None, env: Mapping[str, str]) -> tuple[str, Ser
 def check_start() -> None:
     """Stop here, in one log line with the fix, when this process could not do its job
     (inbox.services.startup): before granian starts a worker that would answer 503."""
-    from inbox.infra.config import Settings
     from inbox.infra.logs import configure_logging
     from inbox.services import startup
 
-    settings = Settings.from_env()
+    settings = config.settings()
     configure_logging(settings.log_level)  # the check's own lines are JSON lines too
     try:
         startup.check(settings)
@@ -171,13 +171,12 @@ def main(argv: list[str] | None = None) -> None:
     from granian.constants import HTTPModes, Interfaces
     from granian.log import LogLevels
 
-    environ = process_environment()
-    target, s = parse_args(argv, environ)
+    target, s = parse_args(argv, config.settings())
     if not port_is_free(s.host, s.port):
         # one line, not granian's traceback
         sys.exit(f"PORT {s.port} is in use on {s.host}: set PORT (or --port) to a free port")
     check_start()
-    owned = metrics_dir(environ)
+    owned = metrics_dir(config.settings())
     server = Granian(
         target,
         address=s.host,

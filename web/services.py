@@ -12,8 +12,8 @@ from sqlalchemy import Engine
 from inbox.infra.config import Settings
 from inbox.infra.ratelimit import RateLimiter
 from inbox.services.intake import ClaimQueue, Intake
-from web.overload import Backlog
-from web.routes import RouteCache
+from inbox.services.overload import Backlog
+from inbox.services.routes import RouteCache
 
 
 @dataclass

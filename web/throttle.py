@@ -17,6 +17,7 @@ from flask import request
 
 from inbox.domain.errors import TooManyRequests
 from inbox.services import admin
+from web import actions
 from web.services import services
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ def check(kind: str) -> None:
     limit, window = ext.settings.auth_max_failures, ext.settings.auth_window_seconds
     if limit <= 0:
         return
-    wait = admin.blocked_for(ext.engine, kind, client_address(), limit, window)
+    wait = admin.blocked_for(actions.runtime(), kind, client_address(), limit, window)
     if wait:
         raise TooManyRequests("Too many failed attempts from this address.", retry_after=wait)
 
@@ -42,6 +43,8 @@ def failed(kind: str) -> None:
     ext = services()
     if ext.settings.auth_max_failures <= 0:
         return
-    n = admin.record_failure(ext.engine, kind, client_address(), ext.settings.auth_window_seconds)
+    n = admin.record_failure(
+        actions.runtime(), kind, client_address(), ext.settings.auth_window_seconds
+    )
     if n == ext.settings.auth_max_failures:
         log.warning("%s failures from %s reached the limit (%d)", kind, client_address(), n)

@@ -3,10 +3,12 @@
 ``celery -A workers.app worker`` / ``celery -A workers.app beat``. The broker URL is
 REDIS_URL (or BROKER_URL, e.g. an amqp:// URL for RabbitMQ).
 
-``app`` is made at import by ``make_celery`` from the settings, read once; that does no
-I/O (Celery connects when a worker or beat starts). What needs I/O happens as the process
-starts, in the signals below: the start checks, the playbook modules, the metrics
-directory; the worker state (engine, alarms) is ``workers.state``, made on first use.
+``app`` is made at import by the factory ``make_celery`` from the process's settings
+(``config.settings()``): ``celery -A workers.app`` looks up the module's ``app`` and never
+calls a factory. Making it does no I/O (Celery connects when a worker or beat starts).
+What needs I/O happens as the process starts, in the signals below: the start checks, the
+playbook modules, the metrics directory; the worker state (engine, alarms) is
+``workers.state``, made on first use.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from celery.signals import (
 )
 
 from inbox.domain import invariants
-from inbox.infra import broker, tracing
+from inbox.infra import broker, config, tracing
 from inbox.infra.config import Settings
 from inbox.infra.logs import configure_logging
 from inbox.services import playbooks, startup
@@ -112,7 +114,7 @@ def load_playbooks(settings: Settings) -> None:
         cannot_start(settings, exc)
 
 
-settings = Settings.from_env()
+settings = config.settings()
 app = make_celery(settings)
 
 

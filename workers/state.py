@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from celery import Celery, current_app
 from sqlalchemy import Engine
 
-from inbox.infra import broker
+from inbox.infra import broker, config
 from inbox.infra.config import Settings
 from inbox.services import runtime
 from inbox.services.outages import Outages
@@ -80,7 +80,7 @@ def bind(app: Celery, settings: Settings) -> None:
 
 def settings() -> Settings:
     """The settings the process's app was made with."""
-    return _bound[1] if _bound is not None else Settings.from_env()
+    return _bound[1] if _bound is not None else config.settings()
 
 
 def start() -> WorkerState:

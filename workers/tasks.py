@@ -25,6 +25,7 @@ from inbox.services.courier import BATCH, deliver_once, policy_of
 from inbox.services.drain import drain_once
 from inbox.services.outages import timed_out
 from inbox.services.runner import DEFERRED
+from inbox.services.runtime import Runtime
 from workers import state
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,13 @@ def through_outages(task: Callable[P, R]) -> Callable[P, R | None]:
 
 def engine() -> Engine:
     return state.current().engine()
+
+
+def runtime() -> Runtime:
+    """The process's settings and engine, as a use case takes them (no bells: a task
+    rings through the app)."""
+    current = state.current()
+    return Runtime(current.settings, current.engine())
 
 
 def set_alarms(task: str, args: list[int], delays: list[float]) -> None:
@@ -170,9 +178,8 @@ def sweep() -> dict[str, int]:
 def prune() -> dict[str, object]:
     """Retention: expired keys, old raw bodies, old delivery attempts, old ledger days; and
     any erasure a crash left between its two databases, finished."""
-    settings = state.current().settings
-    r = upkeep.prune(engine(), settings)
-    resumed = erasure.resume(engine(), settings)
+    r = upkeep.prune(runtime())
+    resumed = erasure.resume(engine(), state.current().settings)
     return {
         "erasures_resumed": resumed,
         "keys": r.keys_removed,
@@ -188,7 +195,7 @@ def prune() -> dict[str, object]:
 @through_outages
 def make_partitions() -> dict[str, object]:
     """The ledger's partitions for today and the week ahead (rows in DEFAULT moved out)."""
-    made = upkeep.ensure_partitions(engine())
+    made = upkeep.ensure_partitions(runtime())
     return {"created": made.created, "moved": made.moved}
 
 
@@ -196,7 +203,7 @@ def make_partitions() -> dict[str, object]:
 @through_outages
 def reconcile_sources() -> dict[str, object]:
     """Gaps found at the provider: every source whose reconcile interval has passed."""
-    done = gapfill.run_due(engine(), state.current().settings.key_ttl_hours)
+    done = gapfill.run_due(runtime())
     return {
         "sources": len(done),
         "imported": sum(r.imported for r in done),

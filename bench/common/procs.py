@@ -297,10 +297,11 @@ def wait_progress(
 def server_arguments(p: argparse.ArgumentParser) -> None:
     """The receiver's server flags (``python -m web``'s defaults: one worker per core, 24
     threads) and its database pool, and a server of one's own for the databases."""
+    from inbox.infra import config
     from inbox.infra.config import Settings
     from web import serve
 
-    deployed = serve.server_settings(os.environ)
+    deployed = serve.server_settings(config.settings())
     p.add_argument("--workers", type=int, default=deployed.workers)
     p.add_argument("--threads", type=int, default=deployed.threads)
     p.add_argument(

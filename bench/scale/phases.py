@@ -60,7 +60,7 @@ def _receiver(args: argparse.Namespace, db_url: str) -> tuple[procs.Proc, int]:
         "PROMETHEUS_MULTIPROC_DIR": None,
         "INBOX_DB_POOL_SIZE": str(args.pool_size),
         "PYTHONUNBUFFERED": "1",
-        "WEB_KEEPALIVE_REQUESTS": str(keepalive_requests(os.environ)),
+        "WEB_KEEPALIVE_REQUESTS": str(keepalive_requests()),
     }
     proc, port = procs.web("web.wsgi:app", env, args.workers, args.threads)
     procs.wait_http(proc, port)

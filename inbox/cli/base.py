@@ -18,7 +18,8 @@ import click
 from sqlalchemy import Connection, Engine
 
 from inbox.cli.params import TEXT
-from inbox.domain.errors import InboxError
+from inbox.domain.errors import InboxError, StoreUnavailable
+from inbox.infra import config
 from inbox.infra.config import Settings
 from inbox.services import admin, failures, runtime
 from inbox.services.runtime import Runtime
@@ -29,7 +30,7 @@ EXAMPLE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 def settings() -> Settings:
     """The environment's settings; a missing DATABASE_URL is a one-line error with the fix."""
     try:
-        found = Settings.from_env()
+        found = config.settings()
     except ValueError as exc:  # a setting that does not parse, e.g. INBOX_DB_POOL_SIZE=ten
         raise Failed(f"a setting is invalid: {' '.join(str(exc).split())}") from None
     if not found.database_url:
@@ -78,7 +79,7 @@ def transaction() -> Iterator[Connection]:
 def _database() -> str:
     """DATABASE_URL without its password, to name in an error."""
     try:
-        return runtime.database_label(Settings.from_env().database_url)
+        return runtime.database_label(config.settings().database_url)
     except ValueError:  # a setting that does not parse
         return "DATABASE_URL"
 
@@ -142,6 +143,8 @@ class _Group(click.Group):
             raise
         except click.ClickException as exc:
             raise (Misused if exc.exit_code == 2 else Failed)(_one_line(exc)) from None
+        except StoreUnavailable as exc:  # wrapped by a service: the database, in one line
+            raise Failed(failures.explain(exc, _database())) from None
         except InboxError as exc:
             raise Failed(_with_fields(exc)) from None
         except (click.exceptions.Exit, click.Abort, KeyboardInterrupt, EOFError):

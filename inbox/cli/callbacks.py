@@ -15,9 +15,9 @@ from inbox.domain.endpoint_health import label
 from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.records import Endpoint
 from inbox.domain.states import DeliveryState
-from inbox.services import operations
+from inbox.services import operations, reading
 from inbox.services.operations import Actor
-from inbox.store.reads import admin
+from inbox.store.reads import listing
 from inbox.store.reads.endpoint_health import EndpointStatus, statuses
 
 _ACTOR = click.option(
@@ -254,11 +254,8 @@ def deliveries() -> None:
 @json_option
 def deliveries_list(state: str | None, tenant: str | None, limit: int, as_json: bool) -> None:
     """The newest outbound deliveries first (times in UTC)."""
-    with transaction() as conn:
-        check_named(conn, tenant)
-        rows = admin.list_deliveries(
-            conn, None, admin.Filter(tenant=tenant, state=state), limit, None
-        )
+    f = listing.Filter(tenant=tenant, state=state)
+    rows = reading.list_deliveries(current(), None, f, limit, None, check_names=True)
     if as_json:
         emit_json([d.public() for d in rows])
         return
@@ -285,8 +282,7 @@ def deliveries_list(state: str | None, tenant: str | None, limit: int, as_json: 
 @json_option
 def deliveries_show(delivery_id: str, as_json: bool) -> None:
     """One delivery: its endpoint, event, state and every attempt with its answer."""
-    with transaction() as conn:
-        detail = admin.delivery_detail(conn, delivery_id, None)
+    detail = reading.delivery_detail(current(), delivery_id, None)
     if detail is None:
         raise NotFound(f"No delivery {delivery_id}.")
     if as_json:

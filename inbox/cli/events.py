@@ -9,15 +9,16 @@ from typing import Any
 
 import click
 
-from inbox.cli.base import check_named, current, main, ringing, transaction
+from inbox.cli.base import current, main, ringing
 from inbox.cli.output import emit_json, fields, json_option, table, when
 from inbox.cli.params import LIMIT, Rate
+from inbox.domain.approval import BulkStatus
 from inbox.domain.errors import NotFound
 from inbox.domain.states import EventState
-from inbox.services import bulk, operations, replays
+from inbox.services import bulk, operations, reading, replays
 from inbox.services.operations import Actor
 from inbox.services.runtime import Rung
-from inbox.store.reads import admin
+from inbox.store.reads import listing
 from inbox.store.reads.detail import EventDetail
 
 # Lease bookkeeping: how the workers coordinate, not what happened to the event.
@@ -41,10 +42,8 @@ def events_list(
     state: str | None, tenant: str | None, source: str | None, limit: int, as_json: bool
 ) -> None:
     """The newest events first (times in UTC)."""
-    with transaction() as conn:
-        check_named(conn, tenant, source)
-        f = admin.Filter(state=state, tenant=tenant, source=source)
-        rows = admin.list_events(conn, None, f, limit, None)
+    f = listing.Filter(state=state, tenant=tenant, source=source)
+    rows = reading.list_events(current(), None, f, limit, None, check_names=True)
     if as_json:
         emit_json([r.public() for r in rows])
         return
@@ -70,8 +69,7 @@ def events_list(
 @json_option
 def events_show(public_id: str, as_json: bool) -> None:
     """One event: state, attempts, errors, steps with results, duplicates, conflicts, audit."""
-    with transaction() as conn:
-        detail = admin.event_detail(conn, public_id, None)
+    detail = reading.event_detail(current(), public_id, None)
     if detail is None:
         raise NotFound(f"No event {public_id}.")
     if as_json:
@@ -250,35 +248,19 @@ def replay(
         _review(approve_id or reject_id or "", bool(approve_id), note, actor)
         return
     _check_targets(ids, quarantined, tenant)
-    approval_min = current().settings.bulk_approval_min
-    if len(ids) > approval_min:
-        raise click.UsageError(
-            f"more than {approval_min} ids: replay by filter (--quarantined), which a second"
-            " operator approves"
-        )
     who = Actor(actor)
-    targets = list(ids)
-    with transaction() as conn:
-        check_named(conn, tenant, source)
-        operations.check_visible(conn, who, "events", targets)
-        if quarantined:
-            targets = [
-                r.public_id
-                for r in admin.list_events(
-                    conn,
-                    None,
-                    admin.Filter(
-                        tenant=tenant, source=source, state=EventState.QUARANTINED, since=since
-                    ),
-                    1_000_000,
-                    None,
-                )
-            ]
+    try:
+        plan = replays.plan_event_replay(
+            current(), who, ids, tenant=tenant, source=source, since=since, quarantined=quarantined
+        )
+    except replays.TooManyIds as exc:
+        raise click.UsageError(str(exc)) from None
+    targets = plan.targets
     if dry_run:
         _preview(targets, who, {"ids": list(ids)} if ids else _about(tenant, source, since), fmt)
         return
-    if len(targets) > approval_min:
-        _request_approval(tenant, source, since, rate, who)
+    if plan.needs_approval:
+        _request_approval(tenant, source, since, rate, who, plan.approval_min)
         return
     if ids:
         operations.refuse_erased(current(), who, targets)
@@ -363,7 +345,12 @@ def _awaiting() -> None:
 
 
 def _request_approval(
-    tenant: str | None, source: str | None, since: datetime | None, rate: float, actor: Actor
+    tenant: str | None,
+    source: str | None,
+    since: datetime | None,
+    rate: float,
+    actor: Actor,
+    approval_min: int,
 ) -> None:
     """The two-person rule: snapshot the events into a job that waits for approval."""
     raw = {k: v for k, v in (("tenant", tenant), ("source", source)) if v}
@@ -372,10 +359,9 @@ def _request_approval(
     req = bulk.parse_request(
         {"kind": "events", "filter": raw, "rate": max(1, min(bulk.MAX_RATE, round(rate)))}
     )
-    approval_min = current().settings.bulk_approval_min
     job, _ = replays.start(current(), actor, req)
     click.echo(f"bulk replay {job.public_id}: {job.total} event(s), {job.status}")
-    if job.status == "awaiting_approval":
+    if job.status == BulkStatus.AWAITING_APPROVAL:
         click.echo(
             f"more than {approval_min} events: another operator approves it with"
             f"\n  inbox replay --approve {job.public_id} --actor NAME"

@@ -8,12 +8,11 @@ from pathlib import Path
 
 import click
 
-from inbox.cli.base import main, settings, transaction
+from inbox.cli.base import current, main, settings
 from inbox.cli.events import events
 from inbox.domain import evidence as bundle
 from inbox.services import evidence, reports
-from inbox.store.reads import evidence as reads
-from inbox.store.reads.admin import Filter
+from inbox.store.reads.listing import Filter
 
 _FILTERS = {f.name for f in fields(Filter)} - {"endpoint", "untyped"}
 
@@ -57,12 +56,10 @@ def events_export(
     if bool(public_ids) == bool(filters):
         raise click.UsageError("give event ids or --filter, not both and not neither")
     key = evidence.load_key(settings().evidence_key_file)
-    with transaction() as conn:
-        if filters:
-            ids = reads.matching(conn, _filter(filters), limit)
-        else:
-            ids = list(public_ids)
-        written = evidence.export(conn, ids, Path(out), key)
+    match = _filter(filters) if filters else None
+    written = evidence.export_events(
+        current(), Path(out), key, ids=public_ids, match=match, limit=limit
+    )
     for path in written:
         click.echo(path)
     click.echo(
@@ -92,8 +89,7 @@ def reports_export(out: str, kind: str | None) -> None:
     erasure: what went, by which rule or request, what holds kept) as OUT/REPORT_ID; check
     one with `inbox evidence verify OUT/REPORT_ID`. Reports already there are kept."""
     key = evidence.load_key(settings().evidence_key_file)
-    with transaction() as conn:
-        written = reports.export(conn, Path(out), key, kind)
+    written = reports.export_all(current(), Path(out), key, kind)
     for path in written:
         click.echo(path)
     click.echo(f"{len(written)} report(s) written", err=True)

@@ -8,14 +8,13 @@ from typing import IO
 
 import click
 
-from inbox.cli.base import engine, main, settings, split_ref, transaction
+from inbox.cli.base import current, main, settings, split_ref
 from inbox.cli.output import json_option
 from inbox.domain.retention import key_window_hours
 from inbox.infra import metrics
 from inbox.outbound import providers
 from inbox.services import admin, gapfill, upkeep
 from inbox.services import reconcile as rec
-from inbox.store.reads import reconcile as rstore
 
 
 @main.command()
@@ -28,7 +27,7 @@ def prune(dry_run: bool) -> None:
     window is shorter than its provider's retry horizon keeps its keys; it is listed
     as refused and the exit status is 1.
     """
-    result = upkeep.prune(engine(), settings(), dry_run=dry_run)
+    result = upkeep.prune(current(), dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
     click.echo(f"keys              {verb} {result.keys_removed}")
     click.echo(f"bodies            {verb} {result.bodies_removed}")
@@ -53,9 +52,9 @@ def partitions_cmd(ensure: bool) -> None:
     """The ledger's days: estimated rows, and for each day past the ledger window
     whether the next prune drops it or why it stays."""
     if ensure:
-        made = upkeep.ensure_partitions(engine())
+        made = upkeep.ensure_partitions(current())
         click.echo(f"created {len(made.created)} partitions, moved {made.moved} rows")
-    ledger = upkeep.ledger_days(engine(), settings())
+    ledger = upkeep.ledger_days(current())
     days, window, note, verdicts = ledger.days, ledger.window, ledger.note, ledger.verdicts
     kept = dict(verdicts.kept)
     click.echo(f"ledger window {window} d" + (f" ({note})" if note else ""))
@@ -125,16 +124,14 @@ def reconcile_cmd(
     if ids_file is None and fetcher is None:
         _fill(tenant, name, since, fmt)
         return
-    src = admin.get_source(engine(), tenant, name)
-    with transaction() as conn:
-        hours = key_window_hours(src.scheme, src.options.key_ttl_hours, settings().key_ttl_hours)
-        start = since or rstore.window_start(conn, hours)
+    src = admin.get_source(current(), tenant, name)
+    hours = key_window_hours(src.scheme, src.options.key_ttl_hours, settings().key_ttl_hours)
+    start = since or rec.window_start(current(), hours)
     if ids_file is not None:
         provider_ids = rec.parse_ids(ids_file.read())
     else:
         provider_ids = list(rec.resolve_fetcher(fetcher or "")(src, start))
-    with transaction() as conn:
-        result = rec.reconcile(conn, src, provider_ids, start, hours)
+    result = rec.check(current(), src, provider_ids, start, hours)
     rec.notify(result)
     metrics.record_reconcile(result.tenant, result.source, len(result.missing), len(result.extra))
     if fmt == "json":
@@ -147,17 +144,16 @@ def reconcile_cmd(
 
 def _fill(tenant: str, name: str, since: datetime | None, fmt: str) -> None:
     cfg = settings()
-    src = admin.get_source(engine(), tenant, name)
+    src = admin.get_source(current(), tenant, name)
     if not src.options.reconcile:
         raise click.UsageError(
             f"give --ids FILE or --fetcher NAME: {tenant}/{name} has no reconcile option"
             " (fetcher, credentials) to ask the provider with"
         )
     hours = key_window_hours(src.scheme, src.options.key_ttl_hours, cfg.key_ttl_hours)
-    with transaction() as conn:
-        start = since or rstore.window_start(conn, hours)
+    start = since or rec.window_start(current(), hours)
     try:
-        result = gapfill.fill(engine(), src, start, cfg.key_ttl_hours)
+        result = gapfill.fill(current(), src, start)
     except providers.ProviderError as exc:
         raise click.ClickException(f"the provider's API could not be read: {exc}") from None
     if fmt == "json":

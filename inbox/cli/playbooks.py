@@ -6,13 +6,13 @@ import click
 
 from inbox.cli.base import main
 from inbox.cli.output import emit_json, json_option, table
-from inbox.infra.config import Settings
+from inbox.infra import config
 from inbox.services import playbooks as loader
 
 
 def load() -> tuple[str, ...]:
     """Import the modules of INBOX_PLAYBOOKS; one line and a non-zero exit if one fails."""
-    modules = Settings.from_env().playbook_modules
+    modules = config.settings().playbook_modules
     try:
         loader.load(modules)
     except loader.CannotLoad as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from inbox.cli.base import engine, main
+from inbox.cli.base import current, main
 from inbox.infra import keyring as kr
 from inbox.services import admin
 
@@ -26,7 +26,7 @@ def secrets_reencrypt() -> None:
     """Rewrite every stored secret, and rewrap every payload data key, under the first key
     of INBOX_KEK (sealed payloads are not rewritten: their data keys keep their value)."""
     ring = kr.keyring()
-    done = admin.reencrypt(engine(), ring)
+    done = admin.reencrypt(current(), ring)
     for d in done:
         note = f" ({d.was_clear} were in clear)" if d.was_clear else ""
         click.echo(f"{d.table}: {d.rewritten} of {d.total} re-encrypted{note}")

@@ -8,14 +8,14 @@ from typing import Any
 
 import click
 
-from inbox.cli.base import engine, main, settings, split_ref
+from inbox.cli.base import current, main, settings, split_ref
 from inbox.cli.output import emit_json, fields, json_option, table
 from inbox.cli.params import Named
 from inbox.cli.playbooks import check as check_playbook
 from inbox.domain.records import Source
 from inbox.domain.signatures import SCHEMES, Scheme
 from inbox.domain.sources import OPTION_NAMES, SourceOptions
-from inbox.infra.config import Settings
+from inbox.infra import config
 from inbox.services import admin, runtime
 
 
@@ -42,7 +42,7 @@ def tenants() -> None:
 @click.argument("name")
 def tenants_create(name: str) -> None:
     """Create a tenant: the first part of its sources' URLs (/hooks/<tenant>/<source>)."""
-    t = admin.create_tenant(engine(), name)
+    t = admin.create_tenant(current(), name)
     click.echo(f"tenant {t.name} created (id {t.id})")
 
 
@@ -50,7 +50,7 @@ def tenants_create(name: str) -> None:
 @json_option
 def tenants_list(as_json: bool) -> None:
     """Every tenant, and whether it is enabled."""
-    rows = admin.list_tenants(engine())
+    rows = admin.list_tenants(current())
     if as_json:
         emit_json([{"name": t.name, "disabled": t.disabled} for t in rows])
         return
@@ -58,7 +58,7 @@ def tenants_list(as_json: bool) -> None:
 
 
 def _public_base() -> str:
-    return Settings.from_env().public_base
+    return config.settings().public_base
 
 
 def _record(src: Source) -> dict[str, Any]:
@@ -137,7 +137,7 @@ def sources_create(
         raw["filter"] = filter_
     opts = SourceOptions.from_dict(raw)
     check_playbook(opts.playbook)
-    src = admin.create_source(engine(), tenant, name, scheme, list(secrets), opts)
+    src = admin.create_source(current(), tenant, name, scheme, list(secrets), opts)
     _show(src, as_json)
 
 
@@ -204,7 +204,7 @@ def sources_update(
     if not changes and not unset and enabled is None:
         raise click.UsageError("nothing to change: give --option, --unset, --playbook, ...")
     tenant, name = split_ref(ref)
-    src = admin.update_source(engine(), tenant, name, changes, unset, enabled, check_playbook)
+    src = admin.update_source(current(), tenant, name, changes, unset, enabled, check_playbook)
     _show(src, as_json)
 
 
@@ -283,7 +283,7 @@ def sources_schemes(as_json: bool) -> None:
 @json_option
 def sources_list(tenant: str | None, as_json: bool) -> None:
     """Every source: its scheme, whether it is enabled, how many secrets, its URL."""
-    rows = admin.list_sources(engine(), tenant)
+    rows = admin.list_sources(current(), tenant)
     if as_json:
         emit_json([_record(s) for s in rows])
         return
@@ -301,7 +301,7 @@ def sources_list(tenant: str | None, as_json: bool) -> None:
 @json_option
 def sources_show(ref: str, as_json: bool) -> None:
     """One source: its URL, scheme, options and how many secrets are active (not them)."""
-    _show(admin.get_source(engine(), *split_ref(ref)), as_json)
+    _show(admin.get_source(current(), *split_ref(ref)), as_json)
 
 
 @sources.command("rotate")
@@ -316,11 +316,11 @@ def sources_rotate(ref: str, secret: str | None, finish: bool) -> None:
     if finish:
         if not secret:
             raise click.UsageError("--finish needs --secret (the one to keep).")
-        n = admin.keep_source_secret(engine(), tenant, name, secret)
+        n = admin.keep_source_secret(current(), tenant, name, secret)
         click.echo(f"revoked {n} secret(s)")
         return
     new = admin.add_source_secret(
-        engine(), tenant, name, lambda src: secret or _generate_secret(src.scheme)
+        current(), tenant, name, lambda src: secret or _generate_secret(src.scheme)
     )
     click.echo(f"added secret {new}" if not secret else "added secret")
 
@@ -335,7 +335,7 @@ def _generate_secret(scheme: str) -> str:
 
 
 def _set_enabled(ref: str, enabled: bool) -> None:
-    admin.set_source_enabled(engine(), *split_ref(ref), enabled)
+    admin.set_source_enabled(current(), *split_ref(ref), enabled)
     click.echo("enabled" if enabled else "disabled")
 
 

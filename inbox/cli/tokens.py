@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from inbox.cli.base import engine, main
+from inbox.cli.base import current, main
 from inbox.cli.output import emit_json, json_option, table
 from inbox.domain.tokens import ROLES
 from inbox.services import admin
@@ -23,7 +23,7 @@ def tokens() -> None:
 @click.option("--tenant", help="Limit the token to one tenant (default: every tenant).")
 def tokens_create(name: str, role: str, tenant: str | None) -> None:
     """Create a token and print it (shown once: only its digest is kept)."""
-    tok, secret = admin.create_token(engine(), name, role, tenant)
+    tok, secret = admin.create_token(current(), name, role, tenant)
     click.echo(f"token {tok.name} ({tok.role}, {tok.tenant or 'all tenants'}) created")
     click.echo(secret)
 
@@ -32,7 +32,7 @@ def tokens_create(name: str, role: str, tenant: str | None) -> None:
 @json_option
 def tokens_list(as_json: bool) -> None:
     """Every token (never its secret: only digests are kept)."""
-    rows = admin.list_tokens(engine())
+    rows = admin.list_tokens(current())
     records = [
         {
             "name": t.name,
@@ -67,6 +67,6 @@ def tokens_list(as_json: bool) -> None:
 @click.argument("name")
 def tokens_revoke(name: str) -> None:
     """Revoke a token at once; requests carrying it get 401."""
-    if not admin.revoke_token(engine(), name):
+    if not admin.revoke_token(current(), name):
         raise click.ClickException(f"no live token named {name}")
     click.echo(f"token {name} revoked")

@@ -32,6 +32,14 @@ class BulkStatus(StrEnum):
 
 B = BulkStatus
 
+
+class NotRun(StrEnum):
+    """Why a call to run a bulk replay ran nothing (``inbox.services.bulk.BulkRun``)."""
+
+    BUSY = "busy"  # another runner holds the job's lease
+    MISSING = "missing"  # no such job
+
+
 ALLOWED: frozenset[tuple[BulkStatus, BulkStatus]] = frozenset(
     {
         (B.AWAITING_APPROVAL, B.QUEUED),  # a second operator approved it
@@ -91,7 +99,7 @@ class Job:
     filter: dict[str, Any]
     rate: int
     actor: str
-    status: str
+    status: BulkStatus
     total: int
     done: int
     moved: int

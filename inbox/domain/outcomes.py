@@ -25,6 +25,15 @@ class RunOutcome(StrEnum):
     STALE = "stale"  # a newer event of the same business key was seen first
 
 
+class RunInterrupted(StrEnum):
+    """How a worker's run of a claimed event ended when it recorded no state of its own
+    (``inbox.services.runner.run_claimed`` returns the event's state otherwise)."""
+
+    LOST = "lost"  # the lease was lost: another worker owns the event now
+    DEFERRED = "deferred"  # put back: another event of its business key was running
+    HELD = "held"  # its playbook is not registered here: held, no attempt spent
+
+
 class DeliveryOutcome(StrEnum):
     """What one delivery attempt counts as (the courier's result, the attempts metric)."""
 

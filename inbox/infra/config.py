@@ -2,7 +2,8 @@
 
 Each setting is a field of ``Settings`` declared with ``setting(ENV, default, doc)``: its
 environment variable, its default and a one-line description, written once. ``from_env``
-reads the variables from those declarations, and the configuration reference
+reads the variables from those declarations; ``settings()`` does it once per process, and is
+how every other module gets them (``reload()`` reads again, for tests). The configuration reference
 (``docs/reference/configuration.md``) is generated from the same declarations when the
 docs are built.
 """
@@ -10,7 +11,8 @@ docs are built.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
@@ -368,6 +370,9 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The settings ``environ`` (by default the process environment) says. Code outside
+        this module calls ``settings()``, which reads the environment once
+        (tests/unit/test_settings_once.py)."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for f in fields(cls):
@@ -380,21 +385,46 @@ class Settings:
         return cls(**values)
 
 
-def current(name: str, environ: Mapping[str, str] | None = None) -> Any:
-    """The one setting ``name`` (a field of ``Settings``) as the environment says now, for
-    the few values read again while a process runs (``INBOX_KEK``, which an operator
-    rotates) or before the rest is needed (``PROMETHEUS_MULTIPROC_DIR``)."""
-    env = os.environ if environ is None else environ
-    f = next(f for f in fields(Settings) if f.name == name)
-    raw = env.get(f.metadata["env"], "")
-    return f.default if raw == "" else _parse(f.metadata.get("parse"), f.default, name, raw)
+_loaded: Settings | None = None
+_loading = threading.Lock()
 
 
-def process_environment() -> MutableMapping[str, str]:
-    """The process environment itself, for the code that must change it for what reads it
-    after: the server's worker processes, prometheus_client, granian's request environ.
-    Settings are read through ``Settings``, never from here."""
-    return os.environ
+def settings() -> Settings:
+    """This process's settings, read from the environment on first use and kept: the one
+    way code gets them (a running process's environment does not change from outside, so
+    a change to a variable, ``INBOX_KEK`` included, takes a restart)."""
+    found = _loaded
+    if found is not None:
+        return found
+    with _loading:
+        return _loaded if _loaded is not None else _read()
+
+
+def reload() -> Settings:
+    """Read the environment again: for tests, which change it, and for ``export``."""
+    with _loading:
+        return _read()
+
+
+def _read() -> Settings:
+    global _loaded
+    _loaded = Settings.from_env()
+    return _loaded
+
+
+def export(name: str, value: str) -> None:
+    """Set ``name`` for what reads the environment after this process does: the server's
+    worker processes, prometheus_client. The settings are read again."""
+    os.environ[name] = value
+    reload()
+
+
+def drop_variables(prefixes: tuple[str, ...]) -> None:
+    """Remove the variables whose names start with one of ``prefixes`` (granian builds each
+    request's WSGI environ from a copy of the process environment)."""
+    for name in [n for n in os.environ if n.startswith(prefixes)]:
+        del os.environ[name]
+    reload()
 
 
 def _parse(parse: Callable[[str], Any] | None, default: Any, name: str, raw: str) -> Any:

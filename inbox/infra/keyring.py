@@ -125,7 +125,7 @@ _cached: tuple[str, Keyring] | None = None
 def keyring() -> Keyring:
     """The keyring of ``INBOX_KEK`` as it is now (rebuilt when the setting changes)."""
     global _cached
-    raw: str = config.current("kek")
+    raw: str = config.settings().kek
     cached = _cached
     if cached is not None and cached[0] == raw:
         return cached[1]
@@ -137,7 +137,7 @@ def keyring() -> Keyring:
 
 def configured() -> bool:
     """Whether ``INBOX_KEK`` names at least one key."""
-    return bool(parse_keys(config.current("kek")))
+    return bool(parse_keys(config.settings().kek))
 
 
 def new_key() -> str:

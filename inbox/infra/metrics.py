@@ -23,11 +23,10 @@ from prometheus_client.metrics import MetricWrapperBase
 from inbox.domain.outcomes import DeliveryOutcome, IngestOutcome
 from inbox.domain.states import FINISHED, EventState
 from inbox.infra import config
-from inbox.infra.config import Settings
 
 log = logging.getLogger(__name__)
 
-if _dir := config.current("metrics_dir"):
+if _dir := config.settings().metrics_dir:
     # prometheus_client opens its per-process files here on first use.
     os.makedirs(_dir, exist_ok=True)
 
@@ -65,7 +64,7 @@ def set_tenant_labels(on: bool | None) -> None:
 def tenant_labels() -> bool:
     global _tenant_labels
     if _tenant_labels is None:
-        _tenant_labels = Settings.from_env().metrics_tenant_labels
+        _tenant_labels = config.settings().metrics_tenant_labels
     return _tenant_labels
 
 

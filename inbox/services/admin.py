@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 
 from inbox.domain.errors import NotFound
 from inbox.domain.records import Source, Tenant
 from inbox.domain.sources import SourceOptions
 from inbox.domain.tokens import Token
 from inbox.infra.keyring import Keyring
+from inbox.services.runtime import Runtime
 from inbox.store.db.errors import wrap_exceptions
 from inbox.store.reads import sources as source_reads
 from inbox.store.reads import tokens as token_reads
@@ -59,28 +60,26 @@ __all__ = [
 # Tokens.
 
 
-def authenticate(engine: Engine, raw: str) -> Token | None:
+def authenticate(rt: Runtime, raw: str) -> Token | None:
     """The live token whose digest this is (its last use is recorded), else None."""
-    with engine.begin() as conn:
+    with rt.engine.begin() as conn:
         return token_store.authenticate(conn, raw)
 
 
-def create_token(
-    engine: Engine, name: str, role: str, tenant: str | None = None
-) -> tuple[Token, str]:
+def create_token(rt: Runtime, name: str, role: str, tenant: str | None = None) -> tuple[Token, str]:
     """A new token and its clear value (shown once: only its digest is kept)."""
-    with engine.begin() as conn:
+    with rt.engine.begin() as conn:
         return token_store.create_token(conn, name, role, tenant)
 
 
-def list_tokens(engine: Engine) -> list[Token]:
-    with engine.connect() as conn:
+def list_tokens(rt: Runtime) -> list[Token]:
+    with rt.engine.connect() as conn:
         return token_reads.list_tokens(conn)
 
 
-def revoke_token(engine: Engine, name: str) -> bool:
+def revoke_token(rt: Runtime, name: str) -> bool:
     """Revoke a live token at once; False when none has that name."""
-    with engine.begin() as conn:
+    with rt.engine.begin() as conn:
         return token_store.revoke(conn, name)
 
 
@@ -88,10 +87,10 @@ def revoke_token(engine: Engine, name: str) -> bool:
 
 
 def load_session(
-    engine: Engine, sid: str, idle_seconds: int, max_seconds: int
+    rt: Runtime, sid: str, idle_seconds: int, max_seconds: int
 ) -> tuple[StoredSession, Token] | None:
     """A live session and its live token, else None (expired, signed out, revoked)."""
-    with engine.connect() as conn:
+    with rt.engine.connect() as conn:
         stored = session_store.load(conn, sid, idle_seconds, max_seconds)
         token = token_reads.get_token(conn, stored.token_id) if stored is not None else None
     if stored is None or token is None or token.revoked_at is not None:
@@ -100,52 +99,52 @@ def load_session(
 
 
 def create_session(
-    engine: Engine, token_id: int, data: dict[str, Any], idle_seconds: int, max_seconds: int
+    rt: Runtime, token_id: int, data: dict[str, Any], idle_seconds: int, max_seconds: int
 ) -> tuple[str, int]:
     """A new session (its id, its row id) after removing the expired ones."""
-    with engine.begin() as conn:
+    with rt.engine.begin() as conn:
         session_store.prune(conn, idle_seconds, max_seconds)
         return session_store.create(conn, token_id, data)
 
 
-def save_session(engine: Engine, row_id: int, data: dict[str, Any] | None, touch: bool) -> None:
+def save_session(rt: Runtime, row_id: int, data: dict[str, Any] | None, touch: bool) -> None:
     """Raises the store's own errors (``StoreUnavailable``, ``ValueRefused``): the console
     saves after its page is rendered, and a session not saved is no outage."""
-    with wrap_exceptions(), engine.begin() as conn:
+    with wrap_exceptions(), rt.engine.begin() as conn:
         session_store.save(conn, row_id, data, touch=touch)
 
 
-def delete_session(engine: Engine, row_id: int) -> None:
+def delete_session(rt: Runtime, row_id: int) -> None:
     """Sign out: the session's row goes, and every copy of its cookie stops working."""
-    with engine.begin() as conn:
+    with rt.engine.begin() as conn:
         session_store.delete(conn, row_id)
 
 
 # Failed sign-ins per client address (``web/throttle.py``).
 
 
-def blocked_for(engine: Engine, kind: str, client: str, limit: int, window: int) -> int:
+def blocked_for(rt: Runtime, kind: str, client: str, limit: int, window: int) -> int:
     """Seconds until ``client`` may try ``kind`` again (0: it may now)."""
-    with engine.connect() as conn:
+    with rt.engine.connect() as conn:
         return throttle_store.blocked_for(conn, kind, client, limit, window)
 
 
-def record_failure(engine: Engine, kind: str, client: str, window: int) -> int:
+def record_failure(rt: Runtime, kind: str, client: str, window: int) -> int:
     """Count one failure; returns the failures in the current window."""
-    with engine.begin() as conn:
+    with rt.engine.begin() as conn:
         return throttle_store.record_failure(conn, kind, client, window)
 
 
 # Tenants and sources.
 
 
-def create_tenant(engine: Engine, name: str) -> Tenant:
-    with engine.begin() as conn:
+def create_tenant(rt: Runtime, name: str) -> Tenant:
+    with rt.engine.begin() as conn:
         return source_store.create_tenant(conn, name)
 
 
-def list_tenants(engine: Engine) -> list[Tenant]:
-    with engine.connect() as conn:
+def list_tenants(rt: Runtime) -> list[Tenant]:
+    with rt.engine.connect() as conn:
         return source_reads.list_tenants(conn)
 
 
@@ -160,31 +159,31 @@ def check_named(conn: Connection, tenant: str | None, source: str | None = None)
             raise NotFound(f"No source {source!r} for any tenant.")
 
 
-def list_sources(engine: Engine, tenant: str | None = None) -> list[Source]:
-    with engine.connect() as conn:
+def list_sources(rt: Runtime, tenant: str | None = None) -> list[Source]:
+    with rt.engine.connect() as conn:
         check_named(conn, tenant)
         return source_reads.list_sources(conn, tenant)
 
 
-def get_source(engine: Engine, tenant: str, name: str) -> Source:
-    with engine.connect() as conn:
+def get_source(rt: Runtime, tenant: str, name: str) -> Source:
+    with rt.engine.connect() as conn:
         return source_reads.get_source(conn, tenant, name)
 
 
 def create_source(
-    engine: Engine,
+    rt: Runtime,
     tenant: str,
     name: str,
     scheme: str,
     secrets: list[str],
     options: SourceOptions,
 ) -> Source:
-    with engine.begin() as conn:
+    with rt.engine.begin() as conn:
         return source_store.create_source(conn, tenant, name, scheme, secrets, options)
 
 
 def update_source(
-    engine: Engine,
+    rt: Runtime,
     tenant: str,
     name: str,
     changes: dict[str, object],
@@ -194,7 +193,7 @@ def update_source(
 ) -> Source:
     """Merge ``changes`` into the source's options (``unset`` ones back to their
     defaults), validated as at create; a new playbook is checked with ``check_playbook``."""
-    with engine.begin() as conn:
+    with rt.engine.begin() as conn:
         src = source_reads.get_source(conn, tenant, name)
         merged = {k: v for k, v in src.options.to_dict().items() if k not in unset}
         merged.update(changes)
@@ -208,32 +207,32 @@ def update_source(
         return source_reads.get_source(conn, src.tenant, src.name)
 
 
-def add_source_secret(engine: Engine, tenant: str, name: str, make: Callable[[Source], str]) -> str:
+def add_source_secret(rt: Runtime, tenant: str, name: str, make: Callable[[Source], str]) -> str:
     """Add the secret ``make(source)`` returns; both verify during the overlap. Returns it."""
-    with engine.begin() as conn:
+    with rt.engine.begin() as conn:
         src = source_reads.get_source(conn, tenant, name)
         secret = make(src)
         source_store.add_secret(conn, src, secret)
     return secret
 
 
-def keep_source_secret(engine: Engine, tenant: str, name: str, keep: str) -> int:
+def keep_source_secret(rt: Runtime, tenant: str, name: str, keep: str) -> int:
     """End the overlap: revoke every secret but ``keep``; returns how many."""
-    with engine.begin() as conn:
+    with rt.engine.begin() as conn:
         src = source_reads.get_source(conn, tenant, name)
         return source_store.revoke_secrets_except(conn, src, keep)
 
 
-def set_source_enabled(engine: Engine, tenant: str, name: str, enabled: bool) -> None:
+def set_source_enabled(rt: Runtime, tenant: str, name: str, enabled: bool) -> None:
     """Accept events, or not (the URL answers 404)."""
-    with engine.begin() as conn:
+    with rt.engine.begin() as conn:
         source_store.set_enabled(conn, source_reads.get_source(conn, tenant, name), enabled)
 
 
 # The stored secrets' key.
 
 
-def reencrypt(engine: Engine, ring: Keyring) -> list[Reencrypted]:
+def reencrypt(rt: Runtime, ring: Keyring) -> list[Reencrypted]:
     """Every stored secret, revoked ones too, under the newest key of ``ring``."""
-    with engine.begin() as conn:
+    with rt.engine.begin() as conn:
         return secret_store.reencrypt(conn, ring)

@@ -28,11 +28,11 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from inbox.domain.approval import DEFAULT_APPROVAL_MIN, Job
+from inbox.domain.approval import DEFAULT_APPROVAL_MIN, BulkStatus, Job, NotRun
 from inbox.domain.errors import BadRequest, InboxError
 from inbox.domain.records import BulkJobId, EndpointId, TenantId
-from inbox.store.reads import admin
 from inbox.store.reads import bulk as reads
+from inbox.store.reads import listing
 from inbox.store.write import bulk as store
 from inbox.store.write import deliveries as dstore
 from inbox.store.write import operator
@@ -63,7 +63,7 @@ def parse_time(value: str, name: str) -> datetime:
 @dataclass(frozen=True)
 class BulkRequest:
     kind: str
-    match: admin.Filter
+    match: listing.Filter
     rate: int
     stored_filter: dict[str, str]
 
@@ -95,7 +95,7 @@ def parse_request(body: object) -> BulkRequest:
     rate = body.get("rate", DEFAULT_RATE)
     if isinstance(rate, bool) or not isinstance(rate, int) or not 1 <= rate <= MAX_RATE:
         raise BadRequest(f"rate must be a whole number from 1 to {MAX_RATE} (items a second)")
-    match = admin.Filter(
+    match = listing.Filter(
         tenant=raw.get("tenant"),
         source=raw.get("source"),
         endpoint=raw.get("endpoint"),
@@ -154,7 +154,7 @@ class BulkRun:
     runner holds it, or ``missing``."""
 
     job_id: BulkJobId
-    status: str
+    status: BulkStatus | NotRun
     processed: int
     moved: int
     skipped: int
@@ -199,11 +199,11 @@ def run_bulk_once(
         job = store.claim(conn, job_id, owner, lease_seconds)
         if job is None:
             now = reads.status(conn, job_id)
-            held = now in ("queued", "running")  # another runner holds the lease
-            return BulkRun(job_id, "busy" if held else now or "missing", 0, 0, 0)
+            held = now in (BulkStatus.QUEUED, BulkStatus.RUNNING)  # another runner's lease
+            return BulkRun(job_id, NotRun.BUSY if held else now or NotRun.MISSING, 0, 0, 0)
     batch = max(1, math.ceil(job.rate / BATCHES_PER_SECOND))
     started, processed, moved = clock(), 0, 0
-    status = job.status
+    status: BulkStatus | NotRun = job.status
     while True:
         # The rate: item n may not start before n / rate seconds into the run.
         wait = started + processed / job.rate - clock()
@@ -216,7 +216,7 @@ def run_bulk_once(
         with engine.begin() as conn:
             current = store.renew(conn, job_id, owner, lease_seconds)
             if current is None:  # cancelled, or the lease was lost
-                status = reads.status(conn, job_id) or "missing"
+                status = reads.status(conn, job_id) or NotRun.MISSING
                 break
             items = reads.next_items(conn, job_id, batch)
             moved_ids, endpoints = _replay(conn, current, items)
@@ -227,7 +227,7 @@ def run_bulk_once(
         processed += len(items)
         moved += len(moved_ids)
         _ring(ring_doorbell, ring_couriers, moved_ids, endpoints, job.kind)
-        if status != "running":
+        if status != BulkStatus.RUNNING:
             break
     log.info(
         "bulk replay %s: %s after %d items (%d moved)",

@@ -107,7 +107,7 @@ def drain_once(
         with run_span(ev) as current:  # one span per attempt, in the event's trace
             completion = run_in_memory(ev, pb, c)
             if completion is None:
-                state = run_claimed(
+                state: str = run_claimed(
                     store, c, cfg, reg, notify=notify, ev=ev, on_retry=result.retry_in.append
                 )
                 result.states[state] += 1

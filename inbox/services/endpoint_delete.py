@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from inbox.domain import held as rules
 from inbox.domain.held import Discard
-from inbox.domain.records import EndpointId
+from inbox.domain.records import EndpointId, TenantId
 from inbox.services.endpoint_state import endpoint
 from inbox.services.runtime import Runtime
 from inbox.store.write import endpoints as estore
@@ -37,7 +37,7 @@ class Deleted:
 def delete_endpoint(
     rt: Runtime,
     actor: str,
-    scope: int | None,
+    scope: TenantId | None,
     public_id: str,
     held: str | None = None,
     reason: str | None = None,

@@ -17,7 +17,7 @@ from sqlalchemy import Connection
 from inbox.domain import held as rules
 from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.held import Discard
-from inbox.domain.records import Endpoint, EndpointId
+from inbox.domain.records import Endpoint, EndpointId, TenantId
 from inbox.services.runtime import Runtime
 from inbox.store.reads import endpoints as ereads
 from inbox.store.write import endpoint_rate as rate_store
@@ -48,7 +48,7 @@ class Changed:
     released: int = 0
 
 
-def endpoint(conn: Connection, scope: int | None, public_id: str) -> Endpoint:
+def endpoint(conn: Connection, scope: TenantId | None, public_id: str) -> Endpoint:
     """The endpoint the caller may see and change (a deleted one is gone: NotFound)."""
     ep = ereads.get_endpoint(conn, public_id)  # NotFound: "No endpoint <id>."
     if (scope is not None and ep.tenant_id != scope) or ep.deleted:
@@ -64,7 +64,7 @@ def _changed(rt: Runtime, ep: Endpoint, moved: int, sends: bool) -> Changed:
 
 
 def set_enabled(
-    rt: Runtime, actor: str, scope: int | None, public_id: str, enabled: bool
+    rt: Runtime, actor: str, scope: TenantId | None, public_id: str, enabled: bool
 ) -> Changed:
     """Disable (nothing is sent; its deliveries are held) or enable (the held ones go out
     in order, unless it is paused too); audited. Enabling withdraws an awaiting discard."""
@@ -79,7 +79,9 @@ def set_enabled(
     return _changed(rt, ep, moved, sends)
 
 
-def set_paused(rt: Runtime, actor: str, scope: int | None, public_id: str, paused: bool) -> Changed:
+def set_paused(
+    rt: Runtime, actor: str, scope: TenantId | None, public_id: str, paused: bool
+) -> Changed:
     """Pause (nothing is sent; its deliveries are held) or resume (the held ones go out in
     order, unless it is disabled too); audited."""
     with rt.engine.begin() as conn:
@@ -93,7 +95,7 @@ def set_paused(rt: Runtime, actor: str, scope: int | None, public_id: str, pause
 
 
 def discard_held(
-    rt: Runtime, actor: str, scope: int | None, public_id: str, reason: str | None
+    rt: Runtime, actor: str, scope: TenantId | None, public_id: str, reason: str | None
 ) -> Discard:
     """Discard the endpoint's held deliveries (each becomes a dead letter, audited with the
     reason): at once up to ``INBOX_HELD_DISCARD_APPROVAL_MIN`` of them, past that once a
@@ -114,7 +116,7 @@ def discard_held(
     return done
 
 
-def approve_discard(rt: Runtime, actor: str, scope: int | None, public_id: str) -> Discard:
+def approve_discard(rt: Runtime, actor: str, scope: TenantId | None, public_id: str) -> Discard:
     """A second operator approves the awaiting discard: the deliveries it covers that are
     still held become dead letters; audited."""
     with rt.engine.begin() as conn:
@@ -136,7 +138,7 @@ def approve_discard(rt: Runtime, actor: str, scope: int | None, public_id: str) 
     return done
 
 
-def withdraw_discard(rt: Runtime, actor: str, scope: int | None, public_id: str) -> Discard:
+def withdraw_discard(rt: Runtime, actor: str, scope: TenantId | None, public_id: str) -> Discard:
     """Withdraw the awaiting discard (anyone entitled may): nothing is discarded; audited."""
     with rt.engine.begin() as conn:
         ep = endpoint(conn, scope, public_id)
@@ -154,7 +156,7 @@ MAX_IN_FLIGHT = 64  # as ``inbox endpoints create --max-in-flight`` allows
 def set_limits(
     rt: Runtime,
     actor: str,
-    scope: int | None,
+    scope: TenantId | None,
     public_id: str,
     *,
     rate: float | str | None = "keep",
@@ -188,7 +190,7 @@ def set_limits(
 
 
 def set_ordered(
-    rt: Runtime, actor: str, scope: int | None, public_id: str, ordered: bool
+    rt: Runtime, actor: str, scope: TenantId | None, public_id: str, ordered: bool
 ) -> Endpoint:
     """Ordered (one delivery in flight, the next once the previous is delivered or dead,
     in the order they were made) or not; audited."""

@@ -9,6 +9,7 @@ here needs the database once a bundle is written.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -24,7 +25,10 @@ from sqlalchemy import Connection
 
 from inbox.domain import evidence
 from inbox.domain.errors import BadRequest, NotFound
+from inbox.services.runtime import Runtime
+from inbox.store.db.errors import wrap_exceptions
 from inbox.store.reads import evidence as reads
+from inbox.store.reads import listing
 
 
 def keygen(path: Path) -> Ed25519PublicKey:
@@ -98,6 +102,22 @@ def export(
         except OSError as exc:
             raise BadRequest(f"cannot write the bundle {target}: {exc.strerror}") from None
     return [target for target, _ in sealed]
+
+
+def export_events(
+    rt: Runtime,
+    out: Path,
+    key: Ed25519PrivateKey,
+    *,
+    ids: Sequence[str] = (),
+    match: listing.Filter | None = None,
+    limit: int = 100,
+) -> list[Path]:
+    """``export`` of the events ``ids`` names, or of the newest ``limit`` that ``match``
+    selects, read in one transaction (``inbox events export``)."""
+    with wrap_exceptions(), rt.engine.begin() as conn:
+        targets = reads.matching(conn, match, limit) if match is not None else list(ids)
+        return export(conn, targets, out, key)
 
 
 def read_secret(path: Path) -> str:

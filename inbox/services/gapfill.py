@@ -34,6 +34,7 @@ from inbox.domain.records import Source
 from inbox.domain.retention import key_window_hours
 from inbox.infra import metrics
 from inbox.outbound import providers
+from inbox.services.runtime import Runtime
 from inbox.store.db import sealing
 from inbox.store.reads import reconcile as rstore
 from inbox.store.reads.sources import list_sources
@@ -151,11 +152,13 @@ def _result(
     )
 
 
-def fill(engine: Engine, source: Source, since: datetime, default_key_ttl_hours: int) -> FillResult:
+def fill(rt: Runtime, source: Source, since: datetime) -> FillResult:
     """One run for ``source``: fetch the provider's list since ``since``, fill the gaps,
     record the run (audit) and its metrics. Raises ProviderError or BadRequest."""
+    engine = rt.engine
     cfg = config(source)
-    ttl = key_window_hours(source.scheme, source.options.key_ttl_hours, default_key_ttl_hours)
+    default_ttl = rt.settings.key_ttl_hours
+    ttl = key_window_hours(source.scheme, source.options.key_ttl_hours, default_ttl)
     if cfg["fetcher"] == "stripe":
         result = _stripe(engine, source, cfg, since, ttl)
     else:
@@ -185,11 +188,11 @@ def fill(engine: Engine, source: Source, since: datetime, default_key_ttl_hours:
     return result
 
 
-def run_due(engine: Engine, default_key_ttl_hours: int) -> list[FillResult]:
+def run_due(rt: Runtime) -> list[FillResult]:
     """Every enabled source with a ``reconcile`` option whose interval has passed; each
     looks back over its key window (what the inbox can still match). A source that fails
     is logged with the reason and does not stop the others."""
-    with engine.begin() as conn:
+    with rt.engine.begin() as conn:
         sources = [s for s in list_sources(conn) if s.enabled and s.options.reconcile]
         now = rstore.window_start(conn, 0)
         due = []
@@ -200,9 +203,9 @@ def run_due(engine: Engine, default_key_ttl_hours: int) -> list[FillResult]:
                 due.append(s)
     results = []
     for s in due:
-        hours = key_window_hours(s.scheme, s.options.key_ttl_hours, default_key_ttl_hours)
+        hours = key_window_hours(s.scheme, s.options.key_ttl_hours, rt.settings.key_ttl_hours)
         try:
-            results.append(fill(engine, s, now - timedelta(hours=hours), default_key_ttl_hours))
+            results.append(fill(rt, s, now - timedelta(hours=hours)))
         except (providers.ProviderError, BadRequest) as exc:
             log.warning(
                 "reconcile %s failed: %s",

@@ -30,7 +30,7 @@ from inbox.domain.bodyschema import check_body
 from inbox.domain.callbacks import CallbackSet, Outgoing
 from inbox.domain.erasure import PayloadErased
 from inbox.domain.errors import LeaseLost
-from inbox.domain.outcomes import RunOutcome
+from inbox.domain.outcomes import RunInterrupted, RunOutcome
 from inbox.domain.playbooks import Playbook, Step, StepContext
 from inbox.domain.records import Claim, Completion, EndpointId, LoadedEvent
 from inbox.domain.states import EventState
@@ -293,13 +293,13 @@ def _callbacks(run: _Run) -> list[CallbackSet]:
 
 
 def _lost(run: _Run, states: Counter[str]) -> None:
-    states["lost"] += 1
+    states[RunInterrupted.LOST] += 1
     log.warning(
         "event %s: lease lost; another worker owns it now",
         run.ev.public_id,
-        extra=log_fields(run.ev, outcome="lost"),
+        extra=log_fields(run.ev, outcome=RunInterrupted.LOST),
     )
-    tracing.set_attributes(run.span, {"inbox.outcome": "lost"})
+    tracing.set_attributes(run.span, {"inbox.outcome": RunInterrupted.LOST})
     tracing.end_span(run.span)
 
 

@@ -25,11 +25,11 @@ from inbox.domain.records import Endpoint, TenantId
 from inbox.services import endpoint_state
 from inbox.services.bulk import NotReplayable
 from inbox.services.runtime import Rung, Runtime
-from inbox.store.reads import admin
 from inbox.store.reads import endpoints as ereads
 from inbox.store.reads import erasures as erasure_reads
 from inbox.store.reads import holds as hreads
 from inbox.store.reads import lanes as lreads
+from inbox.store.reads import listing
 from inbox.store.write import deliveries as dstore
 from inbox.store.write import endpoints as estore
 from inbox.store.write import holds as hstore
@@ -88,7 +88,7 @@ class Replayed:
 def check_visible(conn: Connection, actor: Actor, kind: str, public_ids: Sequence[str]) -> None:
     """Every event (``kind`` events) or delivery named must exist in the actor's scope:
     an unknown id is an error before anything moves."""
-    unknown = [p for p in public_ids if admin.visible(conn, kind, p, actor.scope) is None]
+    unknown = [p for p in public_ids if listing.visible(conn, kind, p, actor.scope) is None]
     if unknown:
         more = f" (and {len(unknown) - 3} more)" if len(unknown) > 3 else ""
         what = "event" if kind == "events" else "delivery"
@@ -157,7 +157,7 @@ def skip_lane(rt: Runtime, actor: Actor, public_id: str, reason: str | None) -> 
     events wait behind it (the first asks, another confirms). 404 unless the actor sees
     the event, 409 unless it blocks a lane. The doorbell rings once the lane moves on."""
     with rt.engine.begin() as conn:
-        event_id = admin.visible(conn, "events", public_id, actor.scope)
+        event_id = listing.visible(conn, "events", public_id, actor.scope)
         if event_id is None:
             raise NotFound(f"No event {public_id}.")
         done = lstore.skip(

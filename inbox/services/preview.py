@@ -34,9 +34,10 @@ from inbox.domain.callbacks import Route, route
 from inbox.domain.errors import InboxError
 from inbox.domain.ordering import Position
 from inbox.domain.playbooks import EVENT_TYPE, Playbook, Registry, registry
-from inbox.domain.records import BulkJobId
+from inbox.domain.records import BulkJobId, TenantId
 from inbox.domain.states import REPLAYABLE
-from inbox.store.reads import admin
+from inbox.store.reads import events as event_reads
+from inbox.store.reads import listing
 from inbox.store.reads import preview as reads
 from inbox.store.write import operator
 
@@ -295,12 +296,12 @@ def preview(conn: Connection, public_ids: list[str], reg: Registry = registry) -
 
 def preview_filter(
     conn: Connection,
-    scope: int | None,
-    match: admin.Filter,
+    scope: TenantId | None,
+    match: listing.Filter,
     reg: Registry = registry,
 ) -> Preview:
     """Plan the replay of the dead letters a bulk replay's filter matches."""
-    rows = admin.list_events(conn, scope, match, MAX_PLANNED + 1, None)
+    rows = event_reads.list_events(conn, scope, match, MAX_PLANNED + 1, None)
     found = preview(conn, [r.public_id for r in rows], reg)
     return Preview(found.events, min(len(rows), MAX_PLANNED), more=found.more)
 

@@ -4,16 +4,27 @@ where payload keys exist."""
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Engine, text
 
 from inbox.domain.playbooks import Registry, registry
+from inbox.services import startup
 from inbox.store.db import keystore as keys
 from inbox.store.db.availability import unreachable, writable
 from inbox.store.reads import sources as source_reads
 from inbox.store.schema.migrate import head_revision, known_revisions
 
-__all__ = ["AHEAD", "keystore", "playbooks", "schema", "unreachable", "writable"]
+__all__ = [
+    "AHEAD",
+    "NOT_CHECKED",
+    "keystore",
+    "playbooks",
+    "schema",
+    "store_checks",
+    "unreachable",
+    "writable",
+]
 
+NOT_CHECKED = "not checked"
 NOT_CONFIGURED = "not configured"
 
 # What ``schema`` says of a database migrated by a newer release than this process's: it
@@ -83,3 +94,24 @@ def keystore(conn: Connection) -> str:
     except Exception as exc:
         return unreachable(exc)
     return "ok"
+
+
+def store_checks(engine: Engine) -> dict[str, str]:
+    """``database``, ``schema``, ``secrets``, ``playbooks`` and ``keystore``, each "ok" or
+    what is wrong, on one connection; a database that does not answer leaves the others not
+    checked. A schema ``AHEAD`` of the code (a newer release migrated it) is checked on,
+    and is not a reason to be unready (``web.health``)."""
+    checks: dict[str, str] = {}
+    try:
+        with engine.connect() as conn:
+            checks["database"] = writable(conn)
+            checks["schema"] = schema(conn)
+            if checks["schema"] == "ok" or checks["schema"].startswith(AHEAD):
+                checks["secrets"] = startup.secrets_problem(conn) or "ok"
+                checks["playbooks"] = playbooks(conn)
+                checks["keystore"] = keystore(conn)
+    except Exception as exc:
+        checks.setdefault("database", unreachable(exc))
+    for name in ("schema", "secrets", "playbooks", "keystore"):
+        checks.setdefault(name, NOT_CHECKED)
+    return checks

@@ -34,6 +34,8 @@ from sqlalchemy import Connection
 from inbox.domain.errors import BadRequest
 from inbox.domain.idempotency import key_digest
 from inbox.domain.records import Source, SourceId, TenantId
+from inbox.services.runtime import Runtime
+from inbox.store.db.errors import wrap_exceptions
 from inbox.store.reads import reconcile as store
 
 log = logging.getLogger(__name__)
@@ -190,6 +192,25 @@ def reconcile(
         extra=tuple(extra),
         unkeyed=unkeyed,
     )
+
+
+def window_start(rt: Runtime, key_window_hours: int) -> datetime:
+    """Where a reconcile's window starts by default: ``key_window_hours`` before the
+    database clock's now."""
+    with wrap_exceptions(), rt.engine.connect() as conn:
+        return store.window_start(conn, key_window_hours)
+
+
+def check(
+    rt: Runtime,
+    source: Source,
+    provider_ids: Iterable[str],
+    since: datetime,
+    key_window_hours: int,
+) -> ReconcileResult:
+    """``reconcile`` on a connection of its own (the CLI's ``inbox reconcile``)."""
+    with wrap_exceptions(), rt.engine.connect() as conn:
+        return reconcile(conn, source, provider_ids, since, key_window_hours)
 
 
 def notify(result: ReconcileResult) -> None:

@@ -8,28 +8,37 @@ a second operator, and an approval starts its runner (a worker; the CLI runs it 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection
 
-from inbox.domain.approval import Job
+from inbox.domain.approval import BulkStatus, Job
 from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.idempotency import validate_key
 from inbox.domain.records import BulkJobId, TenantId
-from inbox.services import bulk, preview
+from inbox.domain.states import EventState
+from inbox.services import admin, bulk, operations, preview
 from inbox.services.operations import Actor
 from inbox.services.runtime import Rung, Runtime
 from inbox.store.reads import bulk as bulk_reads
+from inbox.store.reads import events as event_reads
+from inbox.store.reads.listing import Filter
 from inbox.store.write import bulk as store
 from inbox.store.write import bulk_review
 
 __all__ = [
     "MAX_NOTE",
+    "EventReplayPlan",
     "Job",
+    "TooManyIds",
     "awaiting",
     "cancel",
     "get_job",
     "job_on",
+    "plan_event_replay",
     "preview_bulk_replay",
     "preview_events",
     "preview_job",
@@ -39,6 +48,59 @@ __all__ = [
 ]
 
 MAX_NOTE = 500
+
+
+class TooManyIds(BadRequest):
+    """More events named by id than one operator may replay alone: replay them by filter,
+    which a second operator approves."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventReplayPlan:
+    """What a replay of events by id or by filter would move, and whether it takes a second
+    operator (more than ``INBOX_BULK_APPROVAL_MIN`` events: a bulk job that waits)."""
+
+    # The events, by public id; by filter at most one more than a dry run plans or one
+    # operator may replay alone, whichever is more (not every match: a bulk job snapshots
+    # those).
+    targets: list[str]
+    approval_min: int
+
+    @property
+    def needs_approval(self) -> bool:
+        return len(self.targets) > self.approval_min
+
+
+def plan_event_replay(
+    rt: Runtime,
+    actor: Actor,
+    ids: Sequence[str],
+    *,
+    tenant: str | None = None,
+    source: str | None = None,
+    since: datetime | None = None,
+    quarantined: bool = False,
+) -> EventReplayPlan:
+    """The events a replay names: ``ids`` (each must exist in the actor's scope), or with
+    ``quarantined`` the quarantined events of ``tenant`` (and ``source``, ``since``). A
+    tenant or source named must exist. Past the approval threshold by filter, the plan
+    says so; past it by ids, ``TooManyIds``."""
+    approval_min = rt.settings.bulk_approval_min
+    if len(ids) > approval_min:
+        raise TooManyIds(
+            f"more than {approval_min} ids: replay by filter (--quarantined), which a second"
+            " operator approves"
+        )
+    targets = list(ids)
+    with rt.engine.connect() as conn:
+        admin.check_named(conn, tenant, source)
+        operations.check_visible(conn, actor, "events", targets)
+        if quarantined:
+            f = Filter(tenant=tenant, source=source, state=EventState.QUARANTINED, since=since)
+            most = max(approval_min, preview.MAX_PLANNED) + 1
+            rows = event_reads.list_events(conn, actor.scope, f, most, None)
+            targets = [r.public_id for r in rows]
+    return EventReplayPlan(targets, approval_min)
 
 
 def start(
@@ -51,7 +113,7 @@ def start(
     approval_min = rt.settings.bulk_approval_min
     with rt.engine.begin() as conn:
         job, created = bulk.create(conn, req, actor.scope, actor.name, key, approval_min)
-    if created and job.status == "queued":
+    if created and job.status == BulkStatus.QUEUED:
         rt.bells.ring("start_bulk_replay", job.id)
     return job, created
 

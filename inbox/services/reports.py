@@ -25,6 +25,8 @@ from inbox.domain.errors import BadRequest
 from inbox.domain.retention import PruneResult
 from inbox.infra.config import Settings
 from inbox.services import evidence
+from inbox.services.runtime import Runtime
+from inbox.store.db.errors import wrap_exceptions
 from inbox.store.reads import holds as holds_reads
 from inbox.store.reads import reports as reads
 from inbox.store.write import reports as store
@@ -115,4 +117,10 @@ def export(conn: Connection, out: Path, key: Ed25519PrivateKey, kind: str | None
     return written
 
 
-__all__ = ["erasure_report", "export", "prune_report", "record"]
+def export_all(rt: Runtime, out: Path, key: Ed25519PrivateKey, kind: str | None) -> list[Path]:
+    """``export`` in a transaction of its own (``inbox evidence reports``)."""
+    with wrap_exceptions(), rt.engine.begin() as conn:
+        return export(conn, out, key, kind)
+
+
+__all__ = ["erasure_report", "export", "export_all", "prune_report", "record"]

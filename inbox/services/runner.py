@@ -30,7 +30,7 @@ from inbox.domain.errors import (
     RetryableError,
 )
 from inbox.domain.ordering import Judgement, Newer
-from inbox.domain.outcomes import RunOutcome
+from inbox.domain.outcomes import RunInterrupted, RunOutcome
 from inbox.domain.playbooks import EventView, Playbook, Registry, StepContext, registry
 from inbox.domain.records import Claim, Completion, EndpointId, EventId, LoadedEvent
 from inbox.domain.states import EventState
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 # What run_claimed returns for an event put back because another with its business key
 # was running (see inbox.store.write.staleness).
-DEFERRED = "deferred"
+DEFERRED = RunInterrupted.DEFERRED
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,9 @@ def run_claimed(
     notify: Callable[[set[EndpointId]], None] | None = None,
     ev: LoadedEvent | None = None,
     on_retry: Callable[[float], None] | None = None,
-) -> str:
-    """Run the event's playbook; returns the resulting state ('lost' if the lease was lost).
+) -> EventState | RunInterrupted:
+    """Run the event's playbook; returns the resulting state (``RunInterrupted.LOST`` if
+    the lease was lost, ``DEFERRED`` if it was put back).
 
     ``on_retry`` hears the delay of a retry this run scheduled (the caller sets an alarm
     for it, so the retry runs when it is due, not at the next sweep).
@@ -78,9 +79,11 @@ def run_claimed(
         log.warning(
             "event %s: lease lost; another worker owns it now",
             ev.public_id if ev is not None else c.id,
-            extra=log_fields(ev, outcome="lost") if ev is not None else {"outcome": "lost"},
+            extra=log_fields(ev, outcome=RunInterrupted.LOST)
+            if ev is not None
+            else {"outcome": RunInterrupted.LOST},
         )
-        return "lost"
+        return RunInterrupted.LOST
 
 
 def _run_loaded(
@@ -91,7 +94,7 @@ def _run_loaded(
     reg: Registry,
     notify: Callable[[set[EndpointId]], None] | None,
     on_retry: Callable[[float], None] | None,
-) -> str:
+) -> EventState | RunInterrupted:
     loaded = time.monotonic()
     pending = _Commits(store, c, ev, cfg)
     playbook: Playbook | None = None
@@ -180,10 +183,10 @@ def log_fields(ev: LoadedEvent, **more: object) -> dict[str, object]:
     }
 
 
-def _hold(store: WorkStore[Any], c: Claim, ev: LoadedEvent, exc: PlaybookMissing) -> str:
+def _hold(store: WorkStore[Any], c: Claim, ev: LoadedEvent, exc: PlaybookMissing) -> RunInterrupted:
     """Not the event's failure: held (no attempt spent) until its playbook is registered."""
     with store.begin() as tx:
-        state = store.hold(tx, c, exc.message)
+        store.hold(tx, c, exc.message)
     metrics.record_held(ev.tenant, ev.source)
     log.warning(
         "event %s held: source %s/%s names playbook %r, which no module in INBOX_PLAYBOOKS"
@@ -192,9 +195,9 @@ def _hold(store: WorkStore[Any], c: Claim, ev: LoadedEvent, exc: PlaybookMissing
         ev.tenant,
         ev.source,
         exc.name,
-        extra=log_fields(ev, outcome="held", playbook=exc.name),
+        extra=log_fields(ev, outcome=RunInterrupted.HELD, playbook=exc.name),
     )
-    return state
+    return RunInterrupted.HELD
 
 
 def _judge(store: WorkStore[Any], c: Claim, ev: LoadedEvent) -> Judgement | None:
@@ -388,13 +391,14 @@ def fail_attempt(
     permanent: bool,
     cfg: RunConfig,
     step: str | None = None,
-) -> tuple[str, float]:
+) -> tuple[EventState, float]:
     store = work_store(db)
     delay = retry_delay(ev.attempts, cfg.retry_base_seconds, cfg.retry_cap_seconds)
     if isinstance(exc, RetryableError) and exc.delay is not None:
         delay = exc.delay
     with store.begin() as tx:
-        state = store.fail(tx, c, exc, permanent or isinstance(exc, PermanentError), delay, step)
+        failed = store.fail(tx, c, exc, permanent or isinstance(exc, PermanentError), delay, step)
+    state = EventState(failed)
     # Every failed attempt is logged: a retry as a warning, a quarantine as an error.
     log.log(
         logging.WARNING if state == EventState.RECEIVED else logging.ERROR,

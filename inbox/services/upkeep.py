@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Engine
-
 from inbox.domain.retention import PruneResult, key_window_hours
-from inbox.infra.config import Settings
 from inbox.services import reports
+from inbox.services.runtime import Runtime
 from inbox.store.reads import sources as sources_reads
 from inbox.store.schema import partitions
 from inbox.store.schema.partitions import Day, Made, Retired
@@ -17,12 +15,13 @@ from inbox.store.write import retention
 __all__ = ["Day", "Made", "PruneResult", "Retired", "ensure_partitions", "ledger_days", "prune"]
 
 
-def prune(engine: Engine, settings: Settings, dry_run: bool = False) -> PruneResult:
+def prune(rt: Runtime, dry_run: bool = False) -> PruneResult:
     """One retention round: expired keys, old bodies and attempts, old ledger days; a
     round that ran (not a dry run) writes its signed report (``inbox.services.reports``)."""
-    result = retention.prune_once(engine, settings, dry_run=dry_run)
+    settings = rt.settings
+    result = retention.prune_once(rt.engine, settings, dry_run=dry_run)
     if not dry_run:
-        with engine.begin() as conn:
+        with rt.engine.begin() as conn:
             rules = {
                 f"{s.tenant}/{s.name}": {
                     "retention_days": s.options.retention_days,
@@ -36,9 +35,9 @@ def prune(engine: Engine, settings: Settings, dry_run: bool = False) -> PruneRes
     return result
 
 
-def ensure_partitions(engine: Engine) -> Made:
+def ensure_partitions(rt: Runtime) -> Made:
     """Today's and the week ahead's partitions (rows in DEFAULT moved out)."""
-    return partitions.ensure_ahead(engine)
+    return partitions.ensure_ahead(rt.engine)
 
 
 @dataclass(frozen=True)
@@ -52,8 +51,8 @@ class LedgerDays:
     verdicts: Retired
 
 
-def ledger_days(engine: Engine, settings: Settings) -> LedgerDays:
-    with engine.connect() as conn:
+def ledger_days(rt: Runtime) -> LedgerDays:
+    with rt.engine.connect() as conn:
         days = partitions.overview(conn)
-        window, note = retention.ledger_window(settings, sources_reads.list_sources(conn))
-    return LedgerDays(days, window, note, partitions.retire(engine, window, dry_run=True))
+        window, note = retention.ledger_window(rt.settings, sources_reads.list_sources(conn))
+    return LedgerDays(days, window, note, partitions.retire(rt.engine, window, dry_run=True))

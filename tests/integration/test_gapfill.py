@@ -26,6 +26,7 @@ from inbox.infra import metrics
 from inbox.infra.config import Settings
 from inbox.services import gapfill
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from tests.helpers import sink_rows
 
 KEY = "sk_test_reconcile_Zq9"
@@ -257,9 +258,9 @@ def test_the_schedule_runs_each_source_when_its_interval_has_passed(
         },
     )
     fake.events = [stripe_event("evt_s1", int(time.time()) - 30, 1)]
-    first = gapfill.run_due(engine, 24)
+    first = gapfill.run_due(Runtime(Settings(key_ttl_hours=24), engine))
     assert [(r.source, r.imported) for r in first if r.source == src.name] == [(src.name, 1)]
-    again = gapfill.run_due(engine, 24)  # within the hour: not due
+    again = gapfill.run_due(Runtime(Settings(key_ttl_hours=24), engine))  # within the hour: not due
     assert [r for r in again if r.source == src.name] == []
     with engine.begin() as conn:
         conn.execute(
@@ -269,7 +270,7 @@ def test_the_schedule_runs_each_source_when_its_interval_has_passed(
             ),
             {"s": src.id},
         )
-    later = gapfill.run_due(engine, 24)
+    later = gapfill.run_due(Runtime(Settings(key_ttl_hours=24), engine))
     assert [(r.source, r.imported) for r in later if r.source == src.name] == [(src.name, 0)]
 
 

@@ -23,7 +23,7 @@ from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, text
 
-from inbox.infra import metrics
+from inbox.infra import config, metrics
 from inbox.infra.config import Settings
 from inbox.store.db.engine import make_engine
 from inbox.store.write import endpoints as estore
@@ -316,25 +316,26 @@ def test_the_web_server_prunes_files_of_dead_processes_only(tmp_path):
     dead_pid = int(dead.stdout)
     (prom / f"counter_{dead_pid}.db").write_bytes(b"")
     (prom / f"counter_{os.getpid()}.db").write_bytes(b"")  # a live process (this one)
-    environ = {"PROMETHEUS_MULTIPROC_DIR": str(prom)}
-    assert serve.metrics_dir(environ) is None  # a directory it did not create: not its own
+    # a directory it did not create: not its own
+    assert serve.metrics_dir(Settings(metrics_dir=str(prom))) is None
     assert sorted(p.name for p in prom.iterdir()) == [f"counter_{os.getpid()}.db"]
 
 
 def test_the_web_server_makes_its_own_directory_when_none_is_set(tmp_path, monkeypatch):
     monkeypatch.setattr(serve.tempfile, "tempdir", str(tmp_path))
-    environ: dict[str, str] = {}
-    owned = serve.metrics_dir(environ)
-    assert owned is not None and environ["PROMETHEUS_MULTIPROC_DIR"] == owned
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")  # unset, put back after
+    owned = serve.metrics_dir(Settings())
+    assert owned is not None and config.settings().metrics_dir == owned  # exported
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == owned
     assert Path(owned).parent == tmp_path and Path(owned).is_dir()
 
 
 def test_the_web_server_sizes_workers_by_cores():
-    s = serve.server_settings({})
+    s = serve.server_settings(Settings())
     assert (s.workers, s.threads, s.port) == (os.cpu_count(), 24, 8000)
-    told = serve.server_settings({"WEB_CONCURRENCY": "3", "WEB_THREADS": "5", "PORT": "9"})
+    told = serve.server_settings(Settings(web_concurrency=3, web_threads=5, port=9))
     assert (told.workers, told.threads, told.port) == (3, 5, 9)
-    target, flags = serve.parse_args(["--workers", "2", "--app", "x:y"], {"WEB_THREADS": "4"})
+    target, flags = serve.parse_args(["--workers", "2", "--app", "x:y"], Settings(web_threads=4))
     assert (target, flags.workers, flags.threads) == ("x:y", 2, 4)
 
 

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine, event, text
 
 from inbox.domain import ledger
-from inbox.store.reads import history
+from inbox.store.reads import deliveries as delivery_reads
 from inbox.store.schema import partitions
 from tests.integration.ledger_support import put_delivery, put_event
 from tests.integration.ui_support import new_token, sign_in
@@ -155,7 +155,7 @@ def test_the_events_list_counts_failed_callbacks_without_older_days(engine, worl
         ).scalar_one()
     statements.sent.clear()
     with engine.connect() as conn:
-        assert history.failed_callbacks(conn, [newest]) == {newest: 1}
+        assert delivery_reads.failed_callbacks(conn, [newest]) == {newest: 1}
     [(statement, parameters)] = [s for s in statements.sent if "deliveries" in s[0]]
     old = {
         n

@@ -15,6 +15,7 @@ from sqlalchemy import Engine, text
 from inbox.cli import main
 from inbox.infra.config import Settings
 from inbox.services import upkeep
+from inbox.services.runtime import Runtime
 from tests.integration.test_holds import old_event
 from tests.integration.test_partitions import today
 
@@ -51,9 +52,9 @@ def test_a_prune_round_reports_what_went_and_what_a_hold_kept(
     placed = cli("holds", "place", "--tenant", "acme", "--event", held_evt, "--reason", "m-17")
     [hold_id] = [line.split()[1] for line in placed.splitlines() if line.startswith("id ")]
 
-    upkeep.prune(engine, Settings(), dry_run=True)
+    upkeep.prune(Runtime(Settings(), engine), dry_run=True)
     assert reports(engine) == []  # a dry run removes nothing and reports nothing
-    result = upkeep.prune(engine, Settings(evidence_key_file=str(export_key)))
+    result = upkeep.prune(Runtime(Settings(evidence_key_file=str(export_key)), engine))
     assert result.days_dropped == [str(free_day)]
     [(rpt, kind, signed)] = reports(engine)
     assert kind == "prune" and signed  # signed as it was written: the key was here

@@ -1,4 +1,4 @@
-"""The source cache in front of the receiver (web/routes.py), against real PostgreSQL."""
+"""The source cache in front of the receiver (inbox/services/routes.py), against real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import threading
 
 from sqlalchemy import text
 
+from inbox.services.routes import RouteCache
 from tests.helpers import Clock, wait_for
-from web.routes import RouteCache
 
 TTL = 0.3
 

@@ -22,7 +22,8 @@ from inbox.infra import tracing
 from inbox.infra.config import Settings
 from inbox.services.courier import deliver_once
 from inbox.services.drain import drain_once
-from inbox.store.reads import admin, history
+from inbox.store.reads import events as event_reads
+from inbox.store.reads import search as search_reads
 from inbox.store.write import endpoints as estore
 from tests.helpers import body_of, hmac_headers
 from tests.sink import Sink
@@ -131,11 +132,11 @@ def test_one_trace_from_the_providers_traceparent_to_the_callbacks(
         assert row.trace_context == (
             f"00-{PROVIDER_TRACE}-{_hex(first_claim.context.span_id, 16)}-01"
         )
-        detail = admin.event_detail(conn, event_id, None)
+        detail = event_reads.event_detail(conn, event_id, None)
         assert detail is not None and detail.trace_id == PROVIDER_TRACE
-        hits = history.search(conn, PROVIDER_TRACE, None)
+        hits = search_reads.search(conn, PROVIDER_TRACE, None)
         assert [(h.public_id, h.matched) for h in hits] == [(event_id, "trace id")]
-        assert history.search(conn, PROVIDER_TRACE.upper(), None)[0].public_id == event_id
+        assert search_reads.search(conn, PROVIDER_TRACE.upper(), None)[0].public_id == event_id
 
     # worker: one run per attempt, each a child of the claim; the retry also linked to it
     runs = sorted(_named(got, "inbox.run"), key=lambda s: s.start_time or 0)

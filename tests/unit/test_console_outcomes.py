@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from inbox.domain.approval import Job
-from inbox.store.reads.history import Outcomes
+from inbox.store.reads.bulk import Outcomes
 from web.ui.outcomes import verdict
 
 JOB = Job(

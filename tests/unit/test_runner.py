@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from inbox import PermanentError, Playbook, RetryableError, StepContext
+from inbox.domain.outcomes import RunInterrupted
 from inbox.domain.playbooks import Registry
 from inbox.domain.records import Claim
 from inbox.domain.states import EventState
@@ -107,7 +108,7 @@ def test_a_worker_whose_lease_expired_commits_nothing() -> None:
         store.advance(CFG.lease_seconds + 1)  # the lease runs out while the step runs
         return 1
 
-    assert run_claimed(store, claim, CFG, registry_of(pb)) == "lost"
+    assert run_claimed(store, claim, CFG, registry_of(pb)) is RunInterrupted.LOST
     row = store.event(claim.id)
     assert row.steps == {}
     assert row.state == EventState.PROCESSING  # the sweeper's to take back
@@ -124,7 +125,7 @@ def test_a_stale_fence_commits_nothing_even_while_the_lease_is_live() -> None:
     assert again.fence == claim.fence + 1
     pb = Playbook("any")
     pb.step("one")(lambda ctx: 1)
-    assert run_claimed(store, claim, CFG, registry_of(pb)) == "lost"
+    assert run_claimed(store, claim, CFG, registry_of(pb)) is RunInterrupted.LOST
     assert store.event(claim.id).steps == {}
     assert run_claimed(store, again, CFG, registry_of(pb)) == "completed"
 

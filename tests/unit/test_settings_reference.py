@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import fields
 
 import pytest
 
 from dev.docs_hooks import MARKER, SCHEMES_MARKER, on_page_markdown
 from inbox.domain.signatures import SCHEMES
-from inbox.infra.config import Settings, current, documented, undocumented
+from inbox.infra import config
+from inbox.infra.config import Settings, documented, undocumented
 
 
 def test_every_setting_has_a_variable_and_a_description():
@@ -85,10 +87,16 @@ def test_the_key_encryption_key_is_a_setting_kept_out_of_the_repr():
     assert key not in repr(got)
 
 
-def test_one_setting_is_read_as_the_environment_says_now():
-    assert current("kek", {"INBOX_KEK": "k1"}) == "k1"
-    assert current("batch_size", {}) == Settings.batch_size
-    assert current("batch_size", {"INBOX_BATCH_SIZE": "7"}) == 7
+def test_the_settings_are_read_once_until_reloaded(monkeypatch):
+    monkeypatch.setenv("INBOX_BATCH_SIZE", "7")  # the test's monkeypatch reloads
+    first = config.settings()
+    assert first.batch_size == 7 and config.settings() is first
+    os.environ["INBOX_BATCH_SIZE"] = "8"  # changed behind the settings' back: not seen
+    try:
+        assert config.settings() is first
+        assert config.reload().batch_size == 8 and config.settings().batch_size == 8
+    finally:
+        os.environ["INBOX_BATCH_SIZE"] = "7"
 
 
 def test_the_cli_address_defaults_to_this_host_and_port():

@@ -31,8 +31,8 @@ def upward(imports: dict[str, set[str]]) -> list[str]:
 def test_the_check_finds_an_upward_import():
     graph = {
         "inbox.store.db.group_commit": {"inbox.store.write.claims"},
-        "inbox.store.write.intake": {"inbox.store.db.claims", "inbox.store.reads.admin"},
-        "inbox.store.reads.admin": {"inbox.store.schema.tables", "inbox.domain.ledger"},
+        "inbox.store.write.intake": {"inbox.store.db.claims", "inbox.store.reads.events"},
+        "inbox.store.reads.events": {"inbox.store.schema.tables", "inbox.domain.ledger"},
     }
     assert upward(graph) == ["inbox.store.db.group_commit imports inbox.store.write.claims"]
 

@@ -9,9 +9,8 @@ from inbox.domain.errors import Forbidden, Unauthorized
 from inbox.domain.records import TenantId
 from inbox.services import admin
 from inbox.services.admin import Token
-from web import throttle
+from web import actions, throttle
 from web.api.blueprint import api
-from web.services import services
 
 PUBLIC_ENDPOINTS = frozenset({"api.openapi_document"})
 
@@ -24,7 +23,7 @@ def _authenticate() -> None:
     if raw is None:
         raise Unauthorized("A bearer token is required.")
     throttle.check("bearer")  # 429 while this address is over its failures
-    token = admin.authenticate(services().engine, raw)
+    token = admin.authenticate(actions.runtime(), raw)
     if token is None:
         throttle.failed("bearer")
         raise Unauthorized("The token is unknown or revoked.")

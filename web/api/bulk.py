@@ -9,7 +9,7 @@ from flask import Response, jsonify, request
 from inbox.domain.errors import BadRequest
 from inbox.services import bulk, replays
 from web import actions
-from web.api import auth
+from web.api import auth, bodies
 from web.api.blueprint import api
 from web.common import jsonable, not_found
 
@@ -56,12 +56,7 @@ def cancel_replay(public_id: str) -> dict[str, Any]:
 
 
 def _note() -> str | None:
-    body = request.get_json(silent=True)
-    if body is None:
-        return None
-    note = body.get("note") if isinstance(body, dict) else None
-    if note is not None and not isinstance(note, str):
-        raise BadRequest("note must be a string")
+    note: str | None = bodies.load(bodies.Review, optional=True)["note"]
     return note
 
 

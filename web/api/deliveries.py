@@ -5,27 +5,23 @@ from __future__ import annotations
 from typing import Any
 
 from inbox.domain.states import DELIVERY_STATES, DeliveryState
-from inbox.services import operations
-from inbox.store.reads import admin
+from inbox.services import operations, reading
 from web import actions
 from web.api import auth
 from web.api.blueprint import api
 from web.common import cursor, jsonable, limit, list_filter, not_found, page
-from web.services import services
 
 
 @api.get("/deliveries")
 def list_deliveries() -> dict[str, Any]:
     size, f = limit(), list_filter(DELIVERY_STATES)
-    with services().engine.connect() as conn:
-        rows = admin.list_deliveries(conn, auth.scope(), f, size + 1, cursor())
+    rows = reading.list_deliveries(actions.runtime(), auth.scope(), f, size + 1, cursor())
     return page(rows, size)
 
 
 @api.get("/deliveries/<public_id>")
 def show_delivery(public_id: str) -> dict[str, Any]:
-    with services().engine.connect() as conn:
-        detail = admin.delivery_detail(conn, public_id, auth.scope())
+    detail = reading.delivery_detail(actions.runtime(), public_id, auth.scope())
     if detail is None:
         raise not_found("delivery")
     shown: dict[str, Any] = jsonable(detail.public())

@@ -12,6 +12,7 @@ from flask import request
 
 from inbox.domain.errors import BadRequest
 from inbox.domain.held import Discard
+from inbox.domain.records import TenantId
 from inbox.services import endpoint_delete, endpoint_state
 from inbox.services.endpoint_state import Changed
 from inbox.store.reads.endpoint_health import statuses
@@ -39,7 +40,7 @@ def show_endpoint(public_id: str) -> dict[str, Any]:
     return shown
 
 
-def _who() -> tuple[str, int | None]:
+def _who() -> tuple[str, TenantId | None]:
     who = actions.actor(auth.current())
     return who.name, who.scope
 

@@ -4,31 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import request
-
-from inbox.domain.errors import BadRequest
 from inbox.domain.states import STATES, EventState
-from inbox.services import operations
-from inbox.store.reads import admin
+from inbox.services import operations, reading
 from web import actions
-from web.api import auth
+from web.api import auth, bodies
 from web.api.blueprint import api
 from web.common import cursor, jsonable, limit, list_filter, not_found, page
-from web.services import services
 
 
 @api.get("/events")
 def list_events() -> dict[str, Any]:
     size, f = limit(), list_filter(STATES)
-    with services().engine.connect() as conn:
-        rows = admin.list_events(conn, auth.scope(), f, size + 1, cursor())
+    rows = reading.list_events(actions.runtime(), auth.scope(), f, size + 1, cursor())
     return page(rows, size)
 
 
 @api.get("/events/<public_id>")
 def show_event(public_id: str) -> dict[str, Any]:
-    with services().engine.connect() as conn:
-        detail = admin.event_detail(conn, public_id, auth.scope())
+    detail = reading.event_detail(actions.runtime(), public_id, auth.scope())
     if detail is None:
         raise not_found("event")
     shown: dict[str, Any] = jsonable(detail.public())
@@ -46,15 +39,7 @@ def replay_event(public_id: str) -> dict[str, Any]:
 def redact_event(public_id: str) -> dict[str, Any]:
     """``{"reason": R}``: delete the event's raw body, keep its SHA-256 and every row;
     audited with the token's name. 409 while a legal hold covers it or it is unfinished."""
-    body = request.get_json(silent=True)
-    if not isinstance(body, dict):
-        raise BadRequest("The body must be a JSON object.")
-    unknown = set(body) - {"reason"}
-    if unknown:
-        raise BadRequest(f"Unknown field(s): {', '.join(sorted(unknown))}.")
-    reason = body.get("reason")
-    if not isinstance(reason, str):
-        raise BadRequest("reason is required (a string).")
+    reason = bodies.load(bodies.Redact)["reason"]
     done = operations.redact(actions.runtime(), actions.actor(auth.current()), public_id, reason)
     shown: dict[str, Any] = done.public()
     return shown

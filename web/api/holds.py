@@ -6,31 +6,11 @@ from typing import Any
 
 from flask import Response, jsonify, request
 
-from inbox.domain.errors import BadRequest
 from inbox.services import operations
 from web import actions
-from web.api import auth
+from web.api import auth, bodies
 from web.api.blueprint import api
 from web.common import jsonable, not_found
-
-_SUBJECTS = ("source", "business_key", "event")
-
-
-def _text(body: dict[str, Any], name: str) -> str | None:
-    value = body.get(name)
-    if value is not None and not isinstance(value, str):
-        raise BadRequest(f"{name} must be a string")
-    return value
-
-
-def _business_key(value: object) -> list[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return value
-    raise BadRequest("business_key must be a string or a non-empty list of strings")
 
 
 @api.get("/holds")
@@ -45,23 +25,15 @@ def list_holds() -> dict[str, Any]:
 def place_hold() -> Response:
     """``{"tenant": T, "reason": R}`` plus at most one of ``source``, ``business_key``
     (a value or a list of values) and ``event`` (an event id)."""
-    body = request.get_json(silent=True)
-    if not isinstance(body, dict):
-        raise BadRequest("The body must be a JSON object.")
-    unknown = set(body) - {"tenant", "reason", *_SUBJECTS}
-    if unknown:
-        raise BadRequest(f"Unknown field(s): {', '.join(sorted(unknown))}.")
-    tenant, reason = _text(body, "tenant"), _text(body, "reason")
-    if not tenant or reason is None:
-        raise BadRequest("tenant and reason are required.")
+    body = bodies.load(bodies.Hold)
     hold = operations.place_hold(
         actions.runtime(),
         actions.actor(auth.current()),
-        tenant,
-        reason,
-        source=_text(body, "source"),
-        business_key=_business_key(body.get("business_key")),
-        event=_text(body, "event"),
+        body["tenant"],
+        body["reason"],
+        source=body["source"],
+        business_key=body["business_key"],
+        event=body["event"],
     )
     resp = jsonify(jsonable(hold.public()))
     resp.status_code = 201

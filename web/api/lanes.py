@@ -7,12 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import request
-
-from inbox.domain.errors import BadRequest
 from inbox.services import operations
 from web import actions
-from web.api import auth
+from web.api import auth, bodies
 from web.api.blueprint import api
 from web.common import jsonable
 
@@ -30,15 +27,7 @@ def skip_lane(public_id: str) -> dict[str, Any]:
     """``{"reason": R}``: the blocker's lane moves on without it (it stays quarantined);
     audited. Above ``INBOX_LANE_SKIP_APPROVAL_ABOVE`` events held, the first operator's
     call asks (``status``: ``skip requested``) and a second operator's confirms."""
-    body = request.get_json(silent=True)
-    if not isinstance(body, dict):
-        raise BadRequest("The body must be a JSON object.")
-    unknown = set(body) - {"reason"}
-    if unknown:
-        raise BadRequest(f"Unknown field(s): {', '.join(sorted(unknown))}.")
-    reason = body.get("reason")
-    if reason is not None and not isinstance(reason, str):
-        raise BadRequest("reason must be a string.")
+    reason = bodies.load(bodies.Skip)["reason"]
     done = operations.skip_lane(actions.runtime(), actions.actor(auth.current()), public_id, reason)
     shown: dict[str, Any] = done.public()
     return shown

@@ -144,7 +144,15 @@ _SCHEMAS: dict[str, Any] = {
             "error": {
                 "type": "object",
                 "required": ["code", "message"],
-                "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                "properties": {
+                    "code": {"type": "string"},
+                    "message": {"type": "string"},
+                    "fields": {
+                        "type": "object",
+                        "description": "a 400 for a body: what is wrong with each field",
+                        "additionalProperties": True,
+                    },
+                },
                 "additionalProperties": True,
             }
         },

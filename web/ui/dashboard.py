@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from flask import redirect, render_template, request, url_for
 from markupsafe import Markup
-from sqlalchemy import Connection
 from werkzeug.wrappers import Response
 
 from inbox.domain.errors import BadRequest
-from inbox.domain.states import DeliveryState, EventState
-from inbox.services import replays
+from inbox.services import reading
 from inbox.store.reads import dashboard as store
-from inbox.store.reads import history, stats
-from web.services import services
+from web import actions
 from web.ui import charts, outcomes
 from web.ui.blueprint import ui
 from web.ui.display import duration
@@ -99,27 +95,6 @@ def _charts(s: store.Series) -> list[Chart]:
     return out
 
 
-def _now_tiles(conn: Connection) -> dict[str, Any]:
-    """What is waiting now, from the same queries the /metrics endpoint reads."""
-    tenant = current().tenant
-    depth = [r for r in stats.inbox_depth(conn) if tenant is None or r.tenant == tenant]
-    backlog = [r for r in stats.delivery_backlog(conn) if tenant is None or r.tenant == tenant]
-
-    def count(rows: list[Any], state: str) -> int:
-        return sum(r.count for r in rows if r.state == state)
-
-    pending = [r for r in depth if r.state in stats.PENDING_STATES and r.count]
-    return {
-        "received": count(depth, EventState.RECEIVED),
-        "processing": count(depth, EventState.PROCESSING),
-        "quarantined": count(depth, EventState.QUARANTINED),
-        "oldest": max((r.oldest_age_seconds for r in pending), default=0.0),
-        "deliveries_pending": count(backlog, DeliveryState.PENDING)
-        + count(backlog, DeliveryState.SENDING),
-        "deliveries_failed": count(backlog, DeliveryState.FAILED),
-    }
-
-
 @ui.get("/")
 def home() -> Response:
     return redirect(url_for("ui.dashboard"))
@@ -131,14 +106,9 @@ def dashboard() -> str:
     window = store.WINDOWS.get(name)
     if window is None:
         raise BadRequest(f"window must be one of {', '.join(store.WINDOWS)}")
-    with services().engine.connect() as conn:
-        s = store.series(conn, window, scope())
-        tiles = _now_tiles(conn)
-        jobs = [
-            (job, outcomes.shown(job, history.replay_outcomes(conn, job.id, job.kind)))
-            for public_id in store.recent_bulk_replays(conn, scope(), 5)
-            if (job := replays.job_on(conn, public_id, scope())) is not None
-        ]
+    found = reading.dashboard(actions.runtime(), window, scope(), current().tenant)
+    s, tiles = found.series, found.tiles
+    jobs = [(job, outcomes.shown(job, done)) for job, done in found.jobs]
     labels = _labels(s)
     return render_template(
         "ui/dashboard.html",

@@ -6,21 +6,18 @@ from __future__ import annotations
 from flask import redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from inbox.store.reads import history, reads
-from inbox.store.reads import lanes as lreads
-from web.services import services
+from inbox.services import reading
+from inbox.store.reads import search as search_reads
+from web import actions
 from web.ui.blueprint import ui
 from web.ui.session import scope
 
 
 @ui.get("/dead-letters")
 def dead_letters() -> str:
-    with services().engine.connect() as conn:
-        groups = reads.dead_letter_groups(conn, scope())
-        deliveries = reads.failed_delivery_groups(conn, scope())
-        lanes = lreads.blocked(conn, scope())
+    found = reading.dead_letters(actions.runtime(), scope())
     return render_template(
-        "ui/dead_letters.html", groups=groups, deliveries=deliveries, lanes=lanes
+        "ui/dead_letters.html", groups=found.groups, deliveries=found.deliveries, lanes=found.lanes
     )
 
 
@@ -28,10 +25,9 @@ def dead_letters() -> str:
 def search() -> str | Response:
     """One box for an event id, a delivery id, an Idempotency-Key or a provider event id."""
     q = request.args.get("q", "").strip()[:300]
-    hits: list[history.Hit] = []
+    hits: list[search_reads.Hit] = []
     if q:
-        with services().engine.connect() as conn:
-            hits = history.search(conn, q, scope())
+        hits = reading.search(actions.runtime(), q, scope())
     if len(hits) == 1:
         h = hits[0]
         view = "ui.event" if h.kind == "event" else "ui.delivery"

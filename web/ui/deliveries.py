@@ -9,12 +9,10 @@ from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from inbox.domain.states import DELIVERY_STATES, DeliveryState
-from inbox.services import operations
+from inbox.services import operations, reading
 from inbox.services.bulk import NotReplayable
-from inbox.store.reads import admin
 from web import actions
 from web.common import cursor, encode_cursor, list_filter, not_found
-from web.services import services
 from web.ui.blueprint import ui
 from web.ui.session import current, require_operator, scope
 
@@ -36,8 +34,7 @@ def _filters() -> dict[str, Any]:
 @ui.get("/deliveries")
 def deliveries() -> str:
     f, before = list_filter(DELIVERY_STATES), cursor()
-    with services().engine.connect() as conn:
-        rows = admin.list_deliveries(conn, scope(), f, PAGE_SIZE + 1, before)
+    rows = reading.list_deliveries(actions.runtime(), scope(), f, PAGE_SIZE + 1, before)
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
     filters = _filters()
@@ -56,8 +53,7 @@ def deliveries() -> str:
 
 @ui.get("/deliveries/<public_id>")
 def delivery(public_id: str) -> str:
-    with services().engine.connect() as conn:
-        d = admin.delivery_detail(conn, public_id, scope())
+    d = reading.delivery_detail(actions.runtime(), public_id, scope())
     if d is None:
         raise not_found("delivery")
     return render_template("ui/delivery.html", d=d, event_id=_event_arg())
@@ -72,8 +68,7 @@ def _event_arg() -> str | None:
 @ui.get("/deliveries/<public_id>/replay")
 def confirm_delivery_replay(public_id: str) -> str:
     require_operator()
-    with services().engine.connect() as conn:
-        d = admin.delivery_detail(conn, public_id, scope())
+    d = reading.delivery_detail(actions.runtime(), public_id, scope())
     if d is None:
         raise not_found("delivery")
     if d.state != DeliveryState.FAILED:

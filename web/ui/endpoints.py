@@ -9,11 +9,11 @@ from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from inbox.domain.errors import BadRequest
-from inbox.services import endpoint_delete, endpoint_state, operations
-from inbox.store.reads import admin, reads
+from inbox.domain.records import TenantId
+from inbox.services import endpoint_delete, endpoint_state, operations, reading
+from inbox.store.reads import endpoint_health as health_reads
 from web import actions
 from web.common import not_found
-from web.services import services
 from web.ui.blueprint import ui
 from web.ui.session import current, scope
 
@@ -22,27 +22,21 @@ RECENT = 20
 
 @ui.get("/endpoints")
 def endpoints() -> str:
-    with services().engine.connect() as conn:
-        rows = reads.endpoints(conn, scope())
-    return render_template("ui/endpoints.html", rows=rows, hours=reads.HEALTH_HOURS)
+    rows = reading.endpoint_health(actions.runtime(), scope())
+    return render_template("ui/endpoints.html", rows=rows, hours=health_reads.HEALTH_HOURS)
 
 
 def _page(public_id: str, secret: str | None = None) -> str:
-    with services().engine.connect() as conn:
-        ep = reads.endpoint(conn, public_id, scope())
-        if ep is None:
-            raise not_found("endpoint")
-        recent = admin.list_deliveries(
-            conn, scope(), admin.Filter(endpoint=public_id), RECENT, None
-        )
-        audit = reads.audit_trail(conn, "endpoint", ep.id)
+    found = reading.endpoint_page(actions.runtime(), public_id, scope(), RECENT)
+    if found is None:
+        raise not_found("endpoint")
     return render_template(
         "ui/endpoint.html",
-        ep=ep,
-        recent=recent,
-        audit=audit,
+        ep=found.endpoint,
+        recent=found.recent,
+        audit=found.audit,
         secret=secret,
-        hours=reads.HEALTH_HOURS,
+        hours=health_reads.HEALTH_HOURS,
     )
 
 
@@ -154,7 +148,7 @@ def delete_endpoint(public_id: str) -> Response:
     return redirect(url_for("ui.endpoint", public_id=public_id))
 
 
-def _who() -> tuple[str, int | None]:
+def _who() -> tuple[str, TenantId | None]:
     """Who acts (audited by name), and the tenant they are limited to."""
     who = actions.actor(current())
     return who.name, who.scope

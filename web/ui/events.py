@@ -8,12 +8,10 @@ from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from inbox.domain.states import REPLAYABLE, STATES, DeliveryState, EventState
-from inbox.services import operations
+from inbox.services import operations, reading
 from inbox.services.bulk import NotReplayable
-from inbox.store.reads import admin, history
 from web import actions
 from web.common import cursor, encode_cursor, list_filter, not_found
-from web.services import services
 from web.ui.blueprint import ui
 from web.ui.display import pretty_body
 from web.ui.session import current, require_operator, scope
@@ -30,9 +28,8 @@ def _filters() -> dict[str, Any]:
 @ui.get("/events")
 def events() -> str:
     f, before = list_filter(STATES), cursor()
-    with services().engine.connect() as conn:
-        rows = admin.list_events(conn, scope(), f, PAGE_SIZE + 1, before)
-        dead = history.failed_callbacks(conn, [r.id for r in rows[:PAGE_SIZE]])
+    found = reading.events_page(actions.runtime(), scope(), f, PAGE_SIZE + 1, before)
+    rows, dead = found.rows, found.failed_callbacks
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
     filters = _filters()
@@ -54,12 +51,10 @@ def events() -> str:
 
 @ui.get("/events/<public_id>")
 def event(public_id: str) -> str:
-    with services().engine.connect() as conn:
-        e = admin.event_detail(conn, public_id, scope())
-        row_id = admin.visible(conn, "events", public_id, scope())
-        tried = history.attempts(conn, row_id) if row_id is not None else []
-    if e is None:
+    story = reading.event_story(actions.runtime(), public_id, scope())
+    if story is None:
         raise not_found("event")
+    e, tried = story.event, story.attempts
     dead = [d for d in e.deliveries if d.state == DeliveryState.FAILED]
     return render_template(
         "ui/event.html",
@@ -74,8 +69,7 @@ def event(public_id: str) -> str:
 @ui.get("/events/<public_id>/replay")
 def confirm_event_replay(public_id: str) -> str:
     require_operator()
-    with services().engine.connect() as conn:
-        e = admin.event_detail(conn, public_id, scope())
+    e = reading.event_detail(actions.runtime(), public_id, scope())
     if e is None:
         raise not_found("event")
     if e.state not in REPLAYABLE:

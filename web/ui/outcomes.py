@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from inbox.domain.approval import BulkStatus as B
 from inbox.services.replays import Job
-from inbox.store.reads.history import Outcomes
+from inbox.store.reads.bulk import Outcomes
 
 # The CSS state class for each verdict.
 CSS = {
@@ -25,9 +26,9 @@ CSS = {
 def verdict(job: Job, o: Outcomes) -> tuple[str, str]:
     """(verdict, label) for the job's badge."""
     dead = "quarantined" if job.kind == "events" else "failed"
-    if job.status in ("awaiting_approval", "queued", "running"):
+    if job.status in (B.AWAITING_APPROVAL, B.QUEUED, B.RUNNING):
         return "active", job.status.replace("_", " ")
-    if job.status in ("cancelled", "rejected"):
+    if job.status in (B.CANCELLED, B.REJECTED):
         return "off", job.status
     if o.pending:
         return "active", "moved; results pending"
@@ -58,5 +59,5 @@ def shown(job: Job, o: Outcomes) -> dict[str, Any]:
         "label": label,
         "eta_seconds": eta_seconds(job),
         # The page keeps polling until the moved items have all settled.
-        "settled": job.status in ("completed", "cancelled", "rejected") and o.pending == 0,
+        "settled": job.status in (B.COMPLETED, B.CANCELLED, B.REJECTED) and o.pending == 0,
     }

@@ -9,10 +9,10 @@ from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from inbox.domain import approval
+from inbox.domain.approval import BulkStatus
 from inbox.domain.errors import BadRequest
-from inbox.services import bulk, replays
+from inbox.services import bulk, reading, replays
 from inbox.services.replays import Job
-from inbox.store.reads import admin, history
 from web import actions
 from web.common import jsonable, not_found
 from web.services import services
@@ -39,10 +39,9 @@ def progress(job: Job) -> dict[str, Any]:
     if job.total:
         shown["percent"] = min(100, job.done * 100 // job.total)
     else:
-        shown["percent"] = 100 if job.status == "completed" else 0
+        shown["percent"] = 100 if job.status == BulkStatus.COMPLETED else 0
     shown["finished"] = job.status in FINISHED
-    with services().engine.connect() as conn:
-        shown.update(outcomes.shown(job, history.replay_outcomes(conn, job.id, job.kind)))
+    shown.update(outcomes.shown(job, reading.replay_outcomes(actions.runtime(), job)))
     return shown
 
 
@@ -52,8 +51,7 @@ def new_replay() -> str:
     require_operator()
     raw = _filter(request.args)
     req = bulk.parse_request({"kind": "events", "filter": raw})
-    with services().engine.connect() as conn:
-        sample = admin.list_events(conn, scope(), req.match, PREVIEW + 1, None)
+    sample = reading.list_events(actions.runtime(), scope(), req.match, PREVIEW + 1, None)
     plan = replays.preview_bulk_replay(actions.runtime(), actions.actor(current()), req)
     return render_template(
         "ui/replay_new.html",
@@ -101,7 +99,7 @@ def replay(public_id: str) -> str:
     may_approve = job.actor != current().name
     # The approver sees what they would start (and the look is audited).
     plan = None
-    if job.kind == "events" and job.status == "awaiting_approval":
+    if job.kind == "events" and job.status == BulkStatus.AWAITING_APPROVAL:
         plan = replays.preview_job(actions.runtime(), actions.actor(current()), job)
     return render_template(
         "ui/replay.html",

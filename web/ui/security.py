@@ -29,6 +29,7 @@ from werkzeug.wrappers import Response
 from inbox.domain.errors import StoreUnavailable, ValueRefused
 from inbox.services import admin
 from inbox.services.admin import StoredSession
+from web import actions
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,7 @@ class ConsoleSessions(SessionInterface):
         if session.modified or session.stale:
             try:
                 data = dict(session) if session.modified else None
-                engine = app.extensions["inbox"].engine
-                admin.save_session(engine, session.row_id, data, touch=session.stale)
+                admin.save_session(actions.runtime(), session.row_id, data, touch=session.stale)
             except (StoreUnavailable, ValueRefused) as exc:  # the page is rendered: a lost
                 log.warning("console session not saved: %s", exc.__class__.__name__)  # flash
 

@@ -18,7 +18,7 @@ from inbox.domain.errors import Forbidden, TooManyRequests, Unauthorized
 from inbox.domain.records import TenantId
 from inbox.services import admin
 from inbox.services.admin import Token
-from web import throttle
+from web import actions, throttle
 from web.services import services
 from web.ui import security
 from web.ui.blueprint import ui
@@ -41,7 +41,7 @@ def _signed_in() -> Token | None:
         return None
     idle, longest = _limits()
     current.looked_up = True
-    found = admin.load_session(services().engine, current.cookie, idle, longest)
+    found = admin.load_session(actions.runtime(), current.cookie, idle, longest)
     if found is None:
         return None
     stored, token = found
@@ -118,14 +118,14 @@ def login() -> Response | tuple[str, int] | str:
         resp.headers["Retry-After"] = str(exc.retry_after)
         return resp
     raw = request.form.get("token", "").strip()
-    token = admin.authenticate(services().engine, raw)
+    token = admin.authenticate(actions.runtime(), raw)
     if token is None:
         throttle.failed("login")
         error = "That token is unknown or revoked."
         return render_template("ui/login.html", next=target, error=error), 401
     idle, longest = _limits()
     data = {"csrf": security.new_csrf_token()}
-    sid, row_id = admin.create_session(services().engine, token.id, data, idle, longest)
+    sid, row_id = admin.create_session(actions.runtime(), token.id, data, idle, longest)
     # A new id at every sign-in: an id planted before it (session fixation) is worth nothing.
     security.console_session().begin(sid, row_id, token.id, data)
     log.info("console sign-in by token %s", token.name)
@@ -137,6 +137,6 @@ def logout() -> Response:
     """Ends this session on the server: the cookie, wherever a copy of it is, stops working."""
     current = security.console_session()
     if current.row_id is not None:
-        admin.delete_session(services().engine, current.row_id)
+        admin.delete_session(actions.runtime(), current.row_id)
     current.end()
     return redirect(url_for("ui.login"))

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from flask import render_template
 
-from inbox.store.reads import reads
-from web.services import services
+from inbox.services import reading
+from web import actions
 from web.ui.blueprint import ui
 from web.ui.session import scope
 
 
 @ui.get("/sources")
 def sources() -> str:
-    with services().engine.connect() as conn:
-        rows = reads.sources(conn, scope())
+    rows = reading.source_summaries(actions.runtime(), scope())
     return render_template("ui/sources.html", rows=rows)

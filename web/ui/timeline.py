@@ -1,7 +1,7 @@
 """One event's history in time order: receipts, duplicates, conflicts, steps, errors,
 every failed attempt (kept across replays), deliveries with their attempts, and the
-audit trail. Pure: it reads the ``EventDetail`` ``inbox.store.reads.admin.event_detail``
-returns and the attempts ``inbox.store.reads.history.attempts`` does."""
+audit trail. Pure: it reads the ``EventDetail`` ``inbox.store.reads.events.event_detail``
+returns and the attempts ``inbox.store.reads.events.attempts`` does."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from datetime import datetime
 
 from inbox.domain.states import EventState
 from inbox.store.reads.detail import AuditRecord, EventDetail
-from inbox.store.reads.history import Attempt
+from inbox.store.reads.events import Attempt
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ import sqlalchemy
 from sqlalchemy import Engine, event
 from sqlalchemy.pool import PoolProxiedConnection, QueuePool
 
+from inbox.infra import config
 from inbox.infra.config import Settings
 
 _DEADLINE: ContextVar[float | None] = ContextVar("inbox_db_deadline", default=None)
@@ -267,7 +268,7 @@ def sqlalchemy_url(url: str | None = None) -> str:
     libpq then tries the hosts in order and keeps the first that ``target_session_attrs``
     accepts.
     """
-    url = url or Settings.from_env().database_url
+    url = url or config.settings().database_url
     if not url:
         raise RuntimeError("DATABASE_URL is not set (run through `make run` or `make test`).")
     prefix = next((p for p in _SCHEMES if url.startswith(p)), None)

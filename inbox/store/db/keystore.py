@@ -29,7 +29,6 @@ from sqlalchemy import Engine, text
 
 from inbox.domain.errors import InboxError, StoreUnavailable
 from inbox.infra import config
-from inbox.infra.config import Settings
 from inbox.infra.keyring import Keyring
 from inbox.store.db.engine import make_engine
 from inbox.store.db.errors import wrap_exceptions
@@ -170,13 +169,13 @@ _stores_lock = threading.Lock()
 
 
 def configured() -> bool:
-    return bool(config.current("keystore_url"))
+    return bool(config.settings().keystore_url)
 
 
 def current(url: str | None = None) -> KeyStore:
     """This process's key store (``INBOX_KEYSTORE_URL`` unless ``url``): one engine per URL
     and process (a forked child makes its own, never sharing its parent's connections)."""
-    url = url or str(config.current("keystore_url"))
+    url = url or str(config.settings().keystore_url)
     if not url:
         raise KeyStoreMissing(
             "INBOX_KEYSTORE_URL is not set: the payloads' data keys live in a key store of"
@@ -187,7 +186,7 @@ def current(url: str | None = None) -> KeyStore:
         found = _stores.get(k)
         if found is None:
             settings = dataclasses.replace(
-                Settings.from_env(), database_url=url, db_pooler="", pool_size=2
+                config.settings(), database_url=url, db_pooler="", pool_size=2
             )
             found = _stores[k] = KeyStore(make_engine(settings, pool_size=2))
         return found

@@ -362,14 +362,14 @@ def for_engine(engine: Engine) -> PayloadKeys:
         found = _shared.get(engine)
         if found is None:
             enabled = (
-                bool(config.current("encrypt_payloads"))
+                bool(config.settings().encrypt_payloads)
                 and kr.configured()
                 and keystore.configured()
             )
             found = _shared[engine] = PayloadKeys(
                 engine,
-                int(config.current("data_key_cache")),
-                float(config.current("data_key_ttl_s")),
+                int(config.settings().data_key_cache),
+                float(config.settings().data_key_ttl_s),
                 enabled,
             )
         return found

@@ -9,7 +9,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from inbox.domain.approval import Job
+from inbox.domain.approval import BulkStatus, Job
+from inbox.store.reads.scope import Scope, scoped
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,10 +27,11 @@ created_at, started_at, finished_at, reviewer, reviewed_at, review_note
 
 
 def to_job(row: Any) -> Job:
-    return Job(**{k: row._mapping[k] for k in Job.__dataclass_fields__})
+    values = {k: row._mapping[k] for k in Job.__dataclass_fields__}
+    return Job(**{**values, "status": BulkStatus(values["status"])})
 
 
-def get_job(conn: Connection, public_id: str, scope: int | None) -> Job | None:
+def get_job(conn: Connection, public_id: str, scope: Scope) -> Job | None:
     """A job the scope may see: a tenant's token sees only jobs made in that scope."""
     row = conn.execute(
         text(f"SELECT {JOB_COLUMNS} FROM bulk_replays WHERE public_id = :p"), {"p": public_id}
@@ -39,11 +41,11 @@ def get_job(conn: Connection, public_id: str, scope: int | None) -> Job | None:
     return to_job(row)
 
 
-def status(conn: Connection, job_id: int) -> str | None:
+def status(conn: Connection, job_id: int) -> BulkStatus | None:
     value = conn.execute(
         text("SELECT status FROM bulk_replays WHERE id = :id"), {"id": job_id}
     ).scalar()
-    return str(value) if value is not None else None
+    return BulkStatus(value) if value is not None else None
 
 
 def next_items(conn: Connection, job_id: int, limit: int) -> list[Item]:
@@ -81,14 +83,49 @@ def due_jobs(conn: Connection) -> list[int]:
     return [int(r.id) for r in rows]
 
 
-def awaiting(conn: Connection, scope: int | None, limit: int = 50) -> list[Job]:
+def awaiting(conn: Connection, scope: Scope, limit: int = 50) -> list[Job]:
     """Jobs waiting for a second operator, oldest first (for the console and CLI)."""
     rows = conn.execute(
         text(
             f"SELECT {JOB_COLUMNS} FROM bulk_replays WHERE status = 'awaiting_approval'"
-            " AND (CAST(:scope AS bigint) IS NULL OR tenant_id = :scope)"
+            f" AND {scoped('tenant_id')}"
             " ORDER BY id LIMIT :n"
         ),
         {"scope": scope, "n": limit},
     )
     return [to_job(r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcomes:
+    """What the items a bulk replay moved are doing now."""
+
+    succeeded: int  # events completed / deliveries delivered
+    dead_again: int  # quarantined / failed again
+    pending: int  # back in the inbox or the outbox, not finished yet
+    gone: int  # deleted since (retention)
+
+
+_OUTCOMES = {
+    "events": """
+        SELECT count(*) FILTER (WHERE e.state = 'completed') AS succeeded,
+               count(*) FILTER (WHERE e.state = 'quarantined') AS dead_again,
+               count(*) FILTER (WHERE e.state IN ('received', 'processing')) AS pending,
+               count(*) FILTER (WHERE e.id IS NULL) AS gone
+          FROM bulk_replay_items i LEFT JOIN events e ON e.id = i.subject_id
+         WHERE i.job_id = :job AND i.outcome = 'moved'
+    """,
+    "deliveries": """
+        SELECT count(*) FILTER (WHERE d.state = 'delivered') AS succeeded,
+               count(*) FILTER (WHERE d.state = 'failed') AS dead_again,
+               count(*) FILTER (WHERE d.state IN ('pending', 'sending')) AS pending,
+               count(*) FILTER (WHERE d.id IS NULL) AS gone
+          FROM bulk_replay_items i LEFT JOIN deliveries d ON d.id = i.subject_id
+         WHERE i.job_id = :job AND i.outcome = 'moved'
+    """,
+}
+
+
+def replay_outcomes(conn: Connection, job_id: int, kind: str) -> Outcomes:
+    row = conn.execute(text(_OUTCOMES[kind]), {"job": job_id}).one()
+    return Outcomes(int(row.succeeded), int(row.dead_again), int(row.pending), int(row.gone))

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.store.reads.ledger_reads import COUNTERS, KEYS_JOIN
+from inbox.store.reads.scope import Scope, scoped
 
 # Events received longer than this before the window are only looked at when they are
 # still pending or were replayed lately (the default dedup key lives 24 hours, so
@@ -64,7 +65,7 @@ class Series:
 # starts the event's current pending stretch: its latest replay, else its receipt.
 # The duplicate counters: the event's own plus its live key's (inbox.store.reads.ledger_reads).
 _COLUMNS = "e.id, e.state, e.received_at, e.finished_at," + COUNTERS
-_SCOPE = "(CAST(:scope AS bigint) IS NULL OR e.tenant_id = :scope)"
+_SCOPE = scoped("e.tenant_id")
 _EVENTS = f"""
 WITH replays AS (
     SELECT subject_id AS id, max(at) AS at FROM audit_log
@@ -110,7 +111,7 @@ WITH replays AS (
                 ELSE 'attempts_error' END,
            a.at, 1
       FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id
-     WHERE a.at >= :start AND (CAST(:scope AS bigint) IS NULL OR d.tenant_id = :scope)
+     WHERE a.at >= :start AND {scoped("d.tenant_id")}
 ), counted AS (
     -- Seconds since the window's start (:t0, as epoch seconds) over the step: the bucket.
     SELECT measure, floor((date_part('epoch', at) - :t0) / :step)::int AS k, sum(n) AS value
@@ -149,7 +150,7 @@ def window_start(now: datetime, window: Window) -> datetime:
     return datetime.fromtimestamp(current - (window.buckets - 1) * step, UTC)
 
 
-def series(conn: Connection, window: Window, scope: int | None) -> Series:
+def series(conn: Connection, window: Window, scope: Scope) -> Series:
     """Every measure of the dashboard over ``window``, for the tenant ``scope`` (None: all)."""
     now: datetime = conn.execute(text("SELECT now()")).scalar_one()
     start = window_start(now, window)
@@ -174,12 +175,12 @@ def series(conn: Connection, window: Window, scope: int | None) -> Series:
     return Series(window, start, now, values)
 
 
-def recent_bulk_replays(conn: Connection, scope: int | None, limit: int = 10) -> list[str]:
+def recent_bulk_replays(conn: Connection, scope: Scope, limit: int = 10) -> list[str]:
     """The public ids of the latest bulk replays the scope may see, newest first."""
     rows = conn.execute(
         text(
             "SELECT public_id FROM bulk_replays"
-            " WHERE CAST(:scope AS bigint) IS NULL OR tenant_id = :scope"
+            f" WHERE {scoped('tenant_id')}"
             " ORDER BY id DESC LIMIT :n"
         ),
         {"scope": scope, "n": limit},

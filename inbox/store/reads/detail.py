@@ -1,5 +1,5 @@
 """One event or one delivery in full: the rows the API, the console, the CLI and the
-evidence bundle show (scoped by ``inbox.store.reads.admin``).
+evidence bundle show (scoped by ``inbox.store.reads.listing.visible``).
 
 Keys and secrets are not stored at all; the key's digest, the ordering and business key
 digests and the stored response body stay inside. ``public()`` is a row as the API shows
@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from inbox.domain.states import DeliveryState, EventState
 from inbox.store.db import sealing
 from inbox.store.reads.lanes import LaneState, lane_state
 from inbox.store.reads.ledger_reads import (
@@ -64,7 +65,7 @@ class DeliveryDetail:
     endpoint: str  # the endpoint's public id
     url: str
     event_type: str
-    state: str
+    state: DeliveryState
     replay: int
     attempts: int
     last_status: int | None
@@ -73,6 +74,9 @@ class DeliveryDetail:
     finished_at: datetime | None
     attempts_log: tuple[DeliveryAttempt, ...]
     audit: tuple[AuditEntry, ...]
+
+    def __post_init__(self) -> None:  # the column's text, as the enum it is
+        object.__setattr__(self, "state", DeliveryState(self.state))
 
     def public(self) -> dict[str, Any]:
         return _public(self)
@@ -113,7 +117,7 @@ class EventDetail:
     verification: dict[str, Any] | None
     response_status: int
     sync: bool
-    state: str
+    state: EventState
     attempts: int
     max_attempts: int
     replay: int
@@ -149,6 +153,9 @@ class EventDetail:
     # destroyed, the erasure: {"at", "by", "erasure"} (body None, headers empty).
     sealed: bool = False
     erased: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:  # the column's text, as the enum it is
+        object.__setattr__(self, "state", EventState(self.state))
 
     def public(self) -> dict[str, Any]:
         out = _public(self)

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.domain.endpoint_health import WINDOW_MINUTES, Recent, state_of
+from inbox.store.reads.scope import Scope, as_rows, scoped
 
 # Attempts of the endpoint ``ep`` in the window, and those that got no 2xx: a LATERAL
 # over its deliveries' attempts (the console's query uses the same fragment).
@@ -36,7 +37,7 @@ SELECT ep.id, ep.public_id, t.name AS tenant, ep.enabled, ep.paused, ep.circuit,
               min(created_at) FILTER (WHERE state = 'held') AS held_since
          FROM deliveries WHERE endpoint_id = ep.id AND state IN ('pending', 'sending', 'held')
  ) b
- WHERE (CAST(:scope AS bigint) IS NULL OR ep.tenant_id = :scope)
+ WHERE {scoped("ep.tenant_id")}
    AND (CAST(:public_id AS text) IS NULL OR ep.public_id = :public_id)
    -- a deleted endpoint: shown when asked for by its id (or with ``deleted``), else not
    AND (ep.deleted_at IS NULL OR CAST(:public_id AS text) IS NOT NULL OR :deleted)
@@ -85,7 +86,7 @@ class EndpointStatus:
 
 def statuses(
     conn: Connection,
-    scope: int | None = None,
+    scope: Scope = None,
     public_id: str | None = None,
     deleted: bool = False,
 ) -> list[EndpointStatus]:
@@ -115,3 +116,114 @@ def statuses(
             )
         )
     return out
+
+
+HEALTH_HOURS = 24
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointHealth:
+    id: int
+    public_id: str
+    tenant: str
+    url: str
+    event_types: list[str] | None
+    enabled: bool
+    disabled_reason: str | None
+    failing: bool
+    max_attempts: int
+    timeout_ms: int
+    max_in_flight: int
+    retry_schedule: list[int]
+    created_at: datetime
+    active_secrets: int
+    attempts: int  # in the last HEALTH_HOURS
+    succeeded: int
+    avg_ms: float | None
+    p95_ms: float | None
+    pending: int
+    held: int  # paused or disabled: kept until it is enabled (or discarded)
+    failed: int
+    last_ok_at: datetime | None
+    last_error_at: datetime | None
+    last_error_status: int | None
+    last_error_class: str | None
+    last_error_excerpt: str | None
+    paused: bool = False
+    rate_per_second: float | None = None  # its rate limit, across every courier
+    circuit: str = "closed"  # its breaker: closed, open or half_open (inbox.domain.circuit)
+    recent_attempts: int = 0  # in the last endpoint_health.WINDOW_MINUTES
+    recent_failures: int = 0
+    ordered: bool = False  # one in flight, in the order made
+    deleted_at: datetime | None = None  # deleted by an operator: kept, sends nothing
+    deleted_by: str | None = None
+
+    @property
+    def success_rate(self) -> float | None:
+        return self.succeeded / self.attempts if self.attempts else None
+
+    @property
+    def health(self) -> str:
+        """Its state, as every view shows it (``inbox.domain.endpoint_health``)."""
+        recent = Recent(self.recent_attempts, self.recent_failures)
+        return str(state_of(self.enabled, self.paused, self.circuit, recent))
+
+
+# Attempts over the last day per endpoint, the backlog per endpoint, and the latest
+# failed attempt (an index scan backwards over attempt ids, stopping at the first).
+_HEALTH = f"""
+WITH recent AS (
+    SELECT d.endpoint_id, count(*) AS attempts,
+           count(*) FILTER (WHERE a.status BETWEEN 200 AND 299) AS succeeded,
+           avg(a.latency_ms) AS avg_ms,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY a.latency_ms) AS p95_ms,
+           max(a.at) FILTER (WHERE a.status BETWEEN 200 AND 299) AS last_ok_at
+      FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id
+     WHERE a.at >= now() - make_interval(hours => :hours) AND {scoped("d.tenant_id")}
+     GROUP BY d.endpoint_id
+), backlog AS (
+    SELECT endpoint_id, count(*) FILTER (WHERE state IN ('pending', 'sending')) AS pending,
+           count(*) FILTER (WHERE state = 'held') AS held,
+           count(*) FILTER (WHERE state = 'failed') AS failed
+      FROM deliveries WHERE state <> 'delivered' AND {scoped("tenant_id")}
+     GROUP BY endpoint_id
+)
+SELECT ep.id, ep.public_id, t.name AS tenant, ep.url, ep.event_types, ep.enabled,
+       ep.disabled_reason, ep.failing, ep.max_attempts, ep.timeout_ms, ep.max_in_flight,
+       ep.retry_schedule, ep.created_at, ep.paused, ep.circuit, ep.rate_per_second,
+       ep.ordered, ep.deleted_at, ep.deleted_by,
+       rw.attempts AS recent_attempts, rw.failures AS recent_failures,
+       (SELECT count(*) FROM endpoint_secrets s
+         WHERE s.endpoint_id = ep.id AND s.revoked_at IS NULL) AS active_secrets,
+       coalesce(r.attempts, 0) AS attempts, coalesce(r.succeeded, 0) AS succeeded,
+       r.avg_ms, r.p95_ms, r.last_ok_at,
+       coalesce(b.pending, 0) AS pending, coalesce(b.held, 0) AS held,
+       coalesce(b.failed, 0) AS failed,
+       le.at AS last_error_at, le.status AS last_error_status,
+       le.error_class AS last_error_class, le.excerpt AS last_error_excerpt
+  FROM endpoints ep JOIN tenants t ON t.id = ep.tenant_id
+  LEFT JOIN recent r ON r.endpoint_id = ep.id
+  LEFT JOIN backlog b ON b.endpoint_id = ep.id
+ CROSS JOIN LATERAL ({RECENT}) rw
+  LEFT JOIN LATERAL (
+        SELECT a.at, a.status, a.error_class, a.excerpt
+          FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id
+         WHERE d.endpoint_id = ep.id AND (a.status IS NULL OR a.status NOT BETWEEN 200 AND 299)
+         ORDER BY a.id DESC LIMIT 1) le ON true
+ WHERE {scoped("ep.tenant_id")}
+   AND (CAST(:public_id AS text) IS NULL OR ep.public_id = :public_id)
+   -- a deleted endpoint is shown when asked for by its id, never listed
+   AND (CAST(:public_id AS text) IS NOT NULL OR ep.deleted_at IS NULL)
+ ORDER BY t.name, ep.id
+"""
+
+
+def health(conn: Connection, scope: Scope) -> list[EndpointHealth]:
+    params = {"scope": scope, "hours": HEALTH_HOURS, "public_id": None}
+    return as_rows(EndpointHealth, conn.execute(text(_HEALTH), params))
+
+
+def health_of(conn: Connection, public_id: str, scope: Scope) -> EndpointHealth | None:
+    params = {"scope": scope, "hours": HEALTH_HOURS, "public_id": public_id}
+    rows = as_rows(EndpointHealth, conn.execute(text(_HEALTH), params))
+    return rows[0] if rows else None

@@ -5,26 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Select, func, select
+from sqlalchemy import Connection, text
 
 from inbox.domain.errors import NotFound
 from inbox.domain.records import Endpoint
 from inbox.infra.keyring import keyring
-from inbox.store.schema.tables import endpoint_secrets, endpoints, tenants
 
-
-def _query() -> Select[Any]:
-    active = (
-        select(func.coalesce(func.array_agg(endpoint_secrets.c.secret), []))
-        .where(
-            endpoint_secrets.c.endpoint_id == endpoints.c.id,
-            endpoint_secrets.c.revoked_at.is_(None),
-        )
-        .scalar_subquery()
-    )
-    return select(endpoints, tenants.c.name.label("tenant"), active.label("secrets")).join(
-        tenants, tenants.c.id == endpoints.c.tenant_id
-    )
+# Every column of the endpoint, its tenant's name and its live secrets (still encrypted).
+_ENDPOINT = """
+SELECT ep.*, t.name AS tenant,
+       coalesce((SELECT array_agg(x.secret ORDER BY x.id) FROM endpoint_secrets x
+                  WHERE x.endpoint_id = ep.id AND x.revoked_at IS NULL), '{}') AS secrets
+  FROM endpoints ep JOIN tenants t ON t.id = ep.tenant_id
+"""
 
 
 def _to_endpoint(r: Any) -> Endpoint:
@@ -52,8 +45,8 @@ def _to_endpoint(r: Any) -> Endpoint:
 
 
 def get_endpoint(conn: Connection, ref: int | str) -> Endpoint:
-    cond = endpoints.c.id == ref if isinstance(ref, int) else endpoints.c.public_id == ref
-    row = conn.execute(_query().where(cond)).first()
+    column = "ep.id" if isinstance(ref, int) else "ep.public_id"
+    row = conn.execute(text(f"{_ENDPOINT} WHERE {column} = :ref"), {"ref": ref}).first()
     if row is None:
         raise NotFound(f"No endpoint {ref}.")
     return _to_endpoint(row)
@@ -63,9 +56,11 @@ def list_endpoints(
     conn: Connection, tenant: str | None = None, deleted: bool = False
 ) -> list[Endpoint]:
     """A tenant's (or every) endpoint; deleted ones only when ``deleted``."""
-    q = _query().order_by(endpoints.c.id)
-    if not deleted:
-        q = q.where(endpoints.c.deleted_at.is_(None))
-    if tenant:
-        q = q.where(tenants.c.name == tenant)
-    return [_to_endpoint(r) for r in conn.execute(q)]
+    rows = conn.execute(
+        text(
+            f"{_ENDPOINT} WHERE (CAST(:tenant AS text) IS NULL OR t.name = :tenant)"
+            " AND (:deleted OR ep.deleted_at IS NULL) ORDER BY ep.id"
+        ),
+        {"tenant": tenant or None, "deleted": deleted},
+    )
+    return [_to_endpoint(r) for r in rows]

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain.erasure import Erasure
 from inbox.store.reads.ledger_reads import event_bounds
+from inbox.store.reads.scope import Scope, scoped
 
 _ERASURE = """
     SELECT x.id, x.public_id, t.name AS tenant, x.scope, x.reason, x.status, x.requested_by,
@@ -27,25 +28,19 @@ def by_id(conn: Connection, erasure_id: int) -> Erasure | None:
     return None if row is None else _erasure(row)
 
 
-def get(conn: Connection, public_id: str, scope: int | None) -> Erasure | None:
+def get(conn: Connection, public_id: str, scope: Scope) -> Erasure | None:
     """One erasure by its public id (of tenant ``scope``; None: any tenant)."""
     row = conn.execute(
-        text(
-            f"{_ERASURE} WHERE x.public_id = :p"
-            " AND (CAST(:scope AS bigint) IS NULL OR x.tenant_id = :scope)"
-        ),
+        text(f"{_ERASURE} WHERE x.public_id = :p AND {scoped('x.tenant_id')}"),
         {"p": public_id, "scope": scope},
     ).first()
     return None if row is None else _erasure(row)
 
 
-def listing(conn: Connection, scope: int | None, limit: int = 100) -> list[Erasure]:
+def listing(conn: Connection, scope: Scope, limit: int = 100) -> list[Erasure]:
     """The newest erasures (of tenant ``scope``; None: every tenant)."""
     rows = conn.execute(
-        text(
-            f"{_ERASURE} WHERE CAST(:scope AS bigint) IS NULL OR x.tenant_id = :scope"
-            " ORDER BY x.id DESC LIMIT :n"
-        ),
+        text(f"{_ERASURE} WHERE {scoped('x.tenant_id')} ORDER BY x.id DESC LIMIT :n"),
         {"scope": scope, "n": limit},
     )
     return [_erasure(r) for r in rows]

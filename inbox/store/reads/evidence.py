@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, text
 
 from inbox.store.db import sealing
-from inbox.store.reads import admin, ledger_reads
+from inbox.store.reads import events as event_reads
+from inbox.store.reads import ledger_reads, listing
 from inbox.store.reads.detail import EventDetail
 
 
@@ -20,7 +21,7 @@ class EventEvidence:
 
 
 def event_evidence(conn: Connection, public_id: str) -> EventEvidence | None:
-    detail = admin.event_detail(conn, public_id, None)
+    detail = event_reads.event_detail(conn, public_id, None)
     if detail is None:
         return None
     row = conn.execute(
@@ -36,6 +37,6 @@ def event_evidence(conn: Connection, public_id: str) -> EventEvidence | None:
     return EventEvidence(public_id, detail, opened.body)
 
 
-def matching(conn: Connection, f: admin.Filter, limit: int) -> list[str]:
+def matching(conn: Connection, f: listing.Filter, limit: int) -> list[str]:
     """The public ids of the newest ``limit`` events ``f`` selects."""
-    return [r.public_id for r in admin.list_events(conn, None, f, limit, None)]
+    return [r.public_id for r in event_reads.list_events(conn, None, f, limit, None)]

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.domain.holds import Hold
+from inbox.store.reads.scope import Scope, scoped
 from inbox.store.schema.holds import covering
 
 
@@ -61,21 +62,19 @@ def by_id(conn: Connection, hold_id: int) -> Hold | None:
     return _get(conn, "h.id = :id", {"id": hold_id})
 
 
-def get(conn: Connection, public_id: str, scope: int | None = None) -> Hold | None:
+def get(conn: Connection, public_id: str, scope: Scope = None) -> Hold | None:
     """A hold the tenant scope may see (None: every tenant)."""
     return _get(
         conn,
-        "h.public_id = :p AND (CAST(:scope AS bigint) IS NULL OR h.tenant_id = :scope)",
+        f"h.public_id = :p AND {scoped('h.tenant_id')}",
         {"p": public_id, "scope": scope},
     )
 
 
-def listing(
-    conn: Connection, scope: int | None = None, include_released: bool = False
-) -> list[Hold]:
+def listing(conn: Connection, scope: Scope = None, include_released: bool = False) -> list[Hold]:
     rows = conn.execute(
         text(
-            f"{_HOLD} WHERE (CAST(:scope AS bigint) IS NULL OR h.tenant_id = :scope)"
+            f"{_HOLD} WHERE {scoped('h.tenant_id')}"
             " AND (:all OR h.released_at IS NULL) ORDER BY h.id"
         ),
         {"scope": scope, "all": include_released},

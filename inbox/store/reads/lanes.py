@@ -17,6 +17,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain import ledger
 from inbox.store.reads.ledger_reads import since_event
+from inbox.store.reads.scope import Scope, scoped
 
 DAY = 1 << ledger.DAY_SHIFT  # one day of ledger ids
 
@@ -37,7 +38,7 @@ _BLOCKED = f"""
       JOIN tenants t ON t.id = b.tenant_id
       JOIN sources s ON s.id = e.source_id
      WHERE b.skipped_at IS NULL
-       AND (CAST(:scope AS bigint) IS NULL OR b.tenant_id = CAST(:scope AS bigint))
+       AND {scoped("b.tenant_id")}
 """
 
 
@@ -61,7 +62,7 @@ class BlockedLane:
         return out
 
 
-def blocked(conn: Connection, scope: int | None, limit: int = 100) -> list[BlockedLane]:
+def blocked(conn: Connection, scope: Scope, limit: int = 100) -> list[BlockedLane]:
     """The blocked lanes the scope sees (None: every tenant), longest blocked first."""
     rows = conn.execute(
         text(f"{_BLOCKED} ORDER BY b.since, b.event_id LIMIT :limit"),

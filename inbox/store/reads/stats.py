@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
 
-from inbox.domain.states import EventState
+from inbox.domain.states import DeliveryState, EventState
 
 PENDING_STATES = tuple(s.value for s in (EventState.RECEIVED, EventState.PROCESSING))
 
@@ -19,18 +19,24 @@ PENDING_STATES = tuple(s.value for s in (EventState.RECEIVED, EventState.PROCESS
 class DepthRow:
     tenant: str
     source: str
-    state: str
+    state: EventState
     count: int
     # Seconds since the oldest such event was received; 0 when there is none.
     oldest_age_seconds: float
+
+    def __post_init__(self) -> None:  # the column's text, as the enum it is
+        object.__setattr__(self, "state", EventState(self.state))
 
 
 @dataclass(frozen=True, slots=True)
 class BacklogRow:
     tenant: str
-    state: str
+    state: DeliveryState
     count: int
     oldest_age_seconds: float
+
+    def __post_init__(self) -> None:  # the column's text, as the enum it is
+        object.__setattr__(self, "state", DeliveryState(self.state))
 
 
 # One row per (source, state), zero counts included, so every source's series exist.

@@ -19,8 +19,9 @@ from sqlalchemy import Connection, text
 
 from inbox.domain.approval import BulkStatus, Job, initial_status
 from inbox.domain.errors import BadRequest, IdempotencyConflict, InboxError
+from inbox.domain.records import TenantId
 from inbox.domain.states import DeliveryState, EventState
-from inbox.store.reads import admin
+from inbox.store.reads import listing
 from inbox.store.reads.bulk import JOB_COLUMNS, get_job, to_job
 
 
@@ -34,9 +35,9 @@ class NotCancellable(InboxError):
 # The snapshot: the dead letters matching the filter, inside the token's scope.
 _SNAPSHOT = {
     "events": "INSERT INTO bulk_replay_items (job_id, subject_id, public_id)"
-    " SELECT :job, e.id, e.public_id" + admin.EVENTS_WHERE + " ORDER BY e.id LIMIT :cap",
+    " SELECT :job, e.id, e.public_id" + listing.EVENTS_WHERE + " ORDER BY e.id LIMIT :cap",
     "deliveries": "INSERT INTO bulk_replay_items (job_id, subject_id, public_id)"
-    " SELECT :job, d.id, d.public_id" + admin.DELIVERIES_WHERE + " ORDER BY d.id LIMIT :cap",
+    " SELECT :job, d.id, d.public_id" + listing.DELIVERIES_WHERE + " ORDER BY d.id LIMIT :cap",
 }
 DEAD = {"events": EventState.QUARANTINED.value, "deliveries": DeliveryState.FAILED.value}
 
@@ -45,10 +46,10 @@ def create_job(
     conn: Connection,
     *,
     kind: str,
-    match: admin.Filter,
+    match: listing.Filter,
     stored_filter: dict[str, Any],
     rate: int,
-    scope: int | None,
+    scope: TenantId | None,
     actor: str,
     idempotency_digest: bytes | None,
     request_sha256: bytes,
@@ -96,7 +97,7 @@ def create_job(
     snap = conn.execute(
         text(_SNAPSHOT[kind]),
         {
-            **admin.params(scope, replace(match, state=DEAD[kind])),
+            **listing.params(scope, replace(match, state=DEAD[kind])),
             "job": row.id,
             "cap": max_items + 1,
         },
@@ -135,7 +136,7 @@ def _audit(conn: Connection, actor: str, action: str, job_id: int, detail: dict[
     )
 
 
-def cancel(conn: Connection, public_id: str, scope: int | None, actor: str) -> Job | None:
+def cancel(conn: Connection, public_id: str, scope: TenantId | None, actor: str) -> Job | None:
     """Stop a job; the runner notices before its next batch. Cancelling twice is a no-op."""
     job = get_job(conn, public_id, scope)
     if job is None:
@@ -154,7 +155,7 @@ def cancel(conn: Connection, public_id: str, scope: int | None, actor: str) -> J
     ).first()
     if row is None:
         current = get_job(conn, public_id, scope)
-        if current is not None and current.status == "cancelled":
+        if current is not None and current.status == BulkStatus.CANCELLED:
             return current
         raise NotCancellable()
     _audit(conn, actor, "cancel", job.id, {"public_id": job.public_id, "done": row.done})

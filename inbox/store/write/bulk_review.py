@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.domain.approval import Job, NotAwaitingApproval, check_reviewer
+from inbox.domain.records import TenantId
 from inbox.store.reads.bulk import JOB_COLUMNS, get_job, to_job
 from inbox.store.write.bulk import _audit
 
@@ -20,7 +21,7 @@ from inbox.store.write.bulk import _audit
 def review(
     conn: Connection,
     public_id: str,
-    scope: int | None,
+    scope: TenantId | None,
     reviewer: str,
     *,
     approve: bool,

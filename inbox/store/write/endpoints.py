@@ -11,11 +11,11 @@ from sqlalchemy import Connection, func, insert, select, update
 from inbox.domain import filters
 from inbox.domain.errors import BadRequest
 from inbox.domain.records import Endpoint, EndpointId
-from inbox.infra.keyring import keyring
 from inbox.store.reads.endpoints import get_endpoint
 from inbox.store.reads.sources import get_tenant
 from inbox.store.schema.tables import audit_log, endpoint_secrets, endpoints
 from inbox.store.write import held
+from inbox.store.write import secrets as signing_secrets
 
 
 def create_endpoint(
@@ -42,34 +42,17 @@ def create_endpoint(
         )
         .returning(endpoints.c.id)
     ).scalar_one()
-    conn.execute(
-        insert(endpoint_secrets).values(endpoint_id=endpoint_id, secret=keyring().encrypt(secret))
-    )
+    signing_secrets.add(conn, "endpoint", endpoint_id, secret)
     return get_endpoint(conn, endpoint_id)
 
 
 def add_secret(conn: Connection, ep: Endpoint, secret: str) -> None:
-    conn.execute(
-        insert(endpoint_secrets).values(endpoint_id=ep.id, secret=keyring().encrypt(secret))
-    )
+    signing_secrets.add(conn, "endpoint", ep.id, secret)
 
 
 def revoke_secrets_except(conn: Connection, ep: Endpoint, keep: str) -> int:
-    """Every secret but ``keep`` stops signing (compared decrypted: encryption is randomised)."""
-    ring = keyring()
-    rows = conn.execute(
-        select(endpoint_secrets.c.id, endpoint_secrets.c.secret).where(
-            endpoint_secrets.c.endpoint_id == ep.id, endpoint_secrets.c.revoked_at.is_(None)
-        )
-    ).all()
-    ids = [r.id for r in rows if ring.decrypt(r.secret) != keep]
-    if ids:
-        conn.execute(
-            update(endpoint_secrets)
-            .where(endpoint_secrets.c.id.in_(ids))
-            .values(revoked_at=func.now())
-        )
-    return len(ids)
+    """Every secret but ``keep`` stops signing."""
+    return signing_secrets.revoke_all_except(conn, "endpoint", ep.id, keep)
 
 
 def set_enabled(conn: Connection, endpoint_id: int, enabled: bool, reason: str | None) -> int:

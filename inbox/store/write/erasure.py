@@ -34,6 +34,7 @@ from inbox.domain.erasure import (
     subject_digest,
 )
 from inbox.domain.errors import BadRequest, NotFound
+from inbox.domain.records import TenantId
 from inbox.store.reads import erasures as reads
 from inbox.store.reads.sources import get_tenant
 from inbox.store.write.redaction import UNFINISHED
@@ -88,7 +89,7 @@ def request(
     reason: str,
     *,
     subject: str | None = None,
-    scope: int | None = None,
+    scope: TenantId | None = None,
 ) -> tuple[Erasure, set[int]]:
     """Erase a subject's payloads now, or ask for a tenant-wide erasure (``subject`` None),
     which waits for a second operator. Returns the erasure and the keys destroyed."""
@@ -126,7 +127,7 @@ def request(
 
 
 def review(
-    conn: Connection, public_id: str, actor: str, *, approve: bool, scope: int | None = None
+    conn: Connection, public_id: str, actor: str, *, approve: bool, scope: TenantId | None = None
 ) -> tuple[Erasure, set[int]]:
     """A second operator confirms (the keys are destroyed) or rejects a tenant-wide erasure."""
     found = reads.get(conn, public_id, scope)

@@ -18,6 +18,7 @@ from inbox.domain import holds as rules
 from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.holds import Hold, HoldNotActive, HoldScope
 from inbox.domain.idempotency import business_key_digest
+from inbox.domain.records import TenantId
 from inbox.store.reads import ledger_reads
 from inbox.store.reads.holds import by_id, get
 from inbox.store.reads.sources import get_source, get_tenant
@@ -58,7 +59,7 @@ def place(
     source: str | None = None,
     business_key: list[str] | None = None,
     event: str | None = None,
-    scope: int | None = None,
+    scope: TenantId | None = None,
 ) -> Hold:
     """Place a hold on a tenant, or on one of its sources, business keys or events (at
     most one of them), and audit it. ``scope``: the tenant the caller is limited to."""
@@ -102,7 +103,7 @@ def place(
     return hold
 
 
-def release(conn: Connection, public_id: str, actor: str, scope: int | None = None) -> Hold:
+def release(conn: Connection, public_id: str, actor: str, scope: TenantId | None = None) -> Hold:
     """End a hold; a tenant-wide one ends on the second operator's release (the first only
     asks for it). Raises NotFound, HoldNotActive (released already) or Forbidden (the
     operator who asked confirms their own request)."""
@@ -139,7 +140,9 @@ def release(conn: Connection, public_id: str, actor: str, scope: int | None = No
     return done
 
 
-def cancel_release(conn: Connection, public_id: str, actor: str, scope: int | None = None) -> Hold:
+def cancel_release(
+    conn: Connection, public_id: str, actor: str, scope: TenantId | None = None
+) -> Hold:
     """Withdraw a pending request to release a tenant-wide hold (anyone entitled may)."""
     hold = get(conn, public_id, scope)
     if hold is None:

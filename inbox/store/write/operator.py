@@ -1,6 +1,6 @@
 """What operators do to events: replays (audited), and the audit line of a preview.
 
-What they see is the read model's (``inbox.store.reads.admin``, ``.detail``)."""
+What they see is the read model's (``inbox.store.reads.events``, ``.deliveries``, ``.detail``)."""
 
 from __future__ import annotations
 

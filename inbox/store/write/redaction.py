@@ -24,6 +24,7 @@ from sqlalchemy import Connection, text
 from inbox.domain import holds as rules
 from inbox.domain.errors import BadRequest, NotFound
 from inbox.domain.holds import EventHeld, EventUnfinished
+from inbox.domain.records import TenantId
 from inbox.domain.states import EventState
 from inbox.store.reads import holds as holds_reads
 from inbox.store.reads import ledger_reads
@@ -49,7 +50,7 @@ class Redaction:
 
 
 def redact(
-    conn: Connection, public_id: str, actor: str, reason: str, scope: int | None = None
+    conn: Connection, public_id: str, actor: str, reason: str, scope: TenantId | None = None
 ) -> Redaction:
     """Remove the raw body of event ``public_id`` (of tenant ``scope``; None: any tenant).
 

@@ -1,5 +1,6 @@
-"""The stored signing secrets as a whole: re-encryption under the newest key (the counts
-and samples are ``inbox.store.reads.secrets``).
+"""The stored signing secrets: a source's or an endpoint's added and revoked (one way for
+both), and all of them re-encrypted under the newest key (the counts and samples are
+``inbox.store.reads.secrets``).
 
 Each table is read and rewritten in one transaction, rows locked, so a secret added or
 revoked meanwhile waits for it and none is rewritten from a stale value.
@@ -8,12 +9,43 @@ revoked meanwhile waits for it and none is rewritten from a stale value.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Column, Connection, Table, func, insert, select, update
 
-from inbox.infra.keyring import Keyring, is_encrypted
+from inbox.infra.keyring import Keyring, is_encrypted, keyring
 from inbox.store.db import keystore
-from inbox.store.reads.secrets import TABLES
+from inbox.store.schema.tables import endpoint_secrets, source_secrets
+
+# The tables that hold signing secrets (``inbox.store.reads.secrets.TABLES`` by name).
+TABLES = (source_secrets, endpoint_secrets)
+
+Owner = Literal["source", "endpoint"]
+
+
+def _of(owner: Owner) -> tuple[Table, Column[int]]:
+    table = source_secrets if owner == "source" else endpoint_secrets
+    return table, table.c.source_id if owner == "source" else table.c.endpoint_id
+
+
+def add(conn: Connection, owner: Owner, owner_id: int, secret: str) -> None:
+    """A new active secret of the source or endpoint ``owner_id``, stored encrypted."""
+    table, column = _of(owner)
+    conn.execute(insert(table).values({column.name: owner_id, "secret": keyring().encrypt(secret)}))
+
+
+def revoke_all_except(conn: Connection, owner: Owner, owner_id: int, keep: str) -> int:
+    """End a rotation: every active secret but ``keep`` stops signing or verifying; how many
+    did. (Encryption is randomised, so the values are compared decrypted, not in SQL.)"""
+    table, column = _of(owner)
+    ring = keyring()
+    rows = conn.execute(
+        select(table.c.id, table.c.secret).where(column == owner_id, table.c.revoked_at.is_(None))
+    ).all()
+    ids = [r.id for r in rows if ring.decrypt(r.secret) != keep]
+    if ids:
+        conn.execute(update(table).where(table.c.id.in_(ids)).values(revoked_at=func.now()))
+    return len(ids)
 
 
 @dataclass(frozen=True)

@@ -5,15 +5,15 @@ Secrets are stored encrypted (``inbox.infra.keyring``) and decrypted when a sour
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, insert, select, update
 
 from inbox.domain.errors import BadRequest
 from inbox.domain.records import Source, Tenant
 from inbox.domain.retention import check_key_window
 from inbox.domain.sources import SourceOptions
-from inbox.infra.keyring import keyring
 from inbox.store.reads.sources import get_source, get_tenant
-from inbox.store.schema.tables import source_secrets, sources, tenants
+from inbox.store.schema.tables import sources, tenants
+from inbox.store.write import secrets as signing_secrets
 
 
 def create_tenant(conn: Connection, name: str) -> Tenant:
@@ -53,36 +53,18 @@ def create_source(
         .values(tenant_id=t.id, name=name, scheme=scheme, options=options.to_dict())
         .returning(sources.c.id)
     ).scalar_one()
-    ring = keyring()
     for secret in secrets:
-        conn.execute(
-            insert(source_secrets).values(source_id=source_id, secret=ring.encrypt(secret))
-        )
+        signing_secrets.add(conn, "source", source_id, secret)
     return get_source(conn, tenant, name)
 
 
 def add_secret(conn: Connection, source: Source, secret: str) -> None:
-    conn.execute(
-        insert(source_secrets).values(source_id=source.id, secret=keyring().encrypt(secret))
-    )
+    signing_secrets.add(conn, "source", source.id, secret)
 
 
 def revoke_secrets_except(conn: Connection, source: Source, keep: str) -> int:
-    """End a rotation: every secret but ``keep`` stops verifying. (Encryption is randomised,
-    so the comparison is made on the decrypted values, not in SQL.)"""
-    ring = keyring()
-    rows = conn.execute(
-        select(source_secrets.c.id, source_secrets.c.secret).where(
-            source_secrets.c.source_id == source.id, source_secrets.c.revoked_at.is_(None)
-        )
-    ).all()
-    ids = [r.id for r in rows if ring.decrypt(r.secret) != keep]
-    if not ids:
-        return 0
-    conn.execute(
-        update(source_secrets).where(source_secrets.c.id.in_(ids)).values(revoked_at=func.now())
-    )
-    return len(ids)
+    """End a rotation: every secret but ``keep`` stops verifying."""
+    return signing_secrets.revoke_all_except(conn, "source", source.id, keep)
 
 
 def set_enabled(conn: Connection, source: Source, enabled: bool) -> None:

@@ -1,0 +1,95 @@
+"""The admin API's JSON bodies, each a marshmallow schema checked in one place.
+
+``load(Schema)`` is what a view calls: the body as a dict of checked values, or a 400
+whose message names every field that is unknown, missing or of the wrong type (the
+error's ``fields``), so nothing is stored from a body that does not fit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import request
+from marshmallow import RAISE, Schema, ValidationError, fields, validate
+
+from inbox.domain.errors import BadRequest
+
+_TEXT: dict[str, str | list[Any] | dict[Any, Any]] = {"invalid": "must be a string"}
+_REQUIRED: dict[str, str | list[Any] | dict[Any, Any]] = {
+    "required": "is required (a string)",
+    **_TEXT,
+}
+
+
+class _Body(Schema):
+    class Meta:
+        unknown = RAISE
+
+
+class Redact(_Body):
+    """``POST /events/<id>/redact``."""
+
+    reason = fields.String(required=True, error_messages=_REQUIRED)
+
+
+class Skip(_Body):
+    """``POST /events/<id>/skip``: the reason is asked for by the use case."""
+
+    reason = fields.String(load_default=None, allow_none=True, error_messages=_TEXT)
+
+
+class Review(_Body):
+    """``POST /replays/<id>/approve|reject``: an optional note."""
+
+    note = fields.String(load_default=None, allow_none=True, error_messages=_TEXT)
+
+
+class _BusinessKey(fields.Field[list[str]]):
+    """A business key: one value, or a non-empty list of values (as a list)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> list[str]:
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            return value
+        raise ValidationError("must be a string or a non-empty list of strings")
+
+
+class Hold(_Body):
+    """``POST /holds``: a tenant and a reason, and at most one subject."""
+
+    tenant = fields.String(
+        required=True,
+        validate=validate.Length(min=1, error="must not be empty"),
+        error_messages=_REQUIRED,
+    )
+    reason = fields.String(required=True, error_messages=_REQUIRED)
+    source = fields.String(load_default=None, allow_none=True, error_messages=_TEXT)
+    business_key = _BusinessKey(load_default=None, allow_none=True)
+    event = fields.String(load_default=None, allow_none=True, error_messages=_TEXT)
+
+
+def load(schema: type[Schema], *, optional: bool = False) -> dict[str, Any]:
+    """The request's JSON body checked by ``schema``; ``optional``: no body reads as ``{}``."""
+    body = request.get_json(silent=True)
+    if body is None and optional:
+        body = {}
+    if not isinstance(body, dict):
+        raise BadRequest("The body must be a JSON object.")
+    try:
+        loaded: dict[str, Any] = schema().load(body)
+    except ValidationError as exc:
+        said: dict[str, Any] = exc.normalized_messages()  # type: ignore[no-untyped-call]
+        raise BadRequest(_said(said), fields=said) from None
+    return loaded
+
+
+def _said(messages: dict[str, Any]) -> str:
+    """One sentence: unknown fields first (as the API has always said them), then the rest."""
+    unknown = sorted(k for k, v in messages.items() if v == ["Unknown field."])
+    parts = [f"Unknown field(s): {', '.join(unknown)}."] if unknown else []
+    for name, said in sorted(messages.items()):
+        if name not in unknown:
+            text = "; ".join(said) if isinstance(said, list) else str(said)
+            parts.append(f"{name} {text}.")
+    return " ".join(parts)
