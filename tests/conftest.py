@@ -210,6 +210,16 @@ def empty_db(pg_server_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def empty_keystore(pg_server_url: str) -> Iterator[str]:
+    """A key store of its own (INBOX_KEYSTORE_URL), empty: its table is made on first use."""
+    name = f"inbox_keys_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield _with_db(pg_server_url, name)
+    _drop(pg_server_url, name)
+
+
+@pytest.fixture
 def migrated_db(pg_server_url: str, template_db: str) -> Iterator[str]:
     """A database of its own at the head migration: a clone of the run's template (migrated
     by ``migrate.upgrade``, as ``inbox migrate`` does), much faster than migrating one."""

@@ -250,7 +250,8 @@ def test_stale_exports_from_an_earlier_make_run_are_one_line(data_dir):
     )
     out = _one_line(DevRun(data_dir, free_port(), shell))
     assert "DATABASE_URL, REDIS_URL, BROKER_URL in this shell are exports from an earlier" in out
-    assert "unset DATABASE_URL REDIS_URL BROKER_URL" in out and "eval $(make -s env)" in out
+    assert "unset DATABASE_URL INBOX_KEYSTORE_URL REDIS_URL BROKER_URL" in out
+    assert "eval $(make -s env)" in out
     # make env prints what the last Ready block exported, for eval
     env = subprocess.run(
         [sys.executable, "-m", "dev.devrun", "env"],

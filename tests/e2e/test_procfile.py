@@ -41,7 +41,9 @@ register(tell, event_type="*")
 """
 
 
-def docs_env(tmp: Path, database_url: str, redis_url: str, kek: str | None) -> dict[str, str]:
+def docs_env(
+    tmp: Path, database_url: str, redis_url: str, kek: str | None, keystore: str | None = None
+) -> dict[str, str]:
     """The environment docs/how-to/deploy.md lists, and nothing else of this test's."""
     env = {
         "PATH": f"{BIN}:/usr/bin:/bin",
@@ -56,6 +58,8 @@ def docs_env(tmp: Path, database_url: str, redis_url: str, kek: str | None) -> d
     }
     if kek is not None:
         env["INBOX_KEK"] = kek
+    if keystore is not None:
+        env["INBOX_KEYSTORE_URL"] = keystore
     return env
 
 
@@ -129,10 +133,12 @@ def event_state(database_url: str, public_id: str) -> str | None:
     return row[0] if row else None
 
 
-def test_every_procfile_process_runs_under_honcho_from_elsewhere(app_dir, empty_db, redis):
+def test_every_procfile_process_runs_under_honcho_from_elsewhere(
+    app_dir, empty_db, empty_keystore, redis
+):
     pytest.importorskip("honcho", reason="honcho is in the dev extra: pip install -e .[dev]")
     kek = keyring.new_key()
-    env = docs_env(app_dir, empty_db, redis.url, kek)
+    env = docs_env(app_dir, empty_db, redis.url, kek, empty_keystore)
     # The release step, then a tenant and a source whose playbook the module registers.
     assert "migrated" in inbox(app_dir, env, "migrate")
     inbox(app_dir, env, "tenants", "create", "acme")
@@ -162,7 +168,8 @@ def test_every_procfile_process_runs_under_honcho_from_elsewhere(app_dir, empty_
         with psycopg.connect(empty_db) as conn:
             (public_id,) = conn.execute("SELECT public_id FROM events").fetchone()
         wait_for(lambda: event_state(empty_db, public_id) == "completed", 90, "completed", log)
-        # Payloads are sealed by default (INBOX_KEK is set): read back through the CLI.
+        # Payloads are sealed by default (INBOX_KEK and the key store are set): read back
+        # through the CLI.
         shown = json.loads(inbox(app_dir, env, "events", "show", public_id, "--json"))
         assert shown["decision"] == {"seen": 7} and shown["sealed"] is True
         # Every process is up (honcho stops them all when one exits), the beat leads.

@@ -71,7 +71,7 @@ def test_a_duplicate_is_one_hot_update_of_its_key_and_reads_no_event(client, mak
         before = {r[0]: r[1:] for r in conn.execute(stats)}
         dup = conn.exec_driver_sql(_DUPLICATE, _duplicate_params(src, ev)).one()
         after = {r[0]: r[1:] for r in conn.execute(stats)}
-    assert dup[-2:] == (False, None)  # not synchronous: no state read
+    assert dup[-3:] == (False, None, None)  # not synchronous: no state, no key read
     delta = {
         name: tuple(a - b for a, b in zip(row, before.get(name, (0, 0, 0)), strict=True))
         for name, row in after.items()
