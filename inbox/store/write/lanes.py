@@ -85,6 +85,11 @@ def skip(
         ),
         {"a": actor, "r": why, "id": event_id},
     )
+    # The lane's next event was parked behind the block (migration 0028): due from this
+    # commit on (the caller rings the drain).
+    conn.execute(
+        text("SELECT inbox_lane_unpark(:t, :lane)"), {"t": block.tenant_id, "lane": block.lane}
+    )
     extra = {"requested_by": asked} if asked is not None else {}
     _audit(conn, actor, "lane_skipped", block, reason=why, public_id=public_id, **extra)
     return Skipped(public_id, "skipped", block.held, why, asked)

@@ -14,6 +14,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain import failures
 from inbox.domain.errors import LeaseLost
+from inbox.domain.lanes import PARKED_UNTIL
 from inbox.domain.outcomes import RunOutcome
 from inbox.domain.records import Claim, EventId, LoadedEvent, SourceId, TenantId
 from inbox.domain.states import EventState
@@ -86,6 +87,50 @@ _CLAIM = DayBounded(
     RETURNING ev.id, ev.fence
     """
 )
+
+
+# What the sweep counts as due, by the claim's own rules: an event the claim would pass over
+# (behind its lane's unfinished event or blocker) is not due, so a sweep that finds only
+# such events rings no drain.
+_DUE_COUNT = DayBounded(
+    f"SELECT count(*) FROM events ev WHERE {_IN_DAYS} AND {_DUE}"
+)
+
+
+def due_count(conn: Connection) -> int:
+    """How many events the claim would take now (the sweep rings the drain for them)."""
+    return int(conn.execute(_DUE_COUNT.over(*open_days(conn))).scalar_one())
+
+
+# The lifeline of parking (migration 0028): a parked event that no unfinished event and no
+# open blocker of its lane stands before is made due. The trigger that finishes a lane's
+# event does this in its own commit, and intake parks only under a share lock on the row it
+# parks behind, so this finds nothing unless that promise broke; each one found is counted
+# and logged by the sweep (``inbox.services.sweep``).
+_ORPHANS = DayBounded(
+    f"""
+    SELECT inbox_lane_unpark(o.tenant_id, o.ordering_key) FROM (
+        SELECT DISTINCT ev.tenant_id, ev.ordering_key FROM events ev
+         WHERE {_IN_DAYS} AND ev.state = 'received' AND ev.ordering_key IS NOT NULL
+           AND ev.available_at = CAST('{PARKED_UNTIL}' AS timestamptz)
+           AND NOT EXISTS (
+               SELECT 1 FROM events p
+                WHERE p.tenant_id = ev.tenant_id AND p.ordering_key = ev.ordering_key
+                  AND p.id >= {{lo}} AND p.id < {{hi}} AND p.id < ev.id
+                  AND p.state IN ('received', 'processing'))
+           AND NOT EXISTS (
+               SELECT 1 FROM lane_blocks b
+                WHERE b.tenant_id = ev.tenant_id AND b.lane = ev.ordering_key
+                  AND b.event_id < ev.id AND b.skipped_at IS NULL)
+         LIMIT 1000) o
+    """
+)
+
+
+def unpark_orphans(conn: Connection) -> int:
+    """Parked events with nothing before them in their lane made due; how many."""
+    rows = conn.execute(_ORPHANS.over(*open_days(conn))).scalars().all()
+    return int(sum(rows))
 
 
 def floor(conn: Connection) -> int:
