@@ -40,6 +40,7 @@ from sqlalchemy import create_engine
 
 from bench.common import cpu, load, procs
 from inbox import Playbook, StepContext, register
+from inbox.domain.lanes import PARKED_UNTIL
 from inbox.domain.sources import SourceOptions
 from inbox.store.db.engine import sqlalchemy_url
 from inbox.store.write import sources as store
@@ -271,12 +272,16 @@ def run_latency(r: Run) -> list[dict[str, Any]]:
 
 # -- 2. drain ------------------------------------------------------------------------------
 
+# As the receiver stores them: ordered, every event but its key's first arrives behind an
+# unfinished one, so it is parked (``inbox.domain.lanes.PARKED_UNTIL``) until that one ends.
 _PENDING = """
     INSERT INTO events (public_id, tenant_id, source_id, event_type, business_key_digest,
                         ordering_key, content_type, body, body_sha256, response_status,
-                        response_body)
+                        response_body, available_at)
     SELECT %(prefix)s || g, %(t)s, %(s)s, %(type)s, d, CASE WHEN %(ordered)s THEN d END,
-           'application/json', convert_to(%(body)s, 'UTF8'), '\\x00', 202, ''
+           'application/json', convert_to(%(body)s, 'UTF8'), '\\x00', 202, '',
+           CASE WHEN %(ordered)s AND g > %(keys)s THEN CAST(%(parked)s AS timestamptz)
+                ELSE now() END
       FROM generate_series(1, %(n)s) g,
            LATERAL (SELECT sha256(convert_to('k' || (g %% %(keys)s), 'UTF8')) AS d) k
 """
@@ -296,7 +301,8 @@ def _drain(r: Run, keys: int, ordered: bool) -> dict[str, Any]:
         procs.wait_celery(r.ctl, worker)
         params = {"prefix": f"evt_{keys}_{int(ordered)}_", "t": src.tenant_id, "s": src.id}
         params |= {"type": NOOP_TYPE, "body": json.dumps({"type": NOOP_TYPE})}
-        conn.execute(_PENDING, {**params, "n": a.events, "keys": keys, "ordered": ordered})
+        params |= {"n": a.events, "keys": keys, "ordered": ordered, "parked": PARKED_UNTIL}
+        conn.execute(_PENDING, params)
         conn.execute("ANALYZE events")
         cpu.wait_quiet(30)
         t0 = time.time()

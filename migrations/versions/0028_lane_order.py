@@ -49,6 +49,8 @@ def upgrade() -> None:
     )
     # The day bounds are written into the statement as constants (EXECUTE), so each run is
     # planned over the open days alone (see inbox.store.db.days), not every daily partition.
+    # The lane's head is read by the lane's index alone (the row comparison: see
+    # inbox.store.db.lane_sql), never by walking the primary key from the day's first id.
     op.execute(
         f"""
         CREATE FUNCTION inbox_lane_unpark(t bigint, lane bytea) RETURNS integer AS $$
@@ -63,10 +65,12 @@ def upgrade() -> None:
                 UPDATE events ev SET available_at = now()
                  WHERE ev.id >= %1$s AND ev.id < %2$s
                    AND ev.state = 'received' AND ev.available_at = %3$L
-                   AND ev.id = (SELECT min(h.id) FROM events h
+                   AND ev.id = (SELECT h.id FROM events h
                                  WHERE h.tenant_id = $1 AND h.ordering_key = $2
                                    AND h.id >= %1$s AND h.id < %2$s
-                                   AND h.state IN ('received', 'processing'))
+                                   AND (h.tenant_id, h.ordering_key, h.id) >= ($1, $2, %1$s)
+                                   AND h.state IN ('received', 'processing')
+                                 ORDER BY h.tenant_id, h.ordering_key, h.id LIMIT 1)
                    AND NOT EXISTS (SELECT 1 FROM lane_blocks b
                                     WHERE b.tenant_id = $1 AND b.lane = $2
                                       AND b.event_id < ev.id AND b.skipped_at IS NULL)

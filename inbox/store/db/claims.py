@@ -44,6 +44,7 @@ from inbox.domain.intake import Prepared
 from inbox.domain.lanes import PARKED_UNTIL
 from inbox.domain.records import Source
 from inbox.infra import tracing
+from inbox.store.db import lane_sql
 from inbox.store.db.engine import (
     DEFAULT_TIMEOUT_S,
     TIMEOUT_INFO,
@@ -130,9 +131,7 @@ def _values(first: int) -> str:
 # stored due, which costs the claim a look, never the order.
 _PARKED = (
     "CASE WHEN r.ordering_key IS NOT NULL AND r.filter_reason IS NULL AND ("
-    "EXISTS (SELECT 1 FROM events p WHERE p.tenant_id = r.tenant_id"
-    " AND p.ordering_key = r.ordering_key AND p.id >= {lo} AND p.id < {hi} AND p.id < r.id"
-    " AND p.state IN ('received', 'processing') FOR SHARE SKIP LOCKED)"
+    "EXISTS (" + lane_sql.earlier("p", "r", lock="FOR SHARE OF p SKIP LOCKED") + ")"
     " OR EXISTS (SELECT 1 FROM lane_blocks b WHERE b.tenant_id = r.tenant_id"
     " AND b.lane = r.ordering_key AND b.skipped_at IS NULL FOR SHARE SKIP LOCKED))"
     f" THEN CAST('{PARKED_UNTIL}' AS timestamptz) ELSE now() END"

@@ -18,7 +18,7 @@ from inbox.domain.lanes import PARKED_UNTIL
 from inbox.domain.outcomes import RunOutcome
 from inbox.domain.records import Claim, EventId, LoadedEvent, SourceId, TenantId
 from inbox.domain.states import EventState
-from inbox.store.db import sealing
+from inbox.store.db import lane_sql, sealing
 from inbox.store.db.days import OPEN_DAYS, DayBounded, open_days
 
 # Fair across tenants: tenants are visited in random order and each gives at most
@@ -34,13 +34,12 @@ from inbox.store.db.days import OPEN_DAYS, DayBounded, open_days
 # the event is quarantined: a primary-key probe, whatever the blocker's day). The attempt
 # is counted here, in the claiming transaction, so an event that kills its worker every
 # time still runs out of attempts.
-_DUE = """
+_DUE = (
+    """
     ev.state = 'received' AND ev.available_at <= now()
-    AND (ev.ordering_key IS NULL OR (NOT EXISTS (
-          SELECT 1 FROM events p
-           WHERE p.tenant_id = ev.tenant_id AND p.ordering_key = ev.ordering_key
-             AND p.id >= {lo} AND p.id < {hi} AND p.id < ev.id
-             AND p.state IN ('received', 'processing'))
+    AND (ev.ordering_key IS NULL OR (NOT EXISTS ("""
+    + lane_sql.earlier("p", "ev")
+    + """)
          AND (ev.replay = 0 OR NOT EXISTS (
           SELECT 1 FROM events r
            WHERE r.tenant_id = ev.tenant_id AND r.ordering_key = ev.ordering_key
@@ -50,6 +49,7 @@ _DUE = """
            WHERE b.tenant_id = ev.tenant_id AND b.lane = ev.ordering_key
              AND b.event_id < ev.id AND b.skipped_at IS NULL)))
 """
+)
 # ``{lo}`` and ``{hi}`` everywhere events is named (inbox.store.db.days): from the floor's day
 # to tomorrow's, constants in the text, so every plan of the claim (custom or generic)
 # covers those days alone: planning or locking a year of daily partitions costs far more
@@ -113,11 +113,7 @@ _ORPHANS = DayBounded(
         SELECT DISTINCT ev.tenant_id, ev.ordering_key FROM events ev
          WHERE {_IN_DAYS} AND ev.state = 'received' AND ev.ordering_key IS NOT NULL
            AND ev.available_at = CAST('{PARKED_UNTIL}' AS timestamptz)
-           AND NOT EXISTS (
-               SELECT 1 FROM events p
-                WHERE p.tenant_id = ev.tenant_id AND p.ordering_key = ev.ordering_key
-                  AND p.id >= {{lo}} AND p.id < {{hi}} AND p.id < ev.id
-                  AND p.state IN ('received', 'processing'))
+           AND NOT EXISTS ({lane_sql.earlier("p", "ev")})
            AND NOT EXISTS (
                SELECT 1 FROM lane_blocks b
                 WHERE b.tenant_id = ev.tenant_id AND b.lane = ev.ordering_key
