@@ -90,6 +90,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--sweep-seconds", type=int, default=30, help="beat's sweep (the default: 30)")
     add("--events", type=int, default=20_000, help="drain: pending events")
     add("--keys", default="10,1000,100000", help="drain: business keys (lanes)")
+    add("--unparked", action="store_true", help="drain: store ordered events due, not parked")
     add("--skip", default="", help="comma-separated phases to skip: latency,drain")
     add("--seed", type=int, default=41)
     server = os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -278,7 +279,7 @@ _PENDING = """
     INSERT INTO events (public_id, tenant_id, source_id, event_type, business_key_digest,
                         ordering_key, content_type, body, body_sha256, response_status,
                         response_body, available_at)
-    SELECT %(prefix)s || g, %(t)s, %(s)s, %(type)s, d, CASE WHEN %(ordered)s THEN d END,
+    SELECT %(prefix)s || g, %(t)s, %(s)s, %(type)s, d, CASE WHEN %(ordered_key)s THEN d END,
            'application/json', convert_to(%(body)s, 'UTF8'), '\\x00', 202, '',
            CASE WHEN %(ordered)s AND g > %(keys)s THEN CAST(%(parked)s AS timestamptz)
                 ELSE now() END
@@ -301,7 +302,8 @@ def _drain(r: Run, keys: int, ordered: bool) -> dict[str, Any]:
         procs.wait_celery(r.ctl, worker)
         params = {"prefix": f"evt_{keys}_{int(ordered)}_", "t": src.tenant_id, "s": src.id}
         params |= {"type": NOOP_TYPE, "body": json.dumps({"type": NOOP_TYPE})}
-        params |= {"n": a.events, "keys": keys, "ordered": ordered, "parked": PARKED_UNTIL}
+        params |= {"n": a.events, "keys": keys, "ordered": ordered and not a.unparked}
+        params |= {"ordered_key": ordered, "parked": PARKED_UNTIL}
         conn.execute(_PENDING, params)
         conn.execute("ANALYZE events")
         cpu.wait_quiet(30)

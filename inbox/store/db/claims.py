@@ -119,16 +119,17 @@ def _values(first: int) -> str:
     return "(" + ", ".join(p) + ")"
 
 
-# Where an event of an ordered lane starts (migration 0028): parked (never due until its
-# lane's trigger makes it so) when an unfinished event of its lane, or its lane's unskipped
-# blocker, stands before it and this statement could take a share lock on that row. The lock
-# is what makes parking safe: the transaction that finishes the predecessor waits for this
-# statement's commit, so its trigger (``inbox_lane_unpark``) sees the parked row and makes
-# it due. A predecessor being written right now (locked) is skipped: the event is then
-# stored due, and the claim's own lane checks hold it, as they hold every event. The
-# predecessor is looked for from the day before yesterday (constants in the text, so each
-# plan names those days alone; ``inbox.store.db.days``): an event behind an older one is
-# stored due, which costs the claim a look, never the order.
+# Where an event of an ordered lane starts: parked (never due until the transaction that
+# finishes its predecessor makes it so, ``inbox.store.write.queue.advance``) when an
+# unfinished event of its lane, or its lane's unskipped blocker, stands before it and this
+# statement could take a share lock on that row. The lock is what makes parking safe: the
+# UPDATE that finishes the predecessor waits for this statement's commit, so the statement
+# after it, which advances the lane, sees the parked row. A predecessor being written right
+# now (locked) is skipped: the event is then stored due, and the claim's own lane checks
+# hold it, as they hold every event. The predecessor is looked for from the day before
+# yesterday (constants in the text, so each plan names those days alone;
+# ``inbox.store.db.days``): an event behind an older one is stored due, which costs the
+# claim a look, never the order.
 _PARKED = (
     "CASE WHEN r.ordering_key IS NOT NULL AND r.filter_reason IS NULL AND ("
     "EXISTS (" + lane_sql.earlier("p", "r", lock="FOR SHARE OF p SKIP LOCKED") + ")"

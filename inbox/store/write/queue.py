@@ -8,11 +8,12 @@ database clock. A worker whose lease expired, or was taken over, commits nothing
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from sqlalchemy import Connection, text
 
-from inbox.domain import failures
+from inbox.domain import failures, ledger
 from inbox.domain.errors import LeaseLost
 from inbox.domain.lanes import PARKED_UNTIL
 from inbox.domain.outcomes import RunOutcome
@@ -109,8 +110,9 @@ def due_count(conn: Connection) -> int:
 # and logged by the sweep (``inbox.services.sweep``).
 _ORPHANS = DayBounded(
     f"""
-    SELECT inbox_lane_unpark(o.tenant_id, o.ordering_key) FROM (
-        SELECT DISTINCT ev.tenant_id, ev.ordering_key FROM events ev
+    UPDATE events SET available_at = now()
+     WHERE id >= {{lo}} AND id < {{hi}} AND id IN (
+        SELECT ev.id FROM events ev
          WHERE {_IN_DAYS} AND ev.state = 'received' AND ev.ordering_key IS NOT NULL
            AND ev.available_at = CAST('{PARKED_UNTIL}' AS timestamptz)
            AND NOT EXISTS ({lane_sql.earlier("p", "ev")})
@@ -118,15 +120,56 @@ _ORPHANS = DayBounded(
                SELECT 1 FROM lane_blocks b
                 WHERE b.tenant_id = ev.tenant_id AND b.lane = ev.ordering_key
                   AND b.event_id < ev.id AND b.skipped_at IS NULL)
-         LIMIT 1000) o
+         LIMIT 1000
+         FOR UPDATE SKIP LOCKED)
     """
 )
 
 
 def unpark_orphans(conn: Connection) -> int:
     """Parked events with nothing before them in their lane made due; how many."""
-    rows = conn.execute(_ORPHANS.over(*open_days(conn))).scalars().all()
-    return int(sum(rows))
+    return int(conn.execute(_ORPHANS.over(*open_days(conn))).rowcount)
+
+
+# A lane advances on its predecessor's commit (truth 15): in the transaction that finishes
+# events of lanes (``complete``, ``inbox.store.write.batch.complete_many``, a skip), the
+# next unfinished event of each lane after them is made due when it is parked (and no open
+# blocker stands before it). A statement of its own, after the one that finished them: its
+# snapshot sees every event parked behind them, as the intake parks under a share lock on
+# the predecessor, which the finishing UPDATE waited for. The lane's next event is found by
+# the lane's index (``inbox.store.db.lane_sql``), from the finished events' day to tomorrow's
+# (by this process's clock, a day's margin).
+_ADVANCE = DayBounded(
+    f"""
+    UPDATE events ev SET available_at = now()
+      FROM (SELECT d.tenant_id, d.ordering_key, d.id FROM events d
+             WHERE d.id = ANY(CAST(:ids AS bigint[])) AND d.id >= {{lo}} AND d.id < {{hi}}
+               AND d.ordering_key IS NOT NULL) f
+     CROSS JOIN LATERAL (
+           SELECT n.id FROM events n
+            WHERE n.tenant_id = f.tenant_id AND n.ordering_key = f.ordering_key
+              AND n.id >= {{lo}} AND n.id < {{hi}}
+              AND (n.tenant_id, n.ordering_key, n.id) > (f.tenant_id, f.ordering_key, f.id)
+              AND n.state IN ('received', 'processing')
+            ORDER BY n.tenant_id, n.ordering_key, n.id LIMIT 1) h
+     WHERE ev.id = h.id AND {_IN_DAYS}
+       AND ev.state = 'received' AND ev.available_at = CAST('{PARKED_UNTIL}' AS timestamptz)
+       AND NOT EXISTS (
+           SELECT 1 FROM lane_blocks b
+            WHERE b.tenant_id = ev.tenant_id AND b.lane = ev.ordering_key
+              AND b.event_id < ev.id AND b.skipped_at IS NULL)
+    """
+)
+
+
+def advance(conn: Connection, finished: list[int]) -> int:
+    """Each lane's next event after these finished (or skipped) ones made due when it was
+    parked; how many."""
+    if not finished:
+        return 0
+    tomorrow = (int(time.time() // 86400) + 1) << ledger.DAY_SHIFT
+    stmt = _ADVANCE.over(min(finished), max(max(finished), tomorrow))
+    return int(conn.execute(stmt, {"ids": finished}).rowcount)
 
 
 def floor(conn: Connection) -> int:
@@ -325,6 +368,7 @@ _COMPLETE = DayBounded(
                                   THEN response_status ELSE 200 END,
            response_body = coalesce(CAST(:resp AS bytea), response_body)
      WHERE {_LIVE}
+    RETURNING ordering_key IS NOT NULL AS laned
     """
 )
 
@@ -350,9 +394,11 @@ def complete(
             "dup": duplicate_of,
             "resp": sync_response,
         },
-    )
-    if result.rowcount != 1:
+    ).first()
+    if result is None:
         raise LeaseLost()
+    if result.laned:
+        advance(conn, [c.id])
 
 
 _FAIL = DayBounded(
