@@ -26,6 +26,10 @@ class Tenant:
     id: TenantId
     name: str
     disabled: bool
+    # Fairness (inbox.store.write.queue's claim): at most this many of its events run at
+    # once (None: no cap); its share of each claim against the other tenants' weights.
+    max_in_flight: int | None = None
+    weight: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,6 +144,19 @@ def create_tenant(engine: Engine, name: str) -> Tenant:
         return source_store.create_tenant(conn, name)
 
 
+def set_fairness(
+    engine: Engine,
+    name: str,
+    max_in_flight: int | None = None,
+    weight: int | None = None,
+    *,
+    no_cap: bool = False,
+) -> Tenant:
+    """A tenant's in-flight cap and claim weight (``inbox tenants set``, the tenants API)."""
+    with engine.begin() as conn:
+        return source_store.set_fairness(conn, name, max_in_flight, weight, no_cap=no_cap)
+
+
 def list_tenants(engine: Engine) -> list[Tenant]:
     with engine.connect() as conn:
         return source_reads.list_tenants(conn)

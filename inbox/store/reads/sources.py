@@ -21,14 +21,18 @@ from inbox.store.schema.tables import source_secrets, sources, tenants
 
 def list_tenants(conn: Connection) -> list[Tenant]:
     rows = conn.execute(select(tenants).order_by(tenants.c.name))
-    return [Tenant(r.id, r.name, r.disabled) for r in rows]
+    return [_tenant(r) for r in rows]
 
 
 def get_tenant(conn: Connection, name: str) -> Tenant:
     row = conn.execute(select(tenants).where(tenants.c.name == name)).first()
     if row is None:
         raise NotFound(f"No tenant {name!r}.")
-    return Tenant(row.id, row.name, row.disabled)
+    return _tenant(row)
+
+
+def _tenant(row: Any) -> Tenant:
+    return Tenant(row.id, row.name, row.disabled, row.max_in_flight, row.weight)
 
 
 def _source_query() -> Select[Any]:

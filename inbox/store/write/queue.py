@@ -23,8 +23,11 @@ from inbox.store.db import lane_sql, sealing
 from inbox.store.db.days import OPEN_DAYS, DayBounded, open_days
 
 # Fair across tenants: tenants are visited in random order and each gives at most
-# :per_tenant due events, so one tenant's backlog cannot fill every batch; what is
-# left of the batch is then filled oldest-first from anyone. SKIP LOCKED lets
+# :per_tenant times its weight (``tenants.weight``) due events, so one tenant's backlog
+# cannot fill every batch; what is left of the batch is then filled oldest-first from the
+# tenants without an in-flight cap. A tenant with a cap (``tenants.max_in_flight``) gives
+# no more than its cap less its events running now (counted by ``ix_events_leases``: the
+# running events of every tenant, a few hundred at most). SKIP LOCKED lets
 # concurrent drainers take disjoint rows. An event whose source processes one
 # business key at a time (its lane, ordering_key) waits while an earlier event of its
 # lane is unfinished (an index probe that stops at the lane's first unfinished event; a
@@ -60,18 +63,26 @@ _CLAIM = DayBounded(
     f"""
     WITH fair AS (
         SELECT e.id
-          FROM (SELECT id FROM tenants WHERE NOT disabled ORDER BY random()) t
+          FROM (SELECT id, weight, max_in_flight FROM tenants WHERE NOT disabled
+                 ORDER BY random()) t
          CROSS JOIN LATERAL (
                SELECT ev.id FROM events ev
                 WHERE ev.tenant_id = t.id AND {_IN_DAYS} AND {_DUE}
                 ORDER BY ev.available_at, ev.id
-                LIMIT :per_tenant
+                LIMIT least(:per_tenant * t.weight, CASE
+                    WHEN t.max_in_flight IS NULL THEN :limit
+                    ELSE greatest(0, t.max_in_flight - (
+                        SELECT count(*) FROM events f
+                         WHERE f.state = 'processing' AND f.tenant_id = t.id
+                           AND f.id >= {{lo}} AND f.id < {{hi}}))
+                    END)
                 FOR UPDATE SKIP LOCKED
          ) e
          LIMIT :limit
     ), fill AS (
         SELECT ev.id FROM events ev
          WHERE {_IN_DAYS} AND {_DUE} AND ev.id NOT IN (SELECT id FROM fair)
+           AND ev.tenant_id NOT IN (SELECT id FROM tenants WHERE max_in_flight IS NOT NULL)
          ORDER BY ev.available_at, ev.id
          LIMIT :limit - (SELECT count(*) FROM fair)
            FOR UPDATE SKIP LOCKED
@@ -180,13 +191,14 @@ def floor(conn: Connection) -> int:
 # What the claim is sized and bounded by, in one round trip: the tenants it visits, and
 # the days it looks at (inbox.store.db.days.OPEN_DAYS).
 _CLAIM_BOUNDS = text(
-    f"SELECT (SELECT count(*) FROM tenants WHERE NOT disabled) AS tenants, {OPEN_DAYS}"
+    "SELECT (SELECT coalesce(sum(weight), 0) FROM tenants WHERE NOT disabled) AS weights,"
+    f" {OPEN_DAYS}"
 )
 
 
 def claim(conn: Connection, owner: str, limit: int, lease_seconds: float) -> list[Claim]:
     bounds = conn.execute(_CLAIM_BOUNDS).one()
-    per_tenant = max(1, -(-limit // max(1, bounds.tenants)))
+    per_tenant = max(1, -(-limit // max(1, int(bounds.weights))))  # per unit of weight
     params = {"owner": owner, "limit": limit, "per_tenant": per_tenant, "lease": lease_seconds}
     rows = conn.execute(_CLAIM.over(int(bounds.floor), int(bounds.tomorrow)), params)
     return sorted((Claim(r.id, r.fence) for r in rows), key=lambda c: c.id)

@@ -30,6 +30,40 @@ def create_tenant(conn: Connection, name: str) -> Tenant:
     return Tenant(row.id, row.name, row.disabled)
 
 
+MAX_WEIGHT = 100
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def set_fairness(
+    conn: Connection,
+    name: str,
+    max_in_flight: int | None = None,
+    weight: int | None = None,
+    *,
+    no_cap: bool = False,
+) -> Tenant:
+    """Set a tenant's in-flight cap (``no_cap``: remove it) and weight (1-100); what is not
+    given stays. BadRequest for a value out of range, NotFound for no such tenant."""
+    values: dict[str, int | None] = {}
+    if no_cap:
+        values["max_in_flight"] = None
+    elif max_in_flight is not None:
+        if not _whole(max_in_flight) or max_in_flight < 1:
+            raise BadRequest("max_in_flight is a whole number of at least 1, or null (no cap).")
+        values["max_in_flight"] = max_in_flight
+    if weight is not None:
+        if not _whole(weight) or not 1 <= weight <= MAX_WEIGHT:
+            raise BadRequest(f"weight is a whole number from 1 to {MAX_WEIGHT}.")
+        values["weight"] = weight
+    tenant = get_tenant(conn, name)
+    if values:
+        conn.execute(update(tenants).where(tenants.c.id == tenant.id).values(**values))
+    return get_tenant(conn, name)
+
+
 def create_source(
     conn: Connection,
     tenant: str,
