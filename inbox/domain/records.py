@@ -83,6 +83,14 @@ class LoadedEvent:
     lane: bytes | None = None
     # Its payload key was destroyed (inbox.domain.erasure): ``body`` is empty, nothing runs.
     erased: bool = False
+    # Its tenant has an in-flight cap (``tenants.max_in_flight``): finishing it frees a slot.
+    capped: bool = False
+
+    @property
+    def opens_next(self) -> bool:
+        """Completing it may make another event claimable at once (its lane's next, or its
+        capped tenant's next): the drain claims again rather than stop."""
+        return self.lane is not None or self.capped
 
 
 @dataclass(frozen=True, slots=True)

@@ -237,7 +237,7 @@ LOAD_COLUMNS = (
            e.body, e.key_id, """
     + sealing.live("e")
     + """ AS key_live, e.attempts, e.max_attempts, e.sync, e.replay, e.trace_context,
-           e.ordering_key,
+           e.ordering_key, t.max_in_flight IS NOT NULL AS capped,
            extract(epoch FROM clock_timestamp() - e.received_at) AS age_seconds,
            coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
                       WHERE st.event_id = e.id AND st.event_id >= {lo} AND st.event_id < {hi}),
@@ -297,6 +297,7 @@ def to_loaded(conn: Connection, row: Any) -> LoadedEvent:
         trace_context=row.trace_context,
         lane=bytes(row.ordering_key) if row.ordering_key is not None else None,
         erased=opened.erased,
+        capped=bool(row.capped),
     )
 
 
