@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from inbox.domain import evidence, filters, jsonpath, ledger, ordering
+from inbox.domain import evidence, filters, jsonpath, lanekeys, ledger, ordering
 from inbox.domain.errors import BadRequest, Unauthorized, UnsupportedMediaType
 from inbox.domain.idempotency import (
     body_key_digest,
@@ -82,6 +82,9 @@ class Prepared:
     # The digest of the subject the source's ``subject_path`` names (inbox.domain.erasure):
     # its payload is sealed under that subject's key; None: under the tenant's.
     subject_digest: bytes | None = None
+    # An ordered source's lane when its lane key is configured (inbox.domain.lanekeys);
+    # otherwise the lane is the business key (inbox.store.db.claims.row).
+    lane_digest: bytes | None = None
     # Set once sealed (inbox.store.db.sealing): the data key's id, ``body`` the sealed
     # bytes and ``headers_sealed`` the sealed headers (``headers`` then empty).
     key_id: int | None = None
@@ -367,6 +370,12 @@ def prepare(
     signed = evidence.signature_headers(scheme, req.headers, source.secrets, opts.header)
     headers = _stored_headers(dict(req.headers), opts.header)  # what a filter may read
     reason = filters.source_reason(opts.filter, parsed, headers) if opts.filter else None
+    lane = (
+        lanekeys.digest(source.tenant_id, opts.lane_key, opts.lane_key_paths, parsed, headers)
+        if opts.serialize_by_business_key
+        and lanekeys.configured(opts.lane_key, opts.lane_key_paths)
+        else None
+    )
     # Filtered or not, the provider hears the scheme's answer: it must stop retrying.
     status = scheme.accept_status
     response = _answer(public_id, status, "accepted" if reason is None else "filtered")
@@ -401,6 +410,7 @@ def prepare(
             opts.recipe,
         ),
         filter_reason=reason,
+        lane_digest=lane,
     )
 
 

@@ -207,6 +207,18 @@ def statement(rows: int, day: int) -> str:
     )
 
 
+def lane_of(source: Source, ev: Prepared) -> bytes | None:
+    """The event's lane (``events.ordering_key``): none unless its source is ordered; its
+    lane key's digest when the source names one (``lane_key``, ``lane_key_paths``), else
+    its business key's."""
+    opts = source.options
+    if not opts.serialize_by_business_key:
+        return None
+    if opts.lane_key or opts.lane_key_paths:
+        return ev.lane_digest
+    return ev.business_key_digest
+
+
 def row(source: Source, ev: Prepared) -> tuple[Any, ...]:
     """One event's parameters, in ``_COLUMNS``' order, with the current span's context
     (the claim's, see ``inbox.infra.tracing``; None while tracing is off). ``ev`` as the
@@ -220,7 +232,7 @@ def row(source: Source, ev: Prepared) -> tuple[Any, ...]:
         None if ev.key_digest is None else ev.key_expires_hours,
         ev.event_type,
         ev.business_key_digest,
-        ev.business_key_digest if source.options.serialize_by_business_key else None,
+        lane_of(source, ev),
         ev.content_type,
         ev.body,
         ev.body_sha256,

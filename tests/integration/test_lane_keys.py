@@ -1,0 +1,132 @@
+"""An ordered source's lane key from JSON paths over the body and headers, or from a CEL
+expression over both; set through the sources CLI (and so the API's options) like the
+lane option itself; refused when it cannot work; an event without one has no lane."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import Engine, text
+
+import tests.sink_playbooks  # noqa: F401  (registers the test playbooks)
+from inbox.cli import main
+from inbox.domain.errors import BadRequest
+from inbox.domain.lanes import PARKED_UNTIL
+from inbox.domain.sources import SourceOptions
+from inbox.infra.config import Settings
+from inbox.services.drain import drain_once
+from tests.helpers import body_of, hmac_headers, sink_rows
+from tests.lane_effects import judge
+
+pytestmark = pytest.mark.usefixtures("sink_table")
+
+
+def send(client, src, account: str, n: int, shop: str | None = None, **payload: Any) -> str:
+    body = body_of({"type": "lane", "account": account, "n": n, "ms": 1, **payload})
+    extra = {} if shop is None else {"X-Shop": shop}
+    headers = hmac_headers("s3cret", body, f"{account}-{n}-{shop}", **extra)
+    resp = client.post(src.path, data=body, headers=headers)
+    assert resp.status_code == 202, resp.data
+    return str(resp.json["id"])
+
+
+def lanes(engine: Engine) -> dict[str, tuple[bytes | None, bool]]:
+    """Each event: its lane and whether it is parked."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT public_id, ordering_key, available_at = CAST(:p AS timestamptz)"
+                " FROM events"
+            ),
+            {"p": PARKED_UNTIL},
+        ).all()
+    return {r[0]: (None if r[1] is None else bytes(r[1]), bool(r[2])) for r in rows}
+
+
+def test_a_header_path_names_the_lane_across_business_keys(client, make_source, engine):
+    src = make_source(
+        playbook="lane",
+        business_key_paths=["account"],
+        serialize_by_business_key=True,
+        lane_key_paths=["headers.x-shop"],
+    )
+    a = send(client, src, "a", 0, shop="s1")
+    b = send(client, src, "b", 1, shop="s1")  # another business key, the same shop: behind a
+    c = send(client, src, "c", 2, shop="s2")
+    none = send(client, src, "d", 3)  # no X-Shop: no lane
+    got = lanes(engine)
+    assert got[a][0] == got[b][0] and got[a][0] != got[c][0]
+    assert (got[a][1], got[b][1], got[c][1]) == (False, True, False)
+    assert got[none] == (None, False)
+
+
+def test_a_cel_expression_names_the_lane(client, make_source, engine):
+    src = make_source(
+        playbook="lane",
+        serialize_by_business_key=True,
+        lane_key='headers["x-shop"] + "/" + body.account',
+    )
+    a0 = send(client, src, "a", 0, shop="s1")
+    a1 = send(client, src, "a", 1, shop="s1")
+    other = send(client, src, "a", 2, shop="s2")
+    broken = send(client, src, "a", 3)  # the expression fails without the header: no lane
+    got = lanes(engine)
+    assert got[a0][0] == got[a1][0] and got[a1][1]
+    assert got[other][0] not in (None, got[a0][0])
+    assert got[broken] == (None, False)
+
+
+def test_events_of_one_lane_key_run_in_order_across_business_keys(
+    client, make_source, engine, settings: Settings
+):
+    src = make_source(
+        playbook="lane",
+        business_key_paths=["account"],
+        serialize_by_business_key=True,
+        lane_key_paths=["headers.x-shop"],
+    )
+    position = {send(client, src, f"acct{n}", n, shop="s1"): ("s1", n) for n in range(6)}
+    one = dataclasses.replace(settings, batch_size=10, lease_seconds=30)
+    while drain_once(engine, one).claimed:
+        pass
+    v = judge(sink_rows(engine), position)
+    assert (v.overlaps, v.out_of_order) == (0, 0)
+    assert v.ends["s1"] == list(range(6))
+
+
+@pytest.mark.parametrize(
+    "options, problem",
+    [
+        ({"lane_key": "body.x", "serialize_by_business_key": True, "lane_key_paths": ["a"]},
+         "not both"),
+        ({"lane_key": "body.x"}, "need serialize_by_business_key"),
+        ({"lane_key": "body.(", "serialize_by_business_key": True}, "Invalid lane_key"),
+        ({"lane_key": "secrets.x", "serialize_by_business_key": True}, "unknown variable"),
+    ],
+)
+def test_a_lane_key_that_cannot_work_is_refused(options, problem):
+    with pytest.raises(BadRequest) as err:
+        SourceOptions.from_dict(options)
+    assert problem in str(err.value)
+
+
+def test_the_sources_cli_sets_a_lane_key(make_source, engine):
+    make_source(tenant="acme", name="shop")
+    runner = CliRunner()
+    out = runner.invoke(
+        main,
+        [
+            "sources", "update", "acme/shop",
+            "--option", "serialize_by_business_key=true",
+            "--option", 'lane_key=headers["x-shop"]',
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    with engine.connect() as conn:
+        stored = conn.execute(text("SELECT options->>'lane_key' FROM sources")).scalar_one()
+    assert stored == 'headers["x-shop"]'
+    bad = runner.invoke(main, ["sources", "update", "acme/shop", "--option", "lane_key=body.("])
+    assert bad.exit_code != 0 and "lane_key" in bad.output
