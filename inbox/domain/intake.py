@@ -15,6 +15,7 @@ import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
@@ -85,6 +86,9 @@ class Prepared:
     # An ordered source's lane when its lane key is configured (inbox.domain.lanekeys);
     # otherwise the lane is the business key (inbox.store.db.claims.row).
     lane_digest: bytes | None = None
+    # Its place in an ordered source's lane before its receipt (inbox.domain.ordering
+    # .lane_position): 0 unless the source names the provider's time or version.
+    lane_position: Decimal = Decimal(0)
     # Set once sealed (inbox.store.db.sealing): the data key's id, ``body`` the sealed
     # bytes and ``headers_sealed`` the sealed headers (``headers`` then empty).
     key_id: int | None = None
@@ -359,9 +363,10 @@ def prepare(
     bk = _business_key(source, parsed)
     subject = _subject(source, parsed)
 
+    position = None
     if bk is not None and (opts.occurred_at_path or opts.version_path):
         # Checked here so a bad value is a 400 with nothing stored; the worker reads it again.
-        ordering.position(parsed, opts.occurred_at_path, opts.version_path)
+        position = ordering.position(parsed, opts.occurred_at_path, opts.version_path)
 
     # The day of receipt in the id: a lookup by public id prunes to its partitions.
     day = dt.datetime.fromtimestamp(now, dt.UTC).date()
@@ -411,6 +416,11 @@ def prepare(
         ),
         filter_reason=reason,
         lane_digest=lane,
+        # Without the provider's time, an event of a source ordered by it stands at its
+        # receipt time; without a version, first (0).
+        lane_position=ordering.lane_position(position)
+        if position is not None
+        else Decimal(str(now)) if opts.occurred_at_path else Decimal(0),
     )
 
 

@@ -130,3 +130,64 @@ def test_the_sources_cli_sets_a_lane_key(make_source, engine):
     assert stored == 'headers["x-shop"]'
     bad = runner.invoke(main, ["sources", "update", "acme/shop", "--option", "lane_key=body.("])
     assert bad.exit_code != 0 and "lane_key" in bad.output
+
+
+def outcomes(engine: Engine) -> dict[str, str | None]:
+    with engine.connect() as conn:
+        return dict(conn.execute(text("SELECT public_id, outcome FROM events")).all())
+
+
+@pytest.fixture
+def by_time(make_source):
+    """Ordered by the provider's time: ``at`` in the body (the stale guard's position)."""
+    return make_source(
+        playbook="lane",
+        business_key_paths=["account"],
+        serialize_by_business_key=True,
+        occurred_at_path="at",
+    )
+
+
+def test_events_arriving_out_of_time_order_run_in_time_order(
+    client, by_time, engine, settings: Settings
+):
+    sent = {t: send(client, by_time, "a", t, at=t) for t in (10, 30, 20, 40)}
+    batch = dataclasses.replace(settings, batch_size=10, lease_seconds=30)
+    while drain_once(engine, batch).claimed:
+        pass
+    position = {p: ("a", t) for t, p in sent.items()}
+    v = judge(sink_rows(engine), position)
+    assert (v.overlaps, v.out_of_order) == (0, 0)
+    assert v.starts["a"] == [10, 20, 30, 40]
+    assert set(outcomes(engine).values()) == {"completed"}
+
+
+def test_an_event_late_for_a_position_already_passed_goes_to_the_stale_guard(
+    client, by_time, engine, settings: Settings
+):
+    batch = dataclasses.replace(settings, batch_size=10, lease_seconds=30)
+    first = send(client, by_time, "a", 20, at=20)
+    while drain_once(engine, batch).claimed:
+        pass
+    late = send(client, by_time, "a", 10, at=10)  # its successor ran already
+    while drain_once(engine, batch).claimed:
+        pass
+    got = outcomes(engine)
+    assert (got[first], got[late]) == ("completed", "stale")
+
+
+def test_a_late_event_waits_for_the_running_one_even_when_its_position_is_earlier(
+    client, by_time, engine, settings: Settings
+):
+    from inbox.store.write import queue
+
+    running = send(client, by_time, "a", 20, at=20)
+    with engine.begin() as conn:
+        [claim] = queue.claim(conn, "other-worker", 10, 30)  # runs elsewhere, not finished
+    late = send(client, by_time, "a", 10, at=10)
+    batch = dataclasses.replace(settings, batch_size=10, lease_seconds=30)
+    assert drain_once(engine, batch).claimed == 0  # not beside the running one
+    with engine.begin() as conn:  # finished by hand (no stale record): then the late one runs
+        queue.complete(conn, claim, "completed", {}, None, None)
+    assert drain_once(engine, batch).claimed == 1
+    assert outcomes(engine)[running] == "completed" and outcomes(engine)[late] is not None

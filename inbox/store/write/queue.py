@@ -30,10 +30,11 @@ from inbox.store.db.days import OPEN_DAYS, DayBounded, open_days
 # running events of every tenant, a few hundred at most). SKIP LOCKED lets
 # concurrent drainers take disjoint rows. An event whose source processes one
 # business key at a time (its lane, ordering_key) waits while an earlier event of its
-# lane is unfinished (an index probe that stops at the lane's first unfinished event; a
-# separate clause, as an OR here turns it into a scan of the lane), a replayed one also
-# while any event of its lane runs (a skipped blocker replayed after its lane moved on
-# waits for the one running), and every one while an earlier event of its lane is
+# lane is unfinished (earlier in the lane's order, position then id: an index probe that
+# stops at the lane's first unfinished event, ``inbox.store.db.lane_sql``; a separate
+# clause, as an OR here turns it into a scan of the lane), while any event of its lane
+# runs (a skipped blocker replayed after its lane moved on, or an event that arrived late
+# for its position, waits for the one running), and while an earlier event of its lane is
 # quarantined and neither replayed nor skipped (``lane_blocks``, written by a trigger as
 # the event is quarantined: a primary-key probe, whatever the blocker's day). The attempt
 # is counted here, in the claiming transaction, so an event that kills its worker every
@@ -44,10 +45,10 @@ _DUE = (
     AND (ev.ordering_key IS NULL OR (NOT EXISTS ("""
     + lane_sql.earlier("p", "ev")
     + """)
-         AND (ev.replay = 0 OR NOT EXISTS (
+         AND NOT EXISTS (
           SELECT 1 FROM events r
            WHERE r.tenant_id = ev.tenant_id AND r.ordering_key = ev.ordering_key
-             AND r.id >= {lo} AND r.id < {hi} AND r.state = 'processing'))
+             AND r.id >= {lo} AND r.id < {hi} AND r.state = 'processing')
          AND NOT EXISTS (
           SELECT 1 FROM lane_blocks b
            WHERE b.tenant_id = ev.tenant_id AND b.lane = ev.ordering_key
@@ -153,16 +154,16 @@ def unpark_orphans(conn: Connection) -> int:
 _ADVANCE = DayBounded(
     f"""
     UPDATE events ev SET available_at = now()
-      FROM (SELECT d.tenant_id, d.ordering_key, d.id FROM events d
+      FROM (SELECT d.tenant_id, d.ordering_key, d.lane_position, d.id FROM events d
              WHERE d.id = ANY(CAST(:ids AS bigint[])) AND d.id >= {{lo}} AND d.id < {{hi}}
                AND d.ordering_key IS NOT NULL) f
      CROSS JOIN LATERAL (
            SELECT n.id FROM events n
             WHERE n.tenant_id = f.tenant_id AND n.ordering_key = f.ordering_key
               AND n.id >= {{lo}} AND n.id < {{hi}}
-              AND (n.tenant_id, n.ordering_key, n.id) > (f.tenant_id, f.ordering_key, f.id)
+              AND ({lane_sql.ORDERED.format(t="n")}) > ({lane_sql.ORDERED.format(t="f")})
               AND n.state IN ('received', 'processing')
-            ORDER BY n.tenant_id, n.ordering_key, n.id LIMIT 1) h
+            ORDER BY {lane_sql.ORDERED.format(t="n")} LIMIT 1) h
      WHERE ev.id = h.id AND {_IN_DAYS}
        AND ev.state = 'received' AND ev.available_at = CAST('{PARKED_UNTIL}' AS timestamptz)
        AND NOT EXISTS (
