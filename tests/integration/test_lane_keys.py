@@ -191,3 +191,29 @@ def test_a_late_event_waits_for_the_running_one_even_when_its_position_is_earlie
         queue.complete(conn, claim, "completed", {}, None, None)
     assert drain_once(engine, batch).claimed == 1
     assert outcomes(engine)[running] == "completed" and outcomes(engine)[late] is not None
+
+
+def test_a_replay_of_one_event_waits_for_its_lanes_unfinished_predecessors(
+    client, make_source, engine, settings: Settings
+):
+    from inbox.services import operations
+    from inbox.services.operations import Actor
+    from inbox.services.runtime import Bells, Runtime
+
+    src = make_source(
+        playbook="lane",
+        business_key_paths=["account"],
+        serialize_by_business_key=True,
+        filter="body.n != 1",
+    )
+    e0 = send(client, src, "a", 0)  # waits (not drained yet)
+    e1 = send(client, src, "a", 1)  # filtered: finished at once, behind nothing
+    rt = Runtime(settings, engine, Bells(doorbell=lambda: None))
+    operations.replay_event(rt, Actor("alice", None), e1)
+    batch = dataclasses.replace(settings, batch_size=10, lease_seconds=30)
+    first = drain_once(engine, batch)
+    assert first.claimed == 1  # e0 alone: the replayed e1 waits behind it
+    while drain_once(engine, batch).claimed:
+        pass
+    v = judge(sink_rows(engine), {e0: ("a", 0), e1: ("a", 1)})
+    assert v.starts["a"] == [0, 1] and v.overlaps == 0
