@@ -393,8 +393,10 @@ def run_fairness(r: Run) -> list[dict[str, Any]]:
     procs.wait_http(web, port)
     procs.wait_celery(r.ctl, worker)
     out = []
-    cases = (("tenant", r.sources["unordered"], r.quiet, False),)
-    cases += (("lane", r.sources["ordered"], r.sources["ordered"], True),)
+    cases = [
+        ("tenant", r.sources["unordered"], r.quiet, False),
+        ("lane", r.sources["ordered"], r.sources["ordered"], True),
+    ]
     for name, hot, quiet, lane_ in cases:
         cpu.wait_quiet(30)
         unloaded = _quiet_p99(r, port, quiet, f"{name}-idle-")
@@ -402,8 +404,15 @@ def run_fairness(r: Run) -> list[dict[str, Any]]:
         with psycopg.connect(r.url, autocommit=True) as conn:
             conn.execute(
                 _BACKLOG,
-                {"t": hot.tenant_id, "s": hot.id, "type": LANE_TYPE, "lane": lane_,
-                 "body": body, "n": a.fair_backlog, "parked": PARKED_UNTIL},
+                {
+                    "t": hot.tenant_id,
+                    "s": hot.id,
+                    "type": LANE_TYPE,
+                    "lane": lane_,
+                    "body": body,
+                    "n": a.fair_backlog,
+                    "parked": PARKED_UNTIL,
+                },
             )
             r.ctl.send_task("inbox.drain", queue="inbox")
             loaded = _quiet_p99(r, port, quiet, f"{name}-busy-")

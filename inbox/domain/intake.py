@@ -420,7 +420,9 @@ def prepare(
         # receipt time; without a version, first (0).
         lane_position=ordering.lane_position(position)
         if position is not None
-        else Decimal(str(now)) if opts.occurred_at_path else Decimal(0),
+        else Decimal(str(now))
+        if opts.occurred_at_path
+        else Decimal(0),
     )
 
 

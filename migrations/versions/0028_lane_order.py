@@ -56,9 +56,7 @@ def upgrade() -> None:
     op.create_check_constraint(
         op.f("ck_tenants_max_in_flight"), "tenants", "max_in_flight IS NULL OR max_in_flight > 0"
     )
-    op.create_check_constraint(
-        op.f("ck_tenants_weight"), "tenants", "weight BETWEEN 1 AND 100"
-    )
+    op.create_check_constraint(op.f("ck_tenants_weight"), "tenants", "weight BETWEEN 1 AND 100")
 
 
 def downgrade() -> None:

@@ -64,8 +64,14 @@ def backlog(engine: Engine, src, n: int, *, lane: str | None = None, ms: int = 4
                   FROM generate_series(1, :n) g
                 """
             ),
-            {"t": src.tenant_id, "s": src.id, "k": lane or "", "body": body, "n": n,
-             "p": PARKED_UNTIL},
+            {
+                "t": src.tenant_id,
+                "s": src.id,
+                "k": lane or "",
+                "body": body,
+                "n": n,
+                "p": PARKED_UNTIL,
+            },
         )
 
 

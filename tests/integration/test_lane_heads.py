@@ -127,7 +127,8 @@ def _plan_rows(node: dict[str, Any]) -> int:
     here = 0
     if str(node.get("Relation Name", "")).startswith("events"):
         loops = int(node.get("Actual Loops", 1))
-        here = (int(node.get("Actual Rows", 0)) + int(node.get("Rows Removed by Filter", 0))) * loops
+        read = int(node.get("Actual Rows", 0)) + int(node.get("Rows Removed by Filter", 0))
+        here = read * loops
     return here + sum(_plan_rows(c) for c in node.get("Plans", []))
 
 

@@ -38,8 +38,7 @@ def lanes(engine: Engine) -> dict[str, tuple[bytes | None, bool]]:
     with engine.connect() as conn:
         rows = conn.execute(
             text(
-                "SELECT public_id, ordering_key, available_at = CAST(:p AS timestamptz)"
-                " FROM events"
+                "SELECT public_id, ordering_key, available_at = CAST(:p AS timestamptz) FROM events"
             ),
             {"p": PARKED_UNTIL},
         ).all()
@@ -100,8 +99,10 @@ def test_events_of_one_lane_key_run_in_order_across_business_keys(
 @pytest.mark.parametrize(
     "options, problem",
     [
-        ({"lane_key": "body.x", "serialize_by_business_key": True, "lane_key_paths": ["a"]},
-         "not both"),
+        (
+            {"lane_key": "body.x", "serialize_by_business_key": True, "lane_key_paths": ["a"]},
+            "not both",
+        ),
         ({"lane_key": "body.x"}, "need serialize_by_business_key"),
         ({"lane_key": "body.(", "serialize_by_business_key": True}, "Invalid lane_key"),
         ({"lane_key": "secrets.x", "serialize_by_business_key": True}, "unknown variable"),
@@ -119,9 +120,13 @@ def test_the_sources_cli_sets_a_lane_key(make_source, engine):
     out = runner.invoke(
         main,
         [
-            "sources", "update", "acme/shop",
-            "--option", "serialize_by_business_key=true",
-            "--option", 'lane_key=headers["x-shop"]',
+            "sources",
+            "update",
+            "acme/shop",
+            "--option",
+            "serialize_by_business_key=true",
+            "--option",
+            'lane_key=headers["x-shop"]',
         ],
     )
     assert out.exit_code == 0, out.output

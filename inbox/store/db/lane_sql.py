@@ -24,7 +24,8 @@ _EARLIER = (
     "SELECT {p}.id FROM events {p}"
     " WHERE {p}.tenant_id = {ev}.tenant_id AND {p}.ordering_key = {ev}.ordering_key"
     " AND {p}.id >= {lo} AND {p}.id < {hi}"
-    " AND " + ORDER.format(a=ORDERED.format(t="{p}"), op="<", b=ORDERED.format(t="{ev}"))
+    " AND "
+    + ORDER.format(a=ORDERED.format(t="{p}"), op="<", b=ORDERED.format(t="{ev}"))
     + " AND {p}.state IN ('received', 'processing')"
     " ORDER BY " + ORDERED.format(t="{p}") + " LIMIT 1{lock}"
 )

@@ -23,9 +23,7 @@ def alembic_config(database_url: str) -> Config:
     from alembic.config import Config
 
     cfg = Config()
-    cfg.set_main_option(
-        "script_location", str(resources.files("migrations"))
-    )
+    cfg.set_main_option("script_location", str(resources.files("migrations")))
     # The option is read through configparser's interpolation: a percent-encoded character
     # of the URL (a password's "%40") is written as "%%40" to come back as itself.
     cfg.set_main_option("sqlalchemy.url", sqlalchemy_url(database_url).replace("%", "%%"))

@@ -105,9 +105,7 @@ _CLAIM = DayBounded(
 # What the sweep counts as due, by the claim's own rules: an event the claim would pass over
 # (behind its lane's unfinished event or blocker) is not due, so a sweep that finds only
 # such events rings no drain.
-_DUE_COUNT = DayBounded(
-    f"SELECT count(*) FROM events ev WHERE {_IN_DAYS} AND {_DUE}"
-)
+_DUE_COUNT = DayBounded(f"SELECT count(*) FROM events ev WHERE {_IN_DAYS} AND {_DUE}")
 
 
 def due_count(conn: Connection) -> int:
