@@ -12,6 +12,7 @@ from inbox.cli.base import engine, main, settings, split_ref
 from inbox.cli.output import emit_json, fields, json_option, table
 from inbox.cli.params import Named
 from inbox.cli.playbooks import check as check_playbook
+from inbox.domain.fairness import MAX_IN_FLIGHT, MAX_WEIGHT
 from inbox.domain.records import Source, Tenant
 from inbox.domain.signatures import SCHEMES, Scheme
 from inbox.domain.sources import OPTION_NAMES, SourceOptions
@@ -55,7 +56,7 @@ def _tenant_record(t: Tenant) -> dict[str, Any]:
 @json_option
 def tenants_list(as_json: bool) -> None:
     """Every tenant, whether it is enabled, its in-flight cap and its weight."""
-    rows = admin.list_tenants(engine())
+    rows = admin.tenant_settings(engine())
     if as_json:
         emit_json([_tenant_record(t) for t in rows])
         return
@@ -69,13 +70,13 @@ def tenants_list(as_json: bool) -> None:
 @click.argument("name")
 @click.option(
     "--max-in-flight",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_IN_FLIGHT),
     help="At most this many of the tenant's events run at once, across all workers.",
 )
 @click.option("--no-cap", is_flag=True, help="Remove the in-flight cap.")
 @click.option(
     "--weight",
-    type=click.IntRange(1, 100),
+    type=click.IntRange(1, MAX_WEIGHT),
     help="The tenant's share of each claim against the others' weights (default 1).",
 )
 @json_option

@@ -157,6 +157,12 @@ def set_fairness(
         return source_store.set_fairness(conn, name, max_in_flight, weight, no_cap=no_cap)
 
 
+def tenant_settings(engine: Engine, name: str | None = None) -> list[Tenant]:
+    """Tenants (or the one named) with their in-flight cap and weight."""
+    with engine.connect() as conn:
+        return source_reads.tenant_settings(conn, name)
+
+
 def list_tenants(engine: Engine) -> list[Tenant]:
     with engine.connect() as conn:
         return source_reads.list_tenants(conn)

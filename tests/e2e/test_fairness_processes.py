@@ -10,7 +10,6 @@ ordered ones parked behind their lane's first), so the test spends its time drai
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 
 import pytest
@@ -85,17 +84,19 @@ def pending(engine: Engine, src) -> int:
         )
 
 
-def send_quiet(web: Web, src, n: int, key: str) -> list[str]:
-    """``n`` events of a quiet tenant or key, one every 0.2 s; their public ids."""
-    sent = []
+def send_quiet(web: Web, engine: Engine, src, n: int, key: str) -> list[str]:
+    """``n`` events of a quiet tenant or key, each sent once the one before completed (a
+    trickle beside the flood); their public ids."""
+    sent: list[str] = []
     for i in range(n):
+        if sent:
+            wait_for(lambda: len(latencies(engine, sent)) == len(sent), 60, "the last one")
         body = body_of({"type": "lane", "account": f"{key}-{i}", "n": i, "ms": 4})
         status, _, answer = web.request(
             "POST", src.path, body, hmac_headers("s3cret", body, f"{key}-{i}")
         )
         assert status == 202, answer
         sent.append(json.loads(answer)["id"])
-        time.sleep(0.2)
     return sent
 
 
@@ -119,7 +120,7 @@ def test_a_tenants_deep_backlog_does_not_starve_another_tenant(env, procs, make_
     procs.append(web)
     procs += [CeleryProc(env), CeleryProc(env)]
     wait_for(lambda: pending(engine, hot) < BACKLOG, 60, "the workers to start on the backlog")
-    ids = send_quiet(web, quiet, 15, "q")
+    ids = send_quiet(web, engine, quiet, 15, "q")
     wait_for(lambda: len(latencies(engine, ids)) == len(ids), 60, "the quiet tenant's events")
     left = pending(engine, hot)
     waited = latencies(engine, ids)
@@ -137,7 +138,7 @@ def test_a_hot_lane_does_not_starve_cold_keys(env, procs, make_source, engine):
     procs.append(web)
     procs += [CeleryProc(env), CeleryProc(env)]
     wait_for(lambda: pending(engine, src) < BACKLOG, 60, "the workers to start on the lane")
-    ids = send_quiet(web, src, 15, "cold")
+    ids = send_quiet(web, engine, src, 15, "cold")
     wait_for(lambda: len(latencies(engine, ids)) == len(ids), 60, "the cold keys' events")
     waited = latencies(engine, ids)
     left = pending(engine, src)

@@ -9,6 +9,7 @@ from typing import Any
 
 from flask import request
 
+from inbox.domain import fairness
 from inbox.domain.errors import BadRequest, Forbidden, NotFound
 from inbox.domain.records import Tenant
 from inbox.services import admin
@@ -30,8 +31,8 @@ def _public(t: Tenant) -> dict[str, Any]:
 
 def _visible(name: str) -> Tenant:
     scope = auth.scope()
-    for t in admin.list_tenants(services().engine):
-        if t.name == name and (scope is None or t.id == scope):
+    for t in admin.tenant_settings(services().engine, name):
+        if scope is None or t.id == scope:
             return t
     raise NotFound(f"No tenant {name!r}.")
 
@@ -60,10 +61,10 @@ def set_tenant_fairness(name: str) -> dict[str, Any]:
     weight = body.get("weight")
     if "weight" in body and weight is None:
         raise BadRequest("weight is a whole number from 1 to 100.")
-    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool)):
-        raise BadRequest("max_in_flight is a whole number of at least 1, or null (no cap).")
-    if weight is not None and (not isinstance(weight, int) or isinstance(weight, bool)):
-        raise BadRequest("weight is a whole number from 1 to 100.")
+    if cap is not None:
+        fairness.check_cap(cap)
+    if weight is not None:
+        fairness.check_weight(weight)
     no_cap = "max_in_flight" in body and cap is None
     t = admin.set_fairness(services().engine, name, cap, weight, no_cap=no_cap)
     return _public(t)

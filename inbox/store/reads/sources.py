@@ -18,21 +18,30 @@ from inbox.domain.sources import SourceOptions
 from inbox.infra.keyring import keyring
 from inbox.store.schema.tables import source_secrets, sources, tenants
 
+# A tenant's name and state: what every path needs, and all a store at an older revision
+# has (migration tests run these before 0028); its fairness settings are read apart.
+_BASIC = (tenants.c.id, tenants.c.name, tenants.c.disabled)
+
 
 def list_tenants(conn: Connection) -> list[Tenant]:
-    rows = conn.execute(select(tenants).order_by(tenants.c.name))
-    return [_tenant(r) for r in rows]
+    rows = conn.execute(select(*_BASIC).order_by(tenants.c.name))
+    return [Tenant(r.id, r.name, r.disabled) for r in rows]
 
 
 def get_tenant(conn: Connection, name: str) -> Tenant:
-    row = conn.execute(select(tenants).where(tenants.c.name == name)).first()
+    row = conn.execute(select(*_BASIC).where(tenants.c.name == name)).first()
     if row is None:
         raise NotFound(f"No tenant {name!r}.")
-    return _tenant(row)
+    return Tenant(row.id, row.name, row.disabled)
 
 
-def _tenant(row: Any) -> Tenant:
-    return Tenant(row.id, row.name, row.disabled, row.max_in_flight, row.weight)
+def tenant_settings(conn: Connection, name: str | None = None) -> list[Tenant]:
+    """Tenants (or the one named) with their fairness settings (in-flight cap, weight)."""
+    query = select(*_BASIC, tenants.c.max_in_flight, tenants.c.weight).order_by(tenants.c.name)
+    if name is not None:
+        query = query.where(tenants.c.name == name)
+    rows = conn.execute(query)
+    return [Tenant(r.id, r.name, r.disabled, r.max_in_flight, r.weight) for r in rows]
 
 
 def _source_query() -> Select[Any]:

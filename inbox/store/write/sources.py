@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, func, insert, select, update
 
+from inbox.domain import fairness
 from inbox.domain.errors import BadRequest
 from inbox.domain.records import Source, Tenant
 from inbox.domain.retention import check_key_window
 from inbox.domain.sources import SourceOptions
 from inbox.infra.keyring import keyring
-from inbox.store.reads.sources import get_source, get_tenant
+from inbox.store.reads.sources import get_source, get_tenant, tenant_settings
 from inbox.store.schema.tables import source_secrets, sources, tenants
 
 
@@ -30,13 +31,6 @@ def create_tenant(conn: Connection, name: str) -> Tenant:
     return Tenant(row.id, row.name, row.disabled)
 
 
-MAX_WEIGHT = 100
-
-
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def set_fairness(
     conn: Connection,
     name: str,
@@ -51,17 +45,14 @@ def set_fairness(
     if no_cap:
         values["max_in_flight"] = None
     elif max_in_flight is not None:
-        if not _whole(max_in_flight) or max_in_flight < 1:
-            raise BadRequest("max_in_flight is a whole number of at least 1, or null (no cap).")
-        values["max_in_flight"] = max_in_flight
+        values["max_in_flight"] = fairness.check_cap(max_in_flight)
     if weight is not None:
-        if not _whole(weight) or not 1 <= weight <= MAX_WEIGHT:
-            raise BadRequest(f"weight is a whole number from 1 to {MAX_WEIGHT}.")
-        values["weight"] = weight
+        values["weight"] = fairness.check_weight(weight)
     tenant = get_tenant(conn, name)
     if values:
         conn.execute(update(tenants).where(tenants.c.id == tenant.id).values(**values))
-    return get_tenant(conn, name)
+    [changed] = tenant_settings(conn, name)
+    return changed
 
 
 def create_source(
