@@ -222,3 +222,26 @@ def test_a_replay_of_one_event_waits_for_its_lanes_unfinished_predecessors(
         pass
     v = judge(sink_rows(engine), {e0: ("a", 0), e1: ("a", 1)})
     assert v.starts["a"] == [0, 1] and v.overlaps == 0
+
+
+def test_an_event_without_the_providers_time_stands_at_its_receipt(client, by_time, engine):
+    timed = send(client, by_time, "a", 0, at=1000)
+    untimed = send(client, by_time, "a", 1)
+    with engine.connect() as conn:
+        rows = dict(
+            conn.execute(
+                text(
+                    "SELECT public_id, lane_position - extract(epoch FROM received_at) FROM events"
+                )
+            ).all()
+        )
+    assert abs(float(rows[untimed])) < 5  # its receipt time, give or take the clocks
+    assert float(rows[timed]) < -1_000_000  # 1970 plus 1,000 s, far before its receipt
+
+
+def test_a_lane_key_that_is_not_text_or_a_number_gives_no_lane(client, make_source, engine):
+    src = make_source(playbook="lane", serialize_by_business_key=True, lane_key="body.meta")
+    body = body_of({"type": "lane", "account": "a", "n": 0, "ms": 1, "meta": {"x": 1}})
+    resp = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "m-0"))
+    assert resp.status_code == 202
+    assert lanes(engine)[resp.json["id"]] == (None, False)
