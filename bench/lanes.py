@@ -15,6 +15,11 @@ ordering costs the drain.
 2. drain: --events pending events of a no-op playbook (as the receiver stores them) over
    K keys (--keys), ordered (a lane per key) and not, drained by one worker of
    --concurrency processes from one doorbell to the last ``finished_at``; ordered/unordered.
+3. fairness: a quiet tenant's (and a cold key's) receipt->completed p99 over --quiet events
+   sent 0.2 s apart, first with nothing else pending (unloaded), then while another tenant
+   (or one hot key of the same ordered source) has --fair-backlog pending events (5,000 by
+   default; the issue's figure is --fair-backlog 50000, for the integrator). The bar:
+   loaded p99 <= 2 x unloaded p99 + 1 s.
 
 Prints tables and writes bench/results/lanes.json. Workers load this module
 (``INBOX_PLAYBOOKS=bench.lanes``).
@@ -40,11 +45,12 @@ from sqlalchemy import create_engine
 
 from bench.common import cpu, load, procs
 from inbox import Playbook, StepContext, register
+from inbox.domain.lanes import PARKED_UNTIL
 from inbox.domain.sources import SourceOptions
 from inbox.store.db.engine import sqlalchemy_url
 from inbox.store.write import sources as store
 
-TENANT, SECRET = "bench", "bench-lanes-secret"
+TENANT, SECRET, QUIET = "bench", "bench-lanes-secret", "bench-quiet"
 LANE_TYPE, NOOP_TYPE = "bench.lane", "bench.lane.noop"
 EFFECTS = """CREATE TABLE IF NOT EXISTS bench_lane_effects (
     id bigserial PRIMARY KEY, event text NOT NULL, what text NOT NULL,
@@ -89,7 +95,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--sweep-seconds", type=int, default=30, help="beat's sweep (the default: 30)")
     add("--events", type=int, default=20_000, help="drain: pending events")
     add("--keys", default="10,1000,100000", help="drain: business keys (lanes)")
-    add("--skip", default="", help="comma-separated phases to skip: latency,drain")
+    add("--unparked", action="store_true", help="drain: store ordered events due, not parked")
+    add("--fair-backlog", type=int, default=5_000, help="fairness: the hot side's backlog")
+    add("--quiet", type=int, default=20, help="fairness: the quiet side's events")
+    add("--skip", default="", help="comma-separated phases to skip: latency,drain,fairness")
     add("--seed", type=int, default=41)
     server = os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
     add("--pg-url", default=server, help="a maintenance database on the server to use")
@@ -117,6 +126,9 @@ class Run:
                 },
                 "noop": {"playbook": noop.name},
             }
+            store.create_tenant(conn, QUIET)
+            quiet_opts = SourceOptions.from_dict({"playbook": lane.name})
+            self.quiet = store.create_source(conn, QUIET, "quiet", "hmac", [SECRET], quiet_opts)
             for name, options in configs.items():
                 opts = SourceOptions.from_dict(options)
                 self.sources[name] = store.create_source(conn, TENANT, name, "hmac", [SECRET], opts)
@@ -271,12 +283,16 @@ def run_latency(r: Run) -> list[dict[str, Any]]:
 
 # -- 2. drain ------------------------------------------------------------------------------
 
+# As the receiver stores them: ordered, every event but its key's first arrives behind an
+# unfinished one, so it is parked (``inbox.domain.lanes.PARKED_UNTIL``) until that one ends.
 _PENDING = """
     INSERT INTO events (public_id, tenant_id, source_id, event_type, business_key_digest,
                         ordering_key, content_type, body, body_sha256, response_status,
-                        response_body)
-    SELECT %(prefix)s || g, %(t)s, %(s)s, %(type)s, d, CASE WHEN %(ordered)s THEN d END,
-           'application/json', convert_to(%(body)s, 'UTF8'), '\\x00', 202, ''
+                        response_body, available_at)
+    SELECT %(prefix)s || g, %(t)s, %(s)s, %(type)s, d, CASE WHEN %(ordered_key)s THEN d END,
+           'application/json', convert_to(%(body)s, 'UTF8'), '\\x00', 202, '',
+           CASE WHEN %(ordered)s AND g > %(keys)s THEN CAST(%(parked)s AS timestamptz)
+                ELSE now() END
       FROM generate_series(1, %(n)s) g,
            LATERAL (SELECT sha256(convert_to('k' || (g %% %(keys)s), 'UTF8')) AS d) k
 """
@@ -296,7 +312,9 @@ def _drain(r: Run, keys: int, ordered: bool) -> dict[str, Any]:
         procs.wait_celery(r.ctl, worker)
         params = {"prefix": f"evt_{keys}_{int(ordered)}_", "t": src.tenant_id, "s": src.id}
         params |= {"type": NOOP_TYPE, "body": json.dumps({"type": NOOP_TYPE})}
-        conn.execute(_PENDING, {**params, "n": a.events, "keys": keys, "ordered": ordered})
+        params |= {"n": a.events, "keys": keys, "ordered": ordered and not a.unparked}
+        params |= {"ordered_key": ordered, "parked": PARKED_UNTIL}
+        conn.execute(_PENDING, params)
         conn.execute("ANALYZE events")
         cpu.wait_quiet(30)
         t0 = time.time()
@@ -328,6 +346,96 @@ def run_drain(r: Run) -> list[dict[str, Any]]:
     return out
 
 
+# -- 3. fairness ---------------------------------------------------------------------------
+
+_BACKLOG = """
+    INSERT INTO events (public_id, tenant_id, source_id, event_type, business_key_digest,
+                        ordering_key, content_type, body, body_sha256, response_status,
+                        response_body, available_at)
+    SELECT 'evt_hot_' || g, %(t)s, %(s)s, %(type)s, k, CASE WHEN %(lane)s THEN k END,
+           'application/json', convert_to(%(body)s, 'UTF8'), '\\x00', 202, '',
+           CASE WHEN %(lane)s AND g > 1 THEN CAST(%(parked)s AS timestamptz) ELSE now() END
+      FROM generate_series(1, %(n)s) g, LATERAL (SELECT sha256('hot'::bytea) AS k) x
+"""
+
+
+def _quiet_p99(r: Run, port: int, src: Any, tag: str) -> float:
+    """The quiet side's events, 0.2 s apart; their receipt->completed p99 (seconds)."""
+    ids = []
+    for i in range(r.args.quiet):
+        payload = {"type": LANE_TYPE, "entity": f"{tag}{i}", "seq": 0, "ms": 5}
+        ids.append(_post(port, src.path, payload, f"{tag}-{i}"))
+        time.sleep(0.2)
+    with psycopg.connect(r.url, autocommit=True) as conn:
+
+        def done() -> int:
+            row = conn.execute(
+                "SELECT count(*) FROM events WHERE public_id = ANY(%s) AND state = 'completed'",
+                (ids,),
+            ).fetchone()
+            return int(row[0]) if row else 0
+
+        procs.wait_progress(done, len(ids), tag)
+        rows = conn.execute(
+            "SELECT extract(epoch FROM finished_at - received_at) FROM events"
+            " WHERE public_id = ANY(%s)",
+            (ids,),
+        ).fetchall()
+    return _pct([float(x[0]) for x in rows], 0.99)
+
+
+def run_fairness(r: Run) -> list[dict[str, Any]]:
+    a = r.args
+    env = r.env()
+    worker = r.start(procs.celery_worker("workers.app", "inbox", a.concurrency, env, "fair-w"))
+    web, port = procs.web("web.wsgi:app", {**env, "INBOX_DB_POOL_SIZE": "8"}, 2, 8, "fair-web")
+    r.start(web)
+    procs.wait_http(web, port)
+    procs.wait_celery(r.ctl, worker)
+    out = []
+    cases = [
+        ("tenant", r.sources["unordered"], r.quiet, False),
+        ("lane", r.sources["ordered"], r.sources["ordered"], True),
+    ]
+    for name, hot, quiet, lane_ in cases:
+        cpu.wait_quiet(30)
+        unloaded = _quiet_p99(r, port, quiet, f"{name}-idle-")
+        body = json.dumps({"type": LANE_TYPE, "entity": "hot", "seq": 0, "ms": 5})
+        with psycopg.connect(r.url, autocommit=True) as conn:
+            conn.execute(
+                _BACKLOG,
+                {
+                    "t": hot.tenant_id,
+                    "s": hot.id,
+                    "type": LANE_TYPE,
+                    "lane": lane_,
+                    "body": body,
+                    "n": a.fair_backlog,
+                    "parked": PARKED_UNTIL,
+                },
+            )
+            r.ctl.send_task("inbox.drain", queue="inbox")
+            loaded = _quiet_p99(r, port, quiet, f"{name}-busy-")
+            left = conn.execute(
+                "SELECT count(*) FROM events WHERE public_id LIKE 'evt_hot_%%'"
+                " AND state <> 'completed'"
+            ).fetchone()
+            conn.execute("DELETE FROM events WHERE public_id LIKE 'evt_hot_%%'")
+        row = {
+            "fairness": name,
+            "backlog": a.fair_backlog,
+            "backlog_left": int(left[0]) if left else 0,
+            "quiet_p99_unloaded_s": round(unloaded, 3),
+            "quiet_p99_loaded_s": round(loaded, 3),
+            "bar_s": round(2 * unloaded + 1, 3),
+            "ok": loaded <= 2 * unloaded + 1,
+        }
+        print(json.dumps(row), flush=True)
+        out.append(row)
+    r.stop_all()
+    return out
+
+
 def main() -> None:
     args = parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -339,6 +447,8 @@ def main() -> None:
             report["latency"] = run_latency(r)
         if "drain" not in skip:
             report["drain"] = run_drain(r)
+        if "fairness" not in skip:
+            report["fairness"] = run_fairness(r)
     finally:
         r.close()
         procs.drop_database(args.pg_url, r.dbname)

@@ -12,7 +12,8 @@ from inbox.cli.base import current, main, settings, split_ref
 from inbox.cli.output import emit_json, fields, json_option, table
 from inbox.cli.params import Named
 from inbox.cli.playbooks import check as check_playbook
-from inbox.domain.records import Source
+from inbox.domain.fairness import MAX_IN_FLIGHT, MAX_WEIGHT
+from inbox.domain.records import Source, Tenant
 from inbox.domain.signatures import SCHEMES, Scheme
 from inbox.domain.sources import OPTION_NAMES, SourceOptions
 from inbox.infra import config
@@ -46,15 +47,61 @@ def tenants_create(name: str) -> None:
     click.echo(f"tenant {t.name} created (id {t.id})")
 
 
+def _tenant_record(t: Tenant) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "disabled": t.disabled,
+        "max_in_flight": t.max_in_flight,
+        "weight": t.weight,
+    }
+
+
 @tenants.command("list")
 @json_option
 def tenants_list(as_json: bool) -> None:
-    """Every tenant, and whether it is enabled."""
-    rows = admin.list_tenants(current())
+    """Every tenant, whether it is enabled, its in-flight cap and its weight."""
+    rows = admin.tenant_settings(current())
     if as_json:
-        emit_json([{"name": t.name, "disabled": t.disabled} for t in rows])
+        emit_json([_tenant_record(t) for t in rows])
         return
-    table(["tenant", "enabled"], [(t.name, not t.disabled) for t in rows])
+    table(
+        ["tenant", "enabled", "max in flight", "weight"],
+        [(t.name, not t.disabled, t.max_in_flight or "-", t.weight) for t in rows],
+    )
+
+
+@tenants.command("set")
+@click.argument("name")
+@click.option(
+    "--max-in-flight",
+    type=click.IntRange(1, MAX_IN_FLIGHT),
+    help="At most this many of the tenant's events run at once, across all workers.",
+)
+@click.option("--no-cap", is_flag=True, help="Remove the in-flight cap.")
+@click.option(
+    "--weight",
+    type=click.IntRange(1, MAX_WEIGHT),
+    help="The tenant's share of each claim against the others' weights (default 1).",
+)
+@json_option
+def tenants_set(
+    name: str, max_in_flight: int | None, no_cap: bool, weight: int | None, as_json: bool
+) -> None:
+    """Fairness for one tenant: an in-flight cap and a weight.
+
+    Each claim gives every tenant up to its weight's share of the batch first (a tenant of
+    weight 3 gets three times the share of one of weight 1), then fills the rest oldest
+    first from tenants without a cap. A capped tenant never has more than its cap of events
+    running at once, however deep its backlog.
+    """
+    if no_cap and max_in_flight is not None:
+        raise click.UsageError("Give --max-in-flight or --no-cap, not both.")
+    t = admin.set_fairness(current(), name, max_in_flight, weight, no_cap=no_cap)
+    if as_json:
+        emit_json(_tenant_record(t))
+        return
+    cap = "no cap" if t.max_in_flight is None else f"max {t.max_in_flight} in flight"
+    click.echo(f"tenant {t.name}: {cap}, weight {t.weight}")
 
 
 def _public_base() -> str:

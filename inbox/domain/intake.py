@@ -15,10 +15,11 @@ import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from inbox.domain import evidence, filters, jsonpath, ledger, ordering
+from inbox.domain import evidence, filters, jsonpath, lanekeys, ledger, ordering
 from inbox.domain.errors import BadRequest, Unauthorized, UnsupportedMediaType
 from inbox.domain.idempotency import (
     body_key_digest,
@@ -82,6 +83,12 @@ class Prepared:
     # The digest of the subject the source's ``subject_path`` names (inbox.domain.erasure):
     # its payload is sealed under that subject's key; None: under the tenant's.
     subject_digest: bytes | None = None
+    # An ordered source's lane when its lane key is configured (inbox.domain.lanekeys);
+    # otherwise the lane is the business key (inbox.store.db.claims.row).
+    lane_digest: bytes | None = None
+    # Its place in an ordered source's lane before its receipt (inbox.domain.ordering
+    # .lane_position): 0 unless the source names the provider's time or version.
+    lane_position: Decimal = Decimal(0)
     # Set once sealed (inbox.store.db.sealing): the data key's id, ``body`` the sealed
     # bytes and ``headers_sealed`` the sealed headers (``headers`` then empty).
     key_id: int | None = None
@@ -356,9 +363,10 @@ def prepare(
     bk = _business_key(source, parsed)
     subject = _subject(source, parsed)
 
+    position = None
     if bk is not None and (opts.occurred_at_path or opts.version_path):
         # Checked here so a bad value is a 400 with nothing stored; the worker reads it again.
-        ordering.position(parsed, opts.occurred_at_path, opts.version_path)
+        position = ordering.position(parsed, opts.occurred_at_path, opts.version_path)
 
     # The day of receipt in the id: a lookup by public id prunes to its partitions.
     day = dt.datetime.fromtimestamp(now, dt.UTC).date()
@@ -367,6 +375,12 @@ def prepare(
     signed = evidence.signature_headers(scheme, req.headers, source.secrets, opts.header)
     headers = _stored_headers(dict(req.headers), opts.header)  # what a filter may read
     reason = filters.source_reason(opts.filter, parsed, headers) if opts.filter else None
+    lane = (
+        lanekeys.digest(source.tenant_id, opts.lane_key, opts.lane_key_paths, parsed, headers)
+        if opts.serialize_by_business_key
+        and lanekeys.configured(opts.lane_key, opts.lane_key_paths)
+        else None
+    )
     # Filtered or not, the provider hears the scheme's answer: it must stop retrying.
     status = scheme.accept_status
     response = _answer(public_id, status, "accepted" if reason is None else "filtered")
@@ -401,6 +415,14 @@ def prepare(
             opts.recipe,
         ),
         filter_reason=reason,
+        lane_digest=lane,
+        # Without the provider's time, an event of a source ordered by it stands at its
+        # receipt time; without a version, first (0).
+        lane_position=ordering.lane_position(position)
+        if position is not None
+        else Decimal(str(now))
+        if opts.occurred_at_path
+        else Decimal(0),
     )
 
 

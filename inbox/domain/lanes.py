@@ -16,6 +16,10 @@ from __future__ import annotations
 from inbox.domain.errors import BadRequest, Forbidden, InboxError
 
 MAX_REASON = 2000
+# A parked event (migration 0031): received, behind an unfinished event or the blocker of
+# its lane, never due until the transaction that finishes its predecessor (or skips the
+# blocker) makes it due. The claim reads due events only, so it reads each lane's head.
+PARKED_UNTIL = "9998-01-01 00:00:00+00"
 
 
 class LaneNotBlocked(InboxError):

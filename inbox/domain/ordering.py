@@ -128,6 +128,17 @@ def position(
     return None
 
 
+def lane_position(position: Position | None) -> Decimal:
+    """Where an event stands in an ordered lane before its receipt (``events.lane_position``):
+    the provider's time (epoch seconds, to the microsecond) or version; 0 without one, so a
+    lane without positions is in receipt order."""
+    if position is None:
+        return Decimal(0)
+    if position.occurred_at is not None:
+        return Decimal(str(position.occurred_at.timestamp()))
+    return position.version if position.version is not None else Decimal(0)
+
+
 def lock_key(tenant_id: int, business_key_digest: bytes) -> int:
     """A signed 64-bit key for a database advisory lock on one business key."""
     digest = hashlib.sha256(b"stale|%d|" % tenant_id + business_key_digest).digest()

@@ -26,6 +26,10 @@ class Tenant:
     id: TenantId
     name: str
     disabled: bool
+    # Fairness (inbox.store.write.queue's claim): at most this many of its events run at
+    # once (None: no cap); its share of each claim against the other tenants' weights.
+    max_in_flight: int | None = None
+    weight: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,14 @@ class LoadedEvent:
     lane: bytes | None = None
     # Its payload key was destroyed (inbox.domain.erasure): ``body`` is empty, nothing runs.
     erased: bool = False
+    # Its tenant has an in-flight cap (``tenants.max_in_flight``): finishing it frees a slot.
+    capped: bool = False
+
+    @property
+    def opens_next(self) -> bool:
+        """Completing it may make another event claimable at once (its lane's next, or its
+        capped tenant's next): the drain claims again rather than stop."""
+        return self.lane is not None or self.capped
 
 
 @dataclass(frozen=True, slots=True)

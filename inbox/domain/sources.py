@@ -56,6 +56,12 @@ class _OptionsSchema(Schema):
     max_attempts = fields.Integer(validate=validate.Range(min=1, max=100))
     playbook = fields.String(validate=validate.Length(min=1))
     serialize_by_business_key = fields.Boolean()
+    # An ordered source's lane, instead of its business key (inbox.domain.lanekeys): JSON
+    # paths over the body (``headers.NAME``: a header), or a CEL expression over both.
+    lane_key_paths = fields.List(
+        fields.String(validate=validate.Length(min=1)), validate=validate.Length(min=1)
+    )
+    lane_key = fields.String(validate=validate.Length(min=1, max=4096))
     key_ttl_hours = fields.Integer(validate=validate.Range(min=1))
     retention_days = fields.Integer(validate=validate.Range(min=1))
     # Past this many requests a second (with bursts of up to rate_limit_burst): 429.
@@ -66,6 +72,17 @@ class _OptionsSchema(Schema):
     # Stale events (inbox.domain.ordering): the provider's own event time, or version.
     occurred_at_path = fields.String(validate=validate.Length(min=1))
     version_path = fields.String(validate=validate.Length(min=1))
+
+    @validates_schema
+    def _one_lane_key(self, data: dict[str, Any], **_: Any) -> None:
+        if data.get("lane_key") and data.get("lane_key_paths"):
+            raise ValidationError("give lane_key or lane_key_paths, not both")
+        named = data.get("lane_key") or data.get("lane_key_paths")
+        if named and not data.get("serialize_by_business_key"):
+            raise ValidationError(
+                "lane_key and lane_key_paths name an ordered source's lanes: they need"
+                " serialize_by_business_key"
+            )
 
     @validates_schema
     def _one_order(self, data: dict[str, Any], **_: Any) -> None:
@@ -115,6 +132,8 @@ class SourceOptions:
     max_attempts: int = 5
     playbook: str | None = None
     serialize_by_business_key: bool = False
+    lane_key_paths: tuple[str, ...] = ()  # () and no lane_key: the business key is the lane
+    lane_key: str | None = None  # a CEL expression over body and headers
     key_ttl_hours: int | None = None  # None: the process-wide default
     retention_days: int = 30
     body_schema: dict[str, str] = field(default_factory=dict)
@@ -155,7 +174,7 @@ class SourceOptions:
         if schema_problems:
             detail = "; ".join(f"{k}: {v}" for k, v in sorted(schema_problems.items()))
             raise BadRequest(f"Invalid body_schema: {detail}.", fields=schema_problems)
-        for name in ("business_key_paths", "redact_paths", "identity_paths"):
+        for name in ("business_key_paths", "redact_paths", "identity_paths", "lane_key_paths"):
             if name in data:
                 data[name] = tuple(data[name])
         if "recipe" in data and check_schema:  # a stored row loads; its requests get 401
@@ -168,6 +187,8 @@ class SourceOptions:
                 ) from exc
         if "filter" in data and check_schema:  # a stored row loads (compiled when used)
             check_filter(data["filter"], SOURCE_VARIABLES, "filter")
+        if "lane_key" in data and check_schema:
+            check_filter(data["lane_key"], SOURCE_VARIABLES, "lane_key")
         if "header" in data:
             data["header"] = data["header"].lower()
         return cls(**data)

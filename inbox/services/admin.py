@@ -143,6 +143,25 @@ def create_tenant(rt: Runtime, name: str) -> Tenant:
         return source_store.create_tenant(conn, name)
 
 
+def set_fairness(
+    rt: Runtime,
+    name: str,
+    max_in_flight: int | None = None,
+    weight: int | None = None,
+    *,
+    no_cap: bool = False,
+) -> Tenant:
+    """A tenant's in-flight cap and claim weight (``inbox tenants set``, the tenants API)."""
+    with rt.engine.begin() as conn:
+        return source_store.set_fairness(conn, name, max_in_flight, weight, no_cap=no_cap)
+
+
+def tenant_settings(rt: Runtime, name: str | None = None) -> list[Tenant]:
+    """Tenants (or the one named) with their in-flight cap and weight."""
+    with rt.engine.connect() as conn:
+        return source_reads.tenant_settings(conn, name)
+
+
 def list_tenants(rt: Runtime) -> list[Tenant]:
     with rt.engine.connect() as conn:
         return source_reads.list_tenants(conn)

@@ -44,8 +44,9 @@ class DrainResult:
     claimed: int = 0
     states: Counter[str] = field(default_factory=Counter)
     retry_in: list[float] = field(default_factory=list)  # seconds until each retry is due
-    # Events of a lane (an ordered source's business key) that completed: each may have let
-    # its lane's next event become due, so the caller claims again at once.
+    # Events of a lane (an ordered source's business key), or of a tenant with an in-flight
+    # cap, that completed: each may have let its lane's (or tenant's) next event become
+    # claimable, so the caller claims again at once.
     advanced: int = 0
 
 
@@ -112,7 +113,7 @@ def drain_once(
                 )
                 result.states[state] += 1
                 more = idx + 1 < len(claims) or bool(together or alone)
-                advanced(int(state == EventState.COMPLETED and ev.lane is not None), more)
+                advanced(int(state == EventState.COMPLETED and ev.opens_next), more)
             else:
                 done.append(completion)
                 state = completion.outcome
@@ -160,7 +161,7 @@ def _run_alone(
             )
             result.states[state] += 1
             tracing.set_attributes(current, {"inbox.outcome": state})
-        advanced(int(state == EventState.COMPLETED and ev.lane is not None), i + 1 < len(alone))
+        advanced(int(state == EventState.COMPLETED and ev.opens_next), i + 1 < len(alone))
 
 
 def _finish(
@@ -175,7 +176,7 @@ def _finish(
         return 0
     with store.begin() as tx:
         completed = store.complete_many(tx, done)
-    lanes = sum(1 for x in done if x.claim.id in completed and loaded[x.claim.id].lane)
+    lanes = sum(1 for x in done if x.claim.id in completed and loaded[x.claim.id].opens_next)
     for x in done:
         ev = loaded[x.claim.id]
         if x.claim.id in completed:

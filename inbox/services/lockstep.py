@@ -256,7 +256,7 @@ def _commit(
                 r.new = {}
             going.append(r)
     if advanced is not None:
-        lanes = sum(1 for r in ending if r.claim.id in done and r.ev.lane is not None)
+        lanes = sum(1 for r in ending if r.claim.id in done and r.ev.opens_next)
         advanced(lanes, bool(going))
     return going
 

@@ -9,6 +9,7 @@ bulk replays due to run, and an alarm for each retry due before the next sweeps.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
@@ -21,6 +22,8 @@ from inbox.store.reads import deliveries as deliveries_reads
 from inbox.store.reads import queue as queue_reads
 from inbox.store.write import deliveries, queue
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Swept:
@@ -30,6 +33,7 @@ class Swept:
     quarantined: int = 0
     due: int = 0
     released: int = 0
+    unparked: int = 0  # parked events found with nothing before them (see below)
     endpoints: set[EndpointId] = field(default_factory=set)  # couriers with due deliveries
     jobs: list[int] = field(default_factory=list)  # bulk replays due to (re)start
     drain_alarms: list[float] = field(default_factory=list)  # seconds until a retry is due
@@ -38,7 +42,7 @@ class Swept:
     @property
     def drain_now(self) -> bool:
         """Events are due (or were just put back): ring the drain."""
-        return bool(self.due or self.requeued or self.released)
+        return bool(self.due or self.requeued or self.released or self.unparked)
 
     def counts(self) -> dict[str, int]:
         return {
@@ -46,6 +50,7 @@ class Swept:
             "quarantined": self.quarantined,
             "due": self.due,
             "released": self.released,
+            "unparked": self.unparked,
         }
 
 
@@ -57,6 +62,13 @@ def run_once(engine: Engine, horizon: float, slot: float, reg: Registry = regist
     with engine.begin() as conn:  # the claim's floor follows the oldest unfinished day
         queue.raise_floor(conn)
     with engine.begin() as conn:
+        # Parked events (behind their lane's unfinished event) are made due by the commit
+        # that finishes it, never by a timer; one found with nothing before it is a broken
+        # promise, repaired here and said loudly.
+        unparked = queue.unpark_orphans(conn)
+    if unparked:
+        log.error("parked events had nothing before them in their lane", extra={"n": unparked})
+    with engine.begin() as conn:
         endpoints = set(deliveries.sweep(conn))
         jobs = bulk_reads.due_jobs(conn)
         # The alarms' lifeline: retries due before the next sweeps get theirs (again).
@@ -67,6 +79,7 @@ def run_once(engine: Engine, horizon: float, slot: float, reg: Registry = regist
         result.quarantined,
         result.due,
         released,
+        unparked,
         endpoints,
         jobs,
         drain_alarms,

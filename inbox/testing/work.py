@@ -343,8 +343,4 @@ class InMemoryStore(Memory):
 
     def due_count(self, tx: Memory) -> int:
         self.calls.append("due_count")
-        return sum(
-            1
-            for r in self.data.events.values()
-            if r.state == EventState.RECEIVED and r.available_at <= self.now
-        )
+        return sum(1 for r in self.data.events.values() if self._due(r))

@@ -185,3 +185,45 @@ def test_kill_lease_expiry_retries_poison_replay_and_skip_keep_each_lane_in_orde
     assert (v.overlaps, v.out_of_order) == (0, 0)
     assert v.ends["poison"] == [0, 1, 2, 3, 4]  # the replayed blocker first, then the rest
     assert v.ends["skipped"] == [0, 2, 3]
+
+
+def test_events_out_of_time_order_run_by_the_providers_time_across_workers(
+    env, procs, make_source, engine
+):
+    """A source ordered by the provider's time (``occurred_at_path``): while the lane's
+    first event runs (1.5 s), events with later times arrive out of order; they run in
+    time order. One arriving after a later one ran goes to the stale guard (``stale``)."""
+    env = {**env, "INBOX_SWEEP_SECONDS": "3600"}
+    src = make_source(
+        playbook="lane",
+        business_key_paths=["account"],
+        serialize_by_business_key=True,
+        occurred_at_path="at",
+    )
+    web = Web(env)
+    procs.append(web)
+    for _ in range(2):
+        procs.append(CeleryProc(env))
+
+    def post(at: int, ms: int) -> str:
+        body = body_of({"type": "lane", "account": "a", "n": at, "at": at, "ms": ms})
+        status, _, answer = web.request("POST", src.path, body, hmac_headers("s3cret", body))
+        assert status == 202, answer
+        return str(json.loads(answer)["id"])
+
+    position = {post(10, 1500): ("a", 10)}
+    wait_for(lambda: any(r.step == "start" for r in sink_rows(engine)), 30, "the first start")
+    for at in (40, 20, 30):  # all while the first runs, none started
+        position[post(at, 20)] = ("a", at)
+    wait_for(lambda: list(states(engine).values()).count("completed") == 4, 60, "four events")
+    late = post(25, 20)  # after 30 and 40 ran
+    position[late] = ("a", 25)
+    wait_for(lambda: states(engine)[late] == "completed", 60, "the late event")
+    v = judge(sink_rows(engine), position)
+    assert v.overlaps == 0
+    assert v.starts["a"] == [10, 20, 30, 40, 25]
+    with engine.connect() as conn:
+        outcome = conn.execute(
+            text("SELECT outcome FROM events WHERE public_id = :p"), {"p": late}
+        ).scalar_one()
+    assert outcome == "stale"

@@ -229,7 +229,7 @@ def test_an_unexpected_error_is_one_line_and_traceback_shows_it(world, monkeypat
     def broken(*_a, **_k):
         raise RuntimeError("a bug\nover two lines")
 
-    monkeypatch.setattr(sources, "list_tenants", broken)
+    monkeypatch.setattr(sources, "tenant_settings", broken)
     result = run(["tenants", "list"])
     assert result.exit_code == 1 and "Traceback" not in result.output
     (line,) = result.stderr.splitlines()

@@ -73,7 +73,8 @@ def test_tasks_in_an_outage_log_one_warning_and_resume_after_it(
         assert counted() - before == 1
 
         monkeypatch.setattr(worker(), "engine_", engine)  # the database is back
-        assert tasks.sweep() == {"requeued": 0, "quarantined": 0, "due": 0, "released": 0}
+        swept = {"requeued": 0, "quarantined": 0, "due": 0, "released": 0, "unparked": 0}
+        assert tasks.sweep() == swept
         assert lines(caplog)[-1][1].startswith("database available again after ")
 
         monkeypatch.setattr(worker(), "engine_", dead)  # a second outage is a second line

@@ -31,7 +31,13 @@ def test_a_sweep_requeues_an_expired_lease_and_says_what_to_ring(engine, make_so
 
     assert (swept.requeued, swept.quarantined, swept.due) == (1, 0, 1)
     assert swept.drain_now and swept.jobs == [job.id] and swept.endpoints == set()
-    assert swept.counts() == {"requeued": 1, "quarantined": 0, "due": 1, "released": 0}
+    assert swept.counts() == {
+        "requeued": 1,
+        "quarantined": 0,
+        "due": 1,
+        "released": 0,
+        "unparked": 0,
+    }
     with engine.connect() as conn:
         state, fence = conn.execute(
             text("SELECT state, fence FROM events WHERE id = :id"), {"id": claim.id}

@@ -128,6 +128,7 @@ def test_an_event_detail_shows_every_column_but_keys_and_digests():
     """A column added to the ledger appears in the detail, or is named here as hidden."""
     hidden = {"key_digest", "business_key_digest", "ordering_key", "response_body"}
     hidden |= {"key_id", "headers_sealed"}  # shown opened: ``headers``, ``sealed``, ``erased``
+    hidden |= {"lane_position"}  # the lane's sort key: shown as ``occurred_at`` / ``version``
     renamed = {"newer_event_id": "newer_event"}
     shown = {renamed.get(c.name, c.name) for c in events.c if c.name not in hidden}
     assert shown <= {f.name for f in dataclasses.fields(detail.EventDetail)}

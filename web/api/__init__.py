@@ -8,7 +8,18 @@ token limited to one tenant sees only that tenant: anything else is a 404.
 from __future__ import annotations
 
 # The route modules register themselves on ``api``.
-from web.api import auth, bulk, deliveries, endpoints, erasures, events, holds, lanes, openapi
+from web.api import (
+    auth,
+    bulk,
+    deliveries,
+    endpoints,
+    erasures,
+    events,
+    holds,
+    lanes,
+    openapi,
+    tenants,
+)
 from web.api.blueprint import api
 
 __all__ = [
@@ -22,4 +33,5 @@ __all__ = [
     "holds",
     "lanes",
     "openapi",
+    "tenants",
 ]

@@ -45,6 +45,7 @@ def _ref(name: str) -> dict[str, str]:
 
 
 _PATH_ID = {"name": "public_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_PATH_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
 _TIME = {"format": "date-time"}
 _COMMON = [
     _q("tenant", "Only this tenant (a tenant-scoped token sees its own tenant only)."),
@@ -119,6 +120,16 @@ _SKIPPED = {
         "held": {"type": "integer", "description": "Events waiting behind it."},
         "reason": {"type": "string"},
         "requested_by": {"type": "string"},
+    },
+}
+
+_TENANT = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "disabled": {"type": "boolean"},
+        "max_in_flight": {"type": ["integer", "null"]},
+        "weight": {"type": "integer"},
     },
 }
 
@@ -487,6 +498,44 @@ _PATHS: dict[str, Any] = {
             },
             "responses": {**_ok(_SKIPPED), **_errors(400, 403, 404, 409)},
         }
+    },
+    "/api/v1/tenants/{name}": {
+        "get": {
+            "summary": "A tenant's fairness settings: in-flight cap (null: none) and weight.",
+            "parameters": [_PATH_NAME],
+            "responses": {**_ok(_TENANT), **_errors(404)},
+        },
+        "patch": {
+            "summary": "Set a tenant's in-flight cap and claim weight (all-tenants operator).",
+            "parameters": [_PATH_NAME],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "max_in_flight": {
+                                    "type": ["integer", "null"],
+                                    "minimum": 1,
+                                    "description": "At most this many of its events run at"
+                                    " once; null removes the cap.",
+                                },
+                                "weight": {
+                                    "type": "integer",
+                                    "minimum": 1,
+                                    "maximum": 100,
+                                    "description": "Its share of each claim against the"
+                                    " other tenants' weights.",
+                                },
+                            },
+                        }
+                    }
+                },
+            },
+            "responses": {**_ok(_TENANT), **_errors(400, 403, 404)},
+        },
     },
     "/api/v1/lanes/blocked": {
         "get": {

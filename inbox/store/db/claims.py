@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,10 +38,13 @@ from psycopg.errors import DeadlockDetected, SerializationFailure
 from sqlalchemy import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
+from inbox.domain import ledger
 from inbox.domain.errors import StoreUnavailable
 from inbox.domain.intake import Prepared
+from inbox.domain.lanes import PARKED_UNTIL
 from inbox.domain.records import Source
 from inbox.infra import tracing
+from inbox.store.db import lane_sql
 from inbox.store.db.engine import (
     DEFAULT_TIMEOUT_S,
     TIMEOUT_INFO,
@@ -61,6 +65,7 @@ _PARAMS = (
     ("event_type", "text"),
     ("business_key_digest", "bytea"),
     ("ordering_key", "bytea"),
+    ("lane_position", "numeric"),
     ("content_type", "text"),
     ("body", "bytea"),
     ("body_sha256", "bytea"),
@@ -115,10 +120,41 @@ def _values(first: int) -> str:
     return "(" + ", ".join(p) + ")"
 
 
-@lru_cache(maxsize=MAX_ROWS)
-def statement(rows: int) -> str:
-    """The claiming statement for this many rows; it says which events went in and answers
-    each copy of an earlier delivery.
+# Where an event of an ordered lane starts: parked (never due until the transaction that
+# finishes its predecessor makes it so, ``inbox.store.write.queue.advance``) when an
+# unfinished event of its lane, or its lane's unskipped blocker, stands before it and this
+# statement could take a share lock on that row. The lock is what makes parking safe: the
+# UPDATE that finishes the predecessor waits for this statement's commit, so the statement
+# after it, which advances the lane, sees the parked row. A predecessor being written right
+# now (locked) is skipped: the event is then stored due, and the claim's own lane checks
+# hold it, as they hold every event. The predecessor is looked for from the day before
+# yesterday (constants in the text, so each plan names those days alone;
+# ``inbox.store.db.days``): an event behind an older one is stored due, which costs the
+# claim a look, never the order.
+_PARKED = (
+    "CASE WHEN r.ordering_key IS NOT NULL AND r.filter_reason IS NULL AND ("
+    "EXISTS (" + lane_sql.earlier("p", "r", lock="FOR SHARE OF p SKIP LOCKED") + ")"
+    " OR EXISTS (SELECT 1 FROM lane_blocks b WHERE b.tenant_id = r.tenant_id"
+    " AND b.lane = r.ordering_key AND b.skipped_at IS NULL FOR SHARE SKIP LOCKED))"
+    f" THEN CAST('{PARKED_UNTIL}' AS timestamptz) ELSE now() END"
+)
+
+
+def _parked(day: int) -> str:
+    """The parked-or-due CASE for a statement run on ``day`` (days since the epoch)."""
+    return _PARKED.format(lo=(day - 2) << ledger.DAY_SHIFT, hi=(day + 2) << ledger.DAY_SHIFT)
+
+
+def today() -> int:
+    """The day number the intake statement's text is made for (this process's clock)."""
+    return int(time.time() // 86400)
+
+
+@lru_cache(maxsize=2 * MAX_ROWS)
+def statement(rows: int, day: int) -> str:
+    """The claiming statement for this many rows, run on ``day`` (``today``: the days the
+    parking lookup names, ``_PARKED``); it says which events went in and answers each copy
+    of an earlier delivery.
 
     The keys go into ``event_keys`` first: its primary key decides every race, as the
     unique index on events did. An event goes in only when its key did (or it has none),
@@ -159,8 +195,10 @@ def statement(rows: int) -> str:
         " WHERE old.body_sha256 = EXCLUDED.body_sha256 AND NOT old.sync"
         " RETURNING tenant_id, source_id, key_digest, event_id, public_id,"
         " response_status, response_body),"
-        f" e AS (INSERT INTO events ({_EVENT_COLUMNS}, finished_at) SELECT {_EVENT_COLUMNS},"
-        " CASE WHEN filter_reason IS NOT NULL THEN now() END FROM r"
+        f" e AS (INSERT INTO events ({_EVENT_COLUMNS}, finished_at, available_at)"
+        f" SELECT {_EVENT_COLUMNS},"
+        " CASE WHEN filter_reason IS NOT NULL THEN now() END,"
+        f" {_parked(day)} FROM r"
         " WHERE key_digest IS NULL OR id IN (SELECT event_id FROM k)"
         " RETURNING id, public_id)"
         " SELECT public_id, id, NULL::text, NULL::integer, NULL::bytea FROM e"
@@ -168,6 +206,18 @@ def statement(rows: int) -> str:
         " SELECT r.public_id, k.event_id, k.public_id, k.response_status, k.response_body"
         " FROM k JOIN r USING (tenant_id, source_id, key_digest) WHERE k.event_id <> r.id"
     )
+
+
+def lane_of(source: Source, ev: Prepared) -> bytes | None:
+    """The event's lane (``events.ordering_key``): none unless its source is ordered; its
+    lane key's digest when the source names one (``lane_key``, ``lane_key_paths``), else
+    its business key's."""
+    opts = source.options
+    if not opts.serialize_by_business_key:
+        return None
+    if opts.lane_key or opts.lane_key_paths:
+        return ev.lane_digest
+    return ev.business_key_digest
 
 
 def row(source: Source, ev: Prepared) -> tuple[Any, ...]:
@@ -183,7 +233,8 @@ def row(source: Source, ev: Prepared) -> tuple[Any, ...]:
         None if ev.key_digest is None else ev.key_expires_hours,
         ev.event_type,
         ev.business_key_digest,
-        ev.business_key_digest if source.options.serialize_by_business_key else None,
+        lane_of(source, ev),
+        ev.lane_position if source.options.serialize_by_business_key else 0,
         ev.content_type,
         ev.body,
         ev.body_sha256,
@@ -243,7 +294,8 @@ def execute_on(
     if until is None:
         until = current_deadline(info.get(TIMEOUT_INFO, DEFAULT_TIMEOUT_S))
     with watchdog.guard(driver, until):
-        found = alone(driver, info, lambda: cur.execute(statement(len(rows)), params).fetchall())
+        text = statement(len(rows), today())
+        found = alone(driver, info, lambda: cur.execute(text, params).fetchall())
     return {
         mine: event_id if first is None else Copy(event_id, first, status, bytes(body))
         for mine, event_id, first, status, body in found

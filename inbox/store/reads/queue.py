@@ -1,5 +1,5 @@
-"""The events' queue as the sweeper, the alarms and metrics read it: how many are due,
-when the next retries are due, which sources have held events."""
+"""The events' queue as the sweeper, the alarms and metrics read it: when the next retries
+are due, which sources have held events (how many are due: ``inbox.store.write.queue``)."""
 
 from __future__ import annotations
 
@@ -25,14 +25,6 @@ def held_playbooks(conn: Connection) -> dict[SourceId, str | None]:
     """The sources with held events, and the playbook each names now."""
     rows = conn.execute(_HELD_SOURCES.over(*open_days(conn)))
     return {SourceId(r.id): r.playbook for r in rows}
-
-
-def due_count(conn: Connection) -> int:
-    return int(
-        conn.execute(
-            text("SELECT count(*) FROM events WHERE state = 'received' AND available_at <= now()")
-        ).scalar_one()
-    )
 
 
 def due_within(conn: Connection, horizon: float, slot: float, limit: int = 100) -> list[float]:

@@ -19,16 +19,19 @@ from inbox.domain.sources import SourceOptions
 from inbox.infra.keyring import keyring
 from inbox.store.reads.scope import Scope, as_rows, scoped
 
+# A tenant's name and state (``_BASIC``) are what every path needs, and all a store at an
+# older revision has (migration tests run these before 0031); its fairness settings are
+# read apart (``tenant_settings``).
+_BASIC = "SELECT id, name, disabled FROM tenants"
+
 
 def list_tenants(conn: Connection) -> list[Tenant]:
-    rows = conn.execute(text("SELECT id, name, disabled FROM tenants ORDER BY name"))
+    rows = conn.execute(text(f"{_BASIC} ORDER BY name"))
     return [Tenant(r.id, r.name, r.disabled) for r in rows]
 
 
 def get_tenant(conn: Connection, name: str) -> Tenant:
-    row = conn.execute(
-        text("SELECT id, name, disabled FROM tenants WHERE name = :name"), {"name": name}
-    ).first()
+    row = conn.execute(text(f"{_BASIC} WHERE name = :name"), {"name": name}).first()
     if row is None:
         raise NotFound(f"No tenant {name!r}.")
     return Tenant(row.id, row.name, row.disabled)
@@ -45,6 +48,18 @@ SELECT s.id, s.tenant_id, t.name AS tenant, s.name, s.scheme,
         SELECT array_agg(k.secret ORDER BY k.id) AS secrets, array_agg(k.id ORDER BY k.id) AS ids
           FROM source_secrets k WHERE k.source_id = s.id AND k.revoked_at IS NULL) x ON true
 """
+
+
+def tenant_settings(conn: Connection, name: str | None = None) -> list[Tenant]:
+    """Tenants (or the one named) with their fairness settings (in-flight cap, weight)."""
+    rows = conn.execute(
+        text(
+            "SELECT id, name, disabled, max_in_flight, weight FROM tenants"
+            " WHERE CAST(:name AS text) IS NULL OR name = :name ORDER BY name"
+        ),
+        {"name": name},
+    )
+    return [Tenant(r.id, r.name, r.disabled, r.max_in_flight, r.weight) for r in rows]
 
 
 def _to_source(row: Any) -> Source:

@@ -33,6 +33,12 @@ tenants = Table(
     Column("name", Text, nullable=False, unique=True),
     Column("disabled", Boolean, nullable=False, server_default=text("false")),
     now_column(),
+    # Fairness (migration 0031, inbox.store.write.queue): at most this many of the tenant's
+    # events run at once (NULL: no cap); its share of each claim, relative to the others'.
+    Column("max_in_flight", Integer),
+    Column("weight", Integer, nullable=False, server_default=text("1")),
+    CheckConstraint("max_in_flight IS NULL OR max_in_flight > 0", name="max_in_flight"),
+    CheckConstraint("weight BETWEEN 1 AND 100", name="weight"),
 )
 
 sources = Table(

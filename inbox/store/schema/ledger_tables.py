@@ -119,6 +119,9 @@ events = Table(
     Column("business_key_digest", LargeBinary),
     # Set (to the business key) when the source processes one business key at a time.
     Column("ordering_key", LargeBinary),
+    # Its place in its lane before its id (migration 0031): 0 in receipt order; the
+    # provider's occurred_at (epoch seconds) or version where the source names one.
+    Column("lane_position", Numeric, nullable=False, server_default=text("0")),
     Column("content_type", Text, nullable=False),
     # The raw body after per-source redaction; NULL once past the source's retention.
     Column("body", LargeBinary),
@@ -193,6 +196,7 @@ events = Table(
         "ix_events_ordering",
         "tenant_id",
         "ordering_key",
+        "lane_position",
         "id",
         postgresql_where=text("ordering_key IS NOT NULL AND state IN ('received', 'processing')"),
     ),

@@ -18,6 +18,7 @@ from sqlalchemy import Connection
 from inbox.domain.records import Claim, Completion, EventId, LoadedEvent
 from inbox.store.db import sealing
 from inbox.store.db.days import DayBounded
+from inbox.store.write import queue
 from inbox.store.write.queue import LOAD_COLUMNS, to_loaded
 
 _LOAD_MANY = DayBounded(
@@ -63,7 +64,7 @@ _COMPLETE_MANY = DayBounded(
           FROM input i
          WHERE e.id = i.id AND e.fence = i.fence AND e.state = 'processing'
            AND e.id >= {lo} AND e.id < {hi} AND e.lease_expires_at > now()
-        RETURNING e.id, e.attempts, e.replay
+        RETURNING e.id, e.attempts, e.replay, e.ordering_key IS NOT NULL AS laned
     ), recorded AS (
         INSERT INTO steps (event_id, name, result, key_id, attempt, replay, completed_at)
         SELECT done.id, s.name, CAST(s.result AS jsonb), i.key_id, done.attempts, done.replay,
@@ -72,7 +73,7 @@ _COMPLETE_MANY = DayBounded(
                json_each(i.steps) WITH ORDINALITY AS s(name, result, n)
         ON CONFLICT (event_id, name) DO NOTHING
     )
-    SELECT id FROM done
+    SELECT id, laned FROM done
     """
 )
 
@@ -113,7 +114,8 @@ def complete_many(conn: Connection, completions: list[Completion]) -> set[EventI
         for x in completions
     ]
     stmt = _COMPLETE_MANY.spanning([x.claim.id for x in completions])
-    done = conn.execute(stmt, {"rows": json.dumps(rows)})
+    done = conn.execute(stmt, {"rows": json.dumps(rows)}).all()
+    queue.advance(conn, [r.id for r in done if r.laned])  # their lanes' next events
     return {EventId(r.id) for r in done}
 
 
@@ -130,7 +132,7 @@ _RECORD_MANY = DayBounded(
           FROM input i
          WHERE e.id = i.id AND e.fence = i.fence AND e.state = 'processing'
            AND e.id >= {lo} AND e.id < {hi} AND e.lease_expires_at > now()
-        RETURNING e.id, e.attempts, e.replay
+        RETURNING e.id, e.attempts, e.replay, e.ordering_key IS NOT NULL AS laned
     ), recorded AS (
         INSERT INTO steps (event_id, name, result, key_id, attempt, replay, completed_at)
         SELECT live.id, s.name, CAST(s.result AS jsonb), i.key_id, live.attempts, live.replay,

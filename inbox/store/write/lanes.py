@@ -16,6 +16,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain import lanes as rules
 from inbox.store.reads.lanes import Block, block_of
+from inbox.store.write import queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +86,9 @@ def skip(
         ),
         {"a": actor, "r": why, "id": event_id},
     )
+    # The lane's next event was parked behind the block (migration 0031): due from this
+    # commit on (the caller rings the drain).
+    queue.advance(conn, [event_id])
     extra = {"requested_by": asked} if asked is not None else {}
     _audit(conn, actor, "lane_skipped", block, reason=why, public_id=public_id, **extra)
     return Skipped(public_id, "skipped", block.held, why, asked)

@@ -8,47 +8,53 @@ database clock. A worker whose lease expired, or was taken over, commits nothing
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from sqlalchemy import Connection, text
 
-from inbox.domain import failures
+from inbox.domain import failures, ledger
 from inbox.domain.errors import LeaseLost
+from inbox.domain.lanes import PARKED_UNTIL
 from inbox.domain.outcomes import RunOutcome
 from inbox.domain.records import Claim, EventId, LoadedEvent, SourceId, TenantId
 from inbox.domain.states import EventState
-from inbox.store.db import sealing
+from inbox.store.db import lane_sql, sealing
 from inbox.store.db.days import OPEN_DAYS, DayBounded, open_days
 
 # Fair across tenants: tenants are visited in random order and each gives at most
-# :per_tenant due events, so one tenant's backlog cannot fill every batch; what is
-# left of the batch is then filled oldest-first from anyone. SKIP LOCKED lets
+# :per_tenant times its weight (``tenants.weight``) due events, so one tenant's backlog
+# cannot fill every batch; what is left of the batch is then filled oldest-first from the
+# tenants without an in-flight cap. A tenant with a cap (``tenants.max_in_flight``) gives
+# no more than its cap less its events running now (counted by ``ix_events_leases``: the
+# running events of every tenant, a few hundred at most). SKIP LOCKED lets
 # concurrent drainers take disjoint rows. An event whose source processes one
 # business key at a time (its lane, ordering_key) waits while an earlier event of its
-# lane is unfinished (an index probe that stops at the lane's first unfinished event; a
-# separate clause, as an OR here turns it into a scan of the lane), a replayed one also
-# while any event of its lane runs (a skipped blocker replayed after its lane moved on
-# waits for the one running), and every one while an earlier event of its lane is
+# lane is unfinished (earlier in the lane's order, position then id: an index probe that
+# stops at the lane's first unfinished event, ``inbox.store.db.lane_sql``; a separate
+# clause, as an OR here turns it into a scan of the lane), while any event of its lane
+# runs (a skipped blocker replayed after its lane moved on, or an event that arrived late
+# for its position, waits for the one running), and while an earlier event of its lane is
 # quarantined and neither replayed nor skipped (``lane_blocks``, written by a trigger as
 # the event is quarantined: a primary-key probe, whatever the blocker's day). The attempt
 # is counted here, in the claiming transaction, so an event that kills its worker every
 # time still runs out of attempts.
-_DUE = """
+_DUE = (
+    """
     ev.state = 'received' AND ev.available_at <= now()
-    AND (ev.ordering_key IS NULL OR (NOT EXISTS (
-          SELECT 1 FROM events p
-           WHERE p.tenant_id = ev.tenant_id AND p.ordering_key = ev.ordering_key
-             AND p.id >= {lo} AND p.id < {hi} AND p.id < ev.id
-             AND p.state IN ('received', 'processing'))
-         AND (ev.replay = 0 OR NOT EXISTS (
+    AND (ev.ordering_key IS NULL OR (NOT EXISTS ("""
+    + lane_sql.earlier("p", "ev")
+    + """)
+         AND NOT EXISTS (
           SELECT 1 FROM events r
            WHERE r.tenant_id = ev.tenant_id AND r.ordering_key = ev.ordering_key
-             AND r.id >= {lo} AND r.id < {hi} AND r.state = 'processing'))
+             AND r.id >= {lo} AND r.id < {hi} AND r.state = 'processing')
          AND NOT EXISTS (
           SELECT 1 FROM lane_blocks b
            WHERE b.tenant_id = ev.tenant_id AND b.lane = ev.ordering_key
              AND b.event_id < ev.id AND b.skipped_at IS NULL)))
 """
+)
 # ``{lo}`` and ``{hi}`` everywhere events is named (inbox.store.db.days): from the floor's day
 # to tomorrow's, constants in the text, so every plan of the claim (custom or generic)
 # covers those days alone: planning or locking a year of daily partitions costs far more
@@ -58,18 +64,26 @@ _CLAIM = DayBounded(
     f"""
     WITH fair AS (
         SELECT e.id
-          FROM (SELECT id FROM tenants WHERE NOT disabled ORDER BY random()) t
+          FROM (SELECT id, weight, max_in_flight FROM tenants WHERE NOT disabled
+                 ORDER BY random()) t
          CROSS JOIN LATERAL (
                SELECT ev.id FROM events ev
                 WHERE ev.tenant_id = t.id AND {_IN_DAYS} AND {_DUE}
                 ORDER BY ev.available_at, ev.id
-                LIMIT :per_tenant
+                LIMIT least(:per_tenant * t.weight, CASE
+                    WHEN t.max_in_flight IS NULL THEN :limit
+                    ELSE greatest(0, t.max_in_flight - (
+                        SELECT count(*) FROM events f
+                         WHERE f.state = 'processing' AND f.tenant_id = t.id
+                           AND f.id >= {{lo}} AND f.id < {{hi}}))
+                    END)
                 FOR UPDATE SKIP LOCKED
          ) e
          LIMIT :limit
     ), fill AS (
         SELECT ev.id FROM events ev
          WHERE {_IN_DAYS} AND {_DUE} AND ev.id NOT IN (SELECT id FROM fair)
+           AND ev.tenant_id NOT IN (SELECT id FROM tenants WHERE max_in_flight IS NOT NULL)
          ORDER BY ev.available_at, ev.id
          LIMIT :limit - (SELECT count(*) FROM fair)
            FOR UPDATE SKIP LOCKED
@@ -88,6 +102,86 @@ _CLAIM = DayBounded(
 )
 
 
+# What the sweep counts as due, by the claim's own rules: an event the claim would pass over
+# (behind its lane's unfinished event or blocker) is not due, so a sweep that finds only
+# such events rings no drain.
+_DUE_COUNT = DayBounded(f"SELECT count(*) FROM events ev WHERE {_IN_DAYS} AND {_DUE}")
+
+
+def due_count(conn: Connection) -> int:
+    """How many events the claim would take now (the sweep rings the drain for them)."""
+    return int(conn.execute(_DUE_COUNT.over(*open_days(conn))).scalar_one())
+
+
+# The lifeline of parking (migration 0031): a parked event that no unfinished event and no
+# open blocker of its lane stands before is made due. The trigger that finishes a lane's
+# event does this in its own commit, and intake parks only under a share lock on the row it
+# parks behind, so this finds nothing unless that promise broke; each one found is counted
+# and logged by the sweep (``inbox.services.sweep``).
+_ORPHANS = DayBounded(
+    f"""
+    UPDATE events SET available_at = now()
+     WHERE id >= {{lo}} AND id < {{hi}} AND id IN (
+        SELECT ev.id FROM events ev
+         WHERE {_IN_DAYS} AND ev.state = 'received' AND ev.ordering_key IS NOT NULL
+           AND ev.available_at = CAST('{PARKED_UNTIL}' AS timestamptz)
+           AND NOT EXISTS ({lane_sql.earlier("p", "ev")})
+           AND NOT EXISTS (
+               SELECT 1 FROM lane_blocks b
+                WHERE b.tenant_id = ev.tenant_id AND b.lane = ev.ordering_key
+                  AND b.event_id < ev.id AND b.skipped_at IS NULL)
+         LIMIT 1000
+         FOR UPDATE SKIP LOCKED)
+    """
+)
+
+
+def unpark_orphans(conn: Connection) -> int:
+    """Parked events with nothing before them in their lane made due; how many."""
+    return int(conn.execute(_ORPHANS.over(*open_days(conn))).rowcount)
+
+
+# A lane advances on its predecessor's commit (truth 15): in the transaction that finishes
+# events of lanes (``complete``, ``inbox.store.write.batch.complete_many``, a skip), the
+# next unfinished event of each lane after them is made due when it is parked (and no open
+# blocker stands before it). A statement of its own, after the one that finished them: its
+# snapshot sees every event parked behind them, as the intake parks under a share lock on
+# the predecessor, which the finishing UPDATE waited for. The lane's next event is found by
+# the lane's index (``inbox.store.db.lane_sql``), from the finished events' day to tomorrow's
+# (by this process's clock, a day's margin).
+_ADVANCE = DayBounded(
+    f"""
+    UPDATE events ev SET available_at = now()
+      FROM (SELECT d.tenant_id, d.ordering_key, d.lane_position, d.id FROM events d
+             WHERE d.id = ANY(CAST(:ids AS bigint[])) AND d.id >= {{lo}} AND d.id < {{hi}}
+               AND d.ordering_key IS NOT NULL) f
+     CROSS JOIN LATERAL (
+           SELECT n.id FROM events n
+            WHERE n.tenant_id = f.tenant_id AND n.ordering_key = f.ordering_key
+              AND n.id >= {{lo}} AND n.id < {{hi}}
+              AND ({lane_sql.ORDERED.format(t="n")}) > ({lane_sql.ORDERED.format(t="f")})
+              AND n.state IN ('received', 'processing')
+            ORDER BY {lane_sql.ORDERED.format(t="n")} LIMIT 1) h
+     WHERE ev.id = h.id AND {_IN_DAYS}
+       AND ev.state = 'received' AND ev.available_at = CAST('{PARKED_UNTIL}' AS timestamptz)
+       AND NOT EXISTS (
+           SELECT 1 FROM lane_blocks b
+            WHERE b.tenant_id = ev.tenant_id AND b.lane = ev.ordering_key
+              AND b.event_id < ev.id AND b.skipped_at IS NULL)
+    """
+)
+
+
+def advance(conn: Connection, finished: list[int]) -> int:
+    """Each lane's next event after these finished (or skipped) ones made due when it was
+    parked; how many."""
+    if not finished:
+        return 0
+    tomorrow = (int(time.time() // 86400) + 1) << ledger.DAY_SHIFT
+    stmt = _ADVANCE.over(min(finished), max(max(finished), tomorrow))
+    return int(conn.execute(stmt, {"ids": finished}).rowcount)
+
+
 def floor(conn: Connection) -> int:
     """At most the lowest id of an unfinished event or delivery (0 when the row is missing)."""
     return open_days(conn)[0]
@@ -96,13 +190,14 @@ def floor(conn: Connection) -> int:
 # What the claim is sized and bounded by, in one round trip: the tenants it visits, and
 # the days it looks at (inbox.store.db.days.OPEN_DAYS).
 _CLAIM_BOUNDS = text(
-    f"SELECT (SELECT count(*) FROM tenants WHERE NOT disabled) AS tenants, {OPEN_DAYS}"
+    "SELECT (SELECT coalesce(sum(weight), 0) FROM tenants WHERE NOT disabled) AS weights,"
+    f" {OPEN_DAYS}"
 )
 
 
 def claim(conn: Connection, owner: str, limit: int, lease_seconds: float) -> list[Claim]:
     bounds = conn.execute(_CLAIM_BOUNDS).one()
-    per_tenant = max(1, -(-limit // max(1, bounds.tenants)))
+    per_tenant = max(1, -(-limit // max(1, int(bounds.weights))))  # per unit of weight
     params = {"owner": owner, "limit": limit, "per_tenant": per_tenant, "lease": lease_seconds}
     rows = conn.execute(_CLAIM.over(int(bounds.floor), int(bounds.tomorrow)), params)
     return sorted((Claim(r.id, r.fence) for r in rows), key=lambda c: c.id)
@@ -141,7 +236,7 @@ LOAD_COLUMNS = (
            e.body, e.key_id, """
     + sealing.live("e")
     + """ AS key_live, e.attempts, e.max_attempts, e.sync, e.replay, e.trace_context,
-           e.ordering_key,
+           e.ordering_key, t.max_in_flight IS NOT NULL AS capped,
            extract(epoch FROM clock_timestamp() - e.received_at) AS age_seconds,
            coalesce((SELECT jsonb_object_agg(st.name, st.result) FROM steps st
                       WHERE st.event_id = e.id AND st.event_id >= {lo} AND st.event_id < {hi}),
@@ -201,6 +296,7 @@ def to_loaded(conn: Connection, row: Any) -> LoadedEvent:
         trace_context=row.trace_context,
         lane=bytes(row.ordering_key) if row.ordering_key is not None else None,
         erased=opened.erased,
+        capped=bool(row.capped),
     )
 
 
@@ -284,6 +380,7 @@ _COMPLETE = DayBounded(
                                   THEN response_status ELSE 200 END,
            response_body = coalesce(CAST(:resp AS bytea), response_body)
      WHERE {_LIVE}
+    RETURNING ordering_key IS NOT NULL AS laned
     """
 )
 
@@ -311,9 +408,11 @@ def complete(
             "dup": duplicate_of,
             "resp": sync_response,
         },
-    )
-    if result.rowcount != 1:
+    ).first()
+    if result is None:
         raise LeaseLost()
+    if result.laned:
+        advance(conn, [c.id])
 
 
 _FAIL = DayBounded(

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, insert, select, update
 
+from inbox.domain import fairness
 from inbox.domain.errors import BadRequest
 from inbox.domain.records import Source, Tenant
 from inbox.domain.retention import check_key_window
 from inbox.domain.sources import SourceOptions
-from inbox.store.reads.sources import get_source, get_tenant
+from inbox.store.reads.sources import get_source, get_tenant, tenant_settings
 from inbox.store.schema.tables import sources, tenants
 from inbox.store.write import secrets as signing_secrets
 
@@ -28,6 +29,30 @@ def create_tenant(conn: Connection, name: str) -> Tenant:
         .returning(tenants.c.id, tenants.c.name, tenants.c.disabled)
     ).one()
     return Tenant(row.id, row.name, row.disabled)
+
+
+def set_fairness(
+    conn: Connection,
+    name: str,
+    max_in_flight: int | None = None,
+    weight: int | None = None,
+    *,
+    no_cap: bool = False,
+) -> Tenant:
+    """Set a tenant's in-flight cap (``no_cap``: remove it) and weight (1-100); what is not
+    given stays. BadRequest for a value out of range, NotFound for no such tenant."""
+    values: dict[str, int | None] = {}
+    if no_cap:
+        values["max_in_flight"] = None
+    elif max_in_flight is not None:
+        values["max_in_flight"] = fairness.check_cap(max_in_flight)
+    if weight is not None:
+        values["weight"] = fairness.check_weight(weight)
+    tenant = get_tenant(conn, name)
+    if values:
+        conn.execute(update(tenants).where(tenants.c.id == tenant.id).values(**values))
+    [changed] = tenant_settings(conn, name)
+    return changed
 
 
 def create_source(

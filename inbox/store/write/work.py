@@ -13,7 +13,6 @@ from contextlib import AbstractContextManager
 
 from sqlalchemy import Connection, Engine
 
-from inbox.store.reads import queue as queue_reads
 from inbox.store.write import batch, intents, queue, staleness
 
 
@@ -38,4 +37,4 @@ class SqlWorkStore:
     hold = staticmethod(queue.hold)
     extend = staticmethod(queue.extend)
     sweep_expired = staticmethod(queue.sweep_expired)
-    due_count = staticmethod(queue_reads.due_count)
+    due_count = staticmethod(queue.due_count)
