@@ -194,6 +194,14 @@ def main(traceback: bool) -> None:
     saying what is wrong (an unknown tenant, source, event or delivery, a value the
     database refuses, an unreachable database), and 2 for a usage error.
     """
+    # A command reads its settings when it starts: a process runs one command, but a
+    # caller that runs several in one process (click's CliRunner, with an environment
+    # each) must not get the first one's. A setting that does not parse is said in one
+    # line by the first part of the command that needs it (``settings``).
+    try:
+        config.reload()
+    except ValueError:
+        pass
     # The keyring logs why secrets are locked (for the long-running processes); here the
     # same sentence is the command's one error line: not twice.
     keyring_log = logging.getLogger("inbox.infra.keyring")

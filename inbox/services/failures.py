@@ -27,4 +27,7 @@ def explain(err: ValueRefused | StoreUnavailable, database: str) -> str:
         return f"cannot reach the database at {database}: {store.reason(err)}"
     if isinstance(err, ValueRefused):
         return f"the database refused a value: {store.reason(err)}"
+    if isinstance(err, StoreUnavailable) and err.cause != StoreUnavailable.cause:
+        # Another store than the inbox's database (the key store): its own line says which.
+        return f"{err.message.rstrip('.')} ({store.reason(err)})"
     return f"database error ({store.driver_class(err)})"

@@ -39,6 +39,27 @@ def claimed_by_tenant(engine: Engine, limit: int) -> Counter[int]:
     return Counter(r[0] for r in rows)
 
 
+def test_two_claims_at_once_do_not_both_take_a_caps_last_place(engine, two):
+    """Two claims in flight together (the second before the first commits): the second
+    cannot count the first's running events yet, so it must not serve the capped tenant."""
+    heavy, light = two
+    pending(engine, heavy, 10)
+    pending(engine, light, 10)
+    admin.set_fairness(engine, "heavy", max_in_flight=1)
+    with engine.connect() as a, engine.connect() as b:
+        ta, tb = a.begin(), b.begin()
+        first = queue.claim(a, "a", 5, 30)
+        second = queue.claim(b, "b", 5, 30)  # before the first commits
+        ta.commit()
+        tb.commit()
+    with engine.connect() as conn:
+        running = conn.execute(
+            text("SELECT count(*) FROM events WHERE tenant_id = :t AND state = 'processing'"),
+            {"t": heavy.tenant_id},
+        ).scalar_one()
+    assert running == 1, (first, second)
+
+
 @pytest.fixture
 def two(make_source):
     return make_source(tenant="heavy", name="h"), make_source(tenant="light", name="l")

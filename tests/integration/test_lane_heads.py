@@ -137,7 +137,7 @@ def _claim_plan(engine: Engine) -> dict[str, Any]:
     with engine.begin() as conn:
         lo, hi = open_days(conn)
         sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + queue._CLAIM.over(lo, hi).text
-        params = {"owner": "w", "limit": 10, "per_tenant": 10, "lease": 30}
+        params = {"owner": "w", "limit": 10, "per_tenant": 10, "lease": 30, "capped": []}
         plan = conn.execute(text(sql), params).scalar_one()
         conn.rollback()
     doc = plan if isinstance(plan, list) else json.loads(plan)

@@ -35,7 +35,7 @@ def test_the_claim_is_planned_over_the_days_from_the_floor_only(engine, make_sou
     with engine.connect() as conn:
         bounds = conn.execute(queue._CLAIM_BOUNDS).one()
     assert bounds.floor == floor
-    params = {"owner": "w", "limit": 10, "per_tenant": 10, "lease": 30}
+    params = {"owner": "w", "limit": 10, "per_tenant": 10, "lease": 30, "capped": []}
     plan = _plan(engine, queue._CLAIM.over(floor, bounds.tomorrow).text, params)
     scanned = {ledger.day_of_partition("events", n) for n in _SCANNED.findall(plan)}
     # from the floor's day to tomorrow's: not the old day, not the week ahead, not DEFAULT

@@ -72,6 +72,7 @@ _CLAIM = DayBounded(
                 ORDER BY ev.available_at, ev.id
                 LIMIT least(:per_tenant * t.weight, CASE
                     WHEN t.max_in_flight IS NULL THEN :limit
+                    WHEN NOT t.id = ANY(CAST(:capped AS bigint[])) THEN 0
                     ELSE greatest(0, t.max_in_flight - (
                         SELECT count(*) FROM events f
                          WHERE f.state = 'processing' AND f.tenant_id = t.id
@@ -187,10 +188,19 @@ def floor(conn: Connection) -> int:
     return open_days(conn)[0]
 
 
-# What the claim is sized and bounded by, in one round trip: the tenants it visits, and
-# the days it looks at (inbox.store.db.days.OPEN_DAYS).
+# What the claim is sized and bounded by, in one round trip: the tenants it visits, the
+# days it looks at (inbox.store.db.days.OPEN_DAYS), and the capped tenants this claim may
+# serve. A capped tenant's running events are counted by the claim's own statement; two
+# claims at once would both count the same running events and each take the cap's last
+# place. So a claim serves a capped tenant only under a transaction-scoped advisory lock
+# of that tenant's, taken here, before the claim's statement (and its snapshot): the next
+# claim to take it starts after this one committed, and counts what this one took. A
+# claim that finds the lock taken leaves the tenant to the one holding it (no wait).
 _CLAIM_BOUNDS = text(
     "SELECT (SELECT coalesce(sum(weight), 0) FROM tenants WHERE NOT disabled) AS weights,"
+    " (SELECT coalesce(array_agg(c.id), '{}') FROM (SELECT id FROM tenants"
+    "   WHERE max_in_flight IS NOT NULL AND NOT disabled ORDER BY id OFFSET 0) c"
+    "  WHERE pg_try_advisory_xact_lock(hashtext('inbox.tenant_cap'), c.id::int)) AS capped,"
     f" {OPEN_DAYS}"
 )
 
@@ -198,7 +208,13 @@ _CLAIM_BOUNDS = text(
 def claim(conn: Connection, owner: str, limit: int, lease_seconds: float) -> list[Claim]:
     bounds = conn.execute(_CLAIM_BOUNDS).one()
     per_tenant = max(1, -(-limit // max(1, int(bounds.weights))))  # per unit of weight
-    params = {"owner": owner, "limit": limit, "per_tenant": per_tenant, "lease": lease_seconds}
+    params = {
+        "owner": owner,
+        "limit": limit,
+        "per_tenant": per_tenant,
+        "lease": lease_seconds,
+        "capped": list(bounds.capped),
+    }
     rows = conn.execute(_CLAIM.over(int(bounds.floor), int(bounds.tomorrow)), params)
     return sorted((Claim(r.id, r.fence) for r in rows), key=lambda c: c.id)
 

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, text
 from inbox.domain import ledger
 from inbox.domain.invariants import HELD_DELIVERY_STATE
 from inbox.store.db import sealing
-from inbox.store.write import intents
+from inbox.store.write import intents, queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,4 +145,9 @@ _RELEASE_LANE = text(
 def release_lane(conn: Connection, tenant_id: int, lane_hex: str, event_id: int) -> bool:
     """Remove the stale block of a lane; whether there was one to remove."""
     params = {"t": tenant_id, "lane": lane_hex, "ev": event_id}
-    return conn.execute(_RELEASE_LANE, params).first() is not None
+    if conn.execute(_RELEASE_LANE, params).first() is None:
+        return False
+    # The lane's next event was parked behind the block: due from this commit on, as a
+    # skip makes it (inbox.store.write.lanes).
+    queue.advance(conn, [event_id])
+    return True
