@@ -109,6 +109,7 @@ def deliver(endpoint_id: int) -> dict[str, int]:
             result = deliver_once(
                 engine(),
                 EndpointId(endpoint_id),
+                client=state.current().clients.get(),  # kept across tasks: keep-alive
                 allow_private=settings.allow_private_targets,
                 lease_seconds=settings.lease_seconds,
                 policy=policy_of(settings),

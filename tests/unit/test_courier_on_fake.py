@@ -26,9 +26,11 @@ class Stub:
     def __init__(self, *answers: int | DeliveryError) -> None:
         self.answers: Iterator[int | DeliveryError] = iter(answers)
         self.sent: list[tuple[str, bytes, dict[str, str]]] = []
+        self.timeouts: list[float | None] = []
 
-    def post(self, url: str, body: bytes, headers: Any) -> Response:
+    def post(self, url: str, body: bytes, headers: Any, timeout: float | None = None) -> Response:
         self.sent.append((url, body, dict(headers)))
+        self.timeouts.append(timeout)
         answer = next(self.answers)
         if isinstance(answer, DeliveryError):
             raise answer

@@ -27,7 +27,7 @@ def _query() -> Select[Any]:
     )
 
 
-def _to_endpoint(r: Any) -> Endpoint:
+def to_endpoint(r: Any) -> Endpoint:
     return Endpoint(
         id=r.id,
         public_id=r.public_id,
@@ -56,7 +56,7 @@ def get_endpoint(conn: Connection, ref: int | str) -> Endpoint:
     row = conn.execute(_query().where(cond)).first()
     if row is None:
         raise NotFound(f"No endpoint {ref}.")
-    return _to_endpoint(row)
+    return to_endpoint(row)
 
 
 def list_endpoints(
@@ -68,4 +68,4 @@ def list_endpoints(
         q = q.where(endpoints.c.deleted_at.is_(None))
     if tenant:
         q = q.where(tenants.c.name == tenant)
-    return [_to_endpoint(r) for r in conn.execute(q)]
+    return [to_endpoint(r) for r in conn.execute(q)]
