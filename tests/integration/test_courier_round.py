@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, text
 
+from inbox.domain.errors import NotFound
+from inbox.domain.records import EndpointId
 from inbox.infra.config import Settings
 from inbox.outbound.client import Blocked, PerThread
 from inbox.services.courier import BUSY_AGAIN, deliver_once
@@ -62,14 +64,26 @@ def test_a_held_endpoint_is_skipped_at_once_and_delivered_after(engine, sink, te
     ep = endpoint(engine, tenant, sink.url("/held"))
     ids = enqueue(engine, tenant, 3)
     done: list[Any] = []
+    statements: list[str] = []
+
+    def courier() -> None:
+        def count(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+            if threading.current_thread() is t:
+                statements.append(statement)
+
+        event.listen(engine, "before_cursor_execute", count)
+        try:
+            done.append(deliver_once(engine, ep.id, allow_private=True))
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+
     with engine.begin() as holder:  # another courier's claim or record, mid-transaction
         holder.execute(text("SELECT 1 FROM endpoints WHERE id = :e FOR UPDATE"), {"e": ep.id})
-        t = threading.Thread(
-            target=lambda: done.append(deliver_once(engine, ep.id, allow_private=True))
-        )
+        t = threading.Thread(target=courier)
         t.start()
         t.join(timeout=10)  # the lock is held all along: a waiting claim would still wait
         assert done, "the courier waited for the endpoint's row"
+    assert len(statements) == 1  # a busy round is one statement
     [busy] = done
     assert (busy.busy, busy.claimed, busy.retry_in) == (1, 0, [BUSY_AGAIN])  # a ring soon
     assert sink.at("/held") == []
@@ -165,3 +179,8 @@ def test_a_kept_client_still_checks_every_new_connection(engine, sink, tenant):
     assert deliver_once(engine, ep.id, client=clients.get()).failed == 1
     assert sink.at("/private") == []
     clients.close()
+
+
+def test_a_missing_endpoint_is_not_found_not_busy(engine):
+    with pytest.raises(NotFound):
+        deliver_once(engine, EndpointId(10**9), allow_private=True)

@@ -26,22 +26,27 @@ from inbox.store.reads.endpoints import to_endpoint
 # The endpoint as ``inbox.store.reads.endpoints`` reads it (its tenant's name, its live
 # secrets), the circuit's and the rate bucket's times from the database's clock, and the
 # claims' day bounds (``OPEN_DAYS``): one round trip. ``FOR UPDATE OF e`` locks the
-# endpoint's row alone, never the tenant's.
+# endpoint's row alone, never the tenant's. With ``SKIP LOCKED`` a held row gives no
+# ``locked`` row; ``present`` then tells a held endpoint from none, in the same statement.
 _OPEN = """
-    SELECT e.*, t.name AS tenant,
-           coalesce((SELECT array_agg(s.secret) FROM endpoint_secrets s
-                      WHERE s.endpoint_id = e.id AND s.revoked_at IS NULL), '{{}}') AS secrets,
-           extract(epoch FROM e.probe_at - now()) AS probe_in,
-           extract(epoch FROM now()) AS clock,
-           extract(epoch FROM now() - e.rate_at) AS rate_elapsed,
-           {days}
-      FROM endpoints e JOIN tenants t ON t.id = e.tenant_id
-     WHERE e.id = :e
-       FOR UPDATE OF e {how}
+    WITH locked AS (
+        SELECT e.*, t.name AS tenant,
+               coalesce((SELECT array_agg(s.secret) FROM endpoint_secrets s
+                          WHERE s.endpoint_id = e.id AND s.revoked_at IS NULL), '{{}}')
+                 AS secrets,
+               extract(epoch FROM e.probe_at - now()) AS probe_in,
+               extract(epoch FROM now()) AS clock,
+               extract(epoch FROM now() - e.rate_at) AS rate_elapsed,
+               {days}
+          FROM endpoints e JOIN tenants t ON t.id = e.tenant_id
+         WHERE e.id = :e
+           FOR UPDATE OF e {how}
+    )
+    SELECT locked.*, EXISTS (SELECT 1 FROM endpoints WHERE id = :e) AS present
+      FROM (SELECT 1) AS one LEFT JOIN locked ON true
 """
 _OPEN_WAIT = text(_OPEN.format(days=OPEN_DAYS, how=""))
 _OPEN_SKIP = text(_OPEN.format(days=OPEN_DAYS, how="SKIP LOCKED"))
-_EXISTS = text("SELECT 1 FROM endpoints WHERE id = :e")
 
 
 @dataclass(frozen=True)
@@ -65,11 +70,11 @@ class Opened:
 def open_endpoint(conn: Connection, endpoint_id: EndpointId, wait: bool = True) -> Opened | None:
     """The endpoint's row, locked; None when ``wait`` is false and another transaction
     holds it. ``NotFound`` when there is no such endpoint."""
-    row = conn.execute(_OPEN_WAIT if wait else _OPEN_SKIP, {"e": endpoint_id}).first()
-    if row is None:
-        if wait or conn.execute(_EXISTS, {"e": endpoint_id}).first() is None:
+    row = conn.execute(_OPEN_WAIT if wait else _OPEN_SKIP, {"e": endpoint_id}).one()
+    if row.id is None:
+        if not row.present:
             raise NotFound(f"No endpoint {endpoint_id}.")
-        return None
+        return None  # held by another transaction (only without ``wait``)
     return _opened(row)
 
 
