@@ -16,6 +16,7 @@ class Received:
     headers: dict[str, str]
     body: bytes
     at: float
+    port: int = 0  # the client's port: one per connection it opened
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Sink:
                     {k.lower(): v for k, v in self.headers.items()},
                     body,
                     time.monotonic(),
+                    self.client_address[1],
                 )
                 with sink._lock:
                     sink.received.append(req)

@@ -27,6 +27,7 @@ from celery.signals import (
     worker_process_init,
     worker_process_shutdown,
     worker_ready,
+    worker_shutdown,
 )
 
 from inbox.domain import invariants
@@ -187,3 +188,9 @@ def _metrics_process_dead(pid: int | None = None, **_: object) -> None:
 
         multiprocess.mark_process_dead(pid or os.getpid())  # type: ignore[no-untyped-call]
     tracing.shutdown()  # export the spans still buffered
+
+
+@worker_shutdown.connect  # type: ignore[untyped-decorator]
+def _close_clients(**_: object) -> None:
+    # The courier's kept-open connections to endpoints, closed as the worker stops.
+    state.close_clients()

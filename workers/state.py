@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 
 from inbox.infra import broker, config
 from inbox.infra.config import Settings
+from inbox.outbound.client import PerThread
 from inbox.services import runtime
 from inbox.services.outages import Outages
 
@@ -33,10 +34,13 @@ class WorkerState:
     outages: Outages = field(default_factory=Outages)
     alarms: broker.Alarms = field(init=False)
     bell_: Callable[[], None] | None = None
+    # The courier's HTTP clients, one per thread, kept across tasks (keep-alive).
+    clients: PerThread = field(init=False)
 
     def __post_init__(self) -> None:
         horizon = broker.alarm_horizon(self.settings.sweep_seconds)
         self.alarms = broker.Alarms(self.settings.redis_url, horizon, self._send_later)
+        self.clients = PerThread(self.settings.allow_private_targets)
 
     def _send_later(self, task: str, args: list[int], countdown: float) -> None:
         self.app.send_task(task, args=args, countdown=broker.countdown(self.settings, countdown))
@@ -65,6 +69,7 @@ class WorkerState:
             self.engine_.dispose(close=False)
         self.engine_ = None
         self.bell_ = None
+        self.clients.close()
         self.flag.reset()
         self.alarms.reset()
 
@@ -99,6 +104,12 @@ def use(state: WorkerState | None) -> None:
 
 def current() -> WorkerState:
     return _current if _current is not None else start()
+
+
+def close_clients() -> None:
+    """Close the courier's kept-open connections, if this process made any."""
+    if _current is not None:
+        _current.clients.close()
 
 
 def reset() -> None:

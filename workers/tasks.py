@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import random
 import time
 from collections.abc import Callable, Collection
 from typing import ParamSpec, TypeVar
@@ -31,6 +32,8 @@ from workers import state
 log = logging.getLogger(__name__)
 DRAIN_BUDGET_SECONDS = 5.0
 BUSY_RETRY_SECONDS = 0.5  # a courier that found its endpoint busy rings again after this
+BUSY_TRIES = 2  # a held endpoint is looked at again this often in the task, then an alarm
+BUSY_PAUSE_SECONDS = 0.02  # ... about this far apart
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -117,18 +120,19 @@ def deliver(endpoint_id: int) -> dict[str, int]:
             result = deliver_once(
                 engine(),
                 EndpointId(endpoint_id),
+                client=state.current().clients.get(),  # kept across tasks: keep-alive
                 allow_private=settings.allow_private_targets,
                 lease_seconds=settings.lease_seconds,
                 policy=policy_of(settings),
             )
         except Exception as exc:
-            # Up to 16 courier threads claim one endpoint, and the claim locks its row: on a
-            # loaded machine a claim waits past the database timeout. That is contention,
-            # not a failure: one line and a ring a moment later, not an ERROR with a
-            # traceback per task (formatting and redacting those took up to 40 % of the
-            # courier's CPU under load, bench/README.md), and a ring a moment later in
-            # case no other courier holds the endpoint. What the round had claimed and not
-            # recorded is sent again after its lease, as after any failed round.
+            # A claim no longer waits for the endpoint's row (a held one is skipped), but a
+            # round that recorded failures takes it, and on a loaded machine a statement can
+            # pass the database timeout. That is contention, not a failure: one line and a
+            # ring a moment later, not an ERROR with a traceback per task (formatting and
+            # redacting those took up to 40 % of the courier's CPU under load,
+            # bench/README.md). What the round had claimed and not recorded is sent again
+            # after its lease, as after any failed round.
             why = timed_out(exc)
             if why is None:
                 raise
@@ -143,10 +147,16 @@ def deliver(endpoint_id: int) -> dict[str, int]:
             # broker.ALARM_SLOT), so contention does not multiply the tasks that meet it.
             set_alarms(broker.DELIVER, [endpoint_id], [BUSY_RETRY_SECONDS])
             return total
-        set_alarms(broker.DELIVER, [endpoint_id], result.retry_in)
         for name, value in vars(result).items():
             if isinstance(value, int):
                 total[name] = total.get(name, 0) + value
+        if result.busy and total["busy"] <= BUSY_TRIES:
+            # Another courier holds the endpoint for the few ms of its claim: look again
+            # shortly, in this task (a new task per busy round cost more CPU than the
+            # round), holding no connection and waiting on no lock meanwhile.
+            time.sleep(BUSY_PAUSE_SECONDS * random.uniform(0.5, 1.5))
+            continue
+        set_alarms(broker.DELIVER, [endpoint_id], result.retry_in)
         if result.closed:  # the probe answered: the backlog is due, drain it in parallel
             ring_couriers([endpoint_id] * max(0, result.ring - 1))
             continue

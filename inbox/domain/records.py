@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NewType, Protocol
 
+from inbox.domain.circuit import Circuit
 from inbox.domain.outcomes import RunOutcome
 from inbox.domain.sources import SourceOptions
 
@@ -145,6 +146,19 @@ class ClaimedDelivery:
     replay: int = 0
     trace_context: str | None = None  # the W3C traceparent of the step that made it
     probe: bool = False  # its endpoint's circuit is open: a probe, its budget not spent
+
+
+@dataclass(frozen=True)
+class CourierRound:
+    """What one courier's claim found, read in the claim's own transaction: the endpoint,
+    its circuit after the claim (half open once a probe is leased), the deliveries leased,
+    and, when none were, the seconds until its rate limit's next token (None: no limit
+    held them back)."""
+
+    endpoint: Endpoint
+    circuit: Circuit
+    claims: list[ClaimedDelivery]
+    throttled: float | None = None
 
 
 class DeliveryAttempt(Protocol):

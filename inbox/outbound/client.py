@@ -8,7 +8,10 @@ httpcore, not httpx: httpx would also read proxy settings from the environment, 
 would connect to the name itself, past the guard. Redirects are not followed. Connect, send and
 read together are bounded by ``timeout``; name resolution goes through the system resolver,
 which has no timeout of its own. Idle connections are kept per endpoint (scheme, host, port)
-for the next delivery, up to MAX_POOLED. A ``Client`` is meant for one thread at a time.
+for the next delivery, up to MAX_POOLED. A ``Client`` is meant for one thread at a time;
+``PerThread`` keeps one per thread across a courier's tasks, so a busy endpoint's
+connection is reused rather than opened per task (every new connection still passes the
+guard).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import functools
 import math
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,6 +47,7 @@ __all__ = [
     "DNSError",
     "DeliveryError",
     "InvalidURL",
+    "PerThread",
     "ProtocolError",
     "Response",
     "Timeout",
@@ -116,25 +121,31 @@ class Client:
         """Close every kept-open connection."""
         self._pool.close()
 
-    def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Response:
-        """POST ``body`` to ``url`` and return the response, whatever its status.
+    def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], timeout: float | None = None
+    ) -> Response:
+        """POST ``body`` to ``url`` and return the response, whatever its status, within
+        ``timeout`` seconds (the client's own when None).
 
         Raises InvalidURL, Blocked, DNSError, ConnectError or Timeout (all DeliveryError), and
         ValueError for a header that cannot be sent.
         """
+        limit = self.timeout if timeout is None else timeout
+        if not (limit > 0 and math.isfinite(limit)):
+            raise ValueError("timeout must be a positive number of seconds")
         target = parse_url(url)
         sent_headers = request_headers(headers, target, len(body))
         start = time.monotonic()
-        attempt = Attempt(deadline=start + self.timeout)
+        attempt = Attempt(deadline=start + limit)
         token = ATTEMPT.set(attempt)
         try:
             try:
-                return self._exchange(target, body, sent_headers, start)
+                return self._exchange(target, body, sent_headers, start, limit)
             except _STALE:
                 if attempt.opened or attempt.received:
                     raise
             attempt.received = 0
-            return self._exchange(target, body, sent_headers, start)
+            return self._exchange(target, body, sent_headers, start, limit)
         except _FAILURES as exc:
             error = _translate(exc)
             raise error from error.__cause__
@@ -142,7 +153,7 @@ class Client:
             ATTEMPT.reset(token)
 
     def _exchange(
-        self, target: Target, body: bytes, headers: dict[str, str], start: float
+        self, target: Target, body: bytes, headers: dict[str, str], start: float, limit: float
     ) -> Response:
         url = httpcore.URL(
             scheme=target.scheme.encode("ascii"),
@@ -151,13 +162,41 @@ class Client:
             target=target.path.encode("ascii"),
         )
         wire_headers = [(k.encode("ascii"), v.encode("latin-1")) for k, v in headers.items()]
-        timeouts = dict.fromkeys(("connect", "read", "write", "pool"), self.timeout)
+        timeouts = dict.fromkeys(("connect", "read", "write", "pool"), limit)
         with self._pool.stream(
             "POST", url, headers=wire_headers, content=body, extensions={"timeout": timeouts}
         ) as response:
             excerpt = _read_excerpt(response)
         latency_ms = (time.monotonic() - start) * 1000.0
         return Response(response.status, _header_dict(response), excerpt, latency_ms)
+
+
+class PerThread:
+    """One ``Client`` per thread, made on the thread's first use and kept across its tasks;
+    ``close`` closes them all (their idle connections), as the worker shuts down."""
+
+    def __init__(self, allow_private: bool = False) -> None:
+        self.allow_private = allow_private
+        self._local = threading.local()
+        self._made: list[Client] = []
+        self._lock = threading.Lock()
+
+    def get(self) -> Client:
+        """This thread's client."""
+        client: Client | None = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = Client(allow_private=self.allow_private)
+            with self._lock:
+                self._made.append(client)
+        return client
+
+    def close(self) -> None:
+        """Close every thread's client; a thread that uses it again gets a new one."""
+        with self._lock:
+            made, self._made = self._made, []
+        self._local = threading.local()
+        for client in made:
+            client.close()
 
 
 def _read_excerpt(response: httpcore.Response) -> bytes:

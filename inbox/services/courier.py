@@ -51,6 +51,7 @@ class CourierResult:
     released: int = 0
     lost: int = 0
     retry_in: list[float] = field(default_factory=list)  # seconds until each retry is due
+    busy: int = 0  # another courier held the endpoint: no slot, not waited for
     opened: int = 0  # the endpoint's circuit opened in this round
     closed: int = 0  # ... or closed: its whole backlog is due now
     ring: int = 0  # more couriers to ring now (a closed circuit's backlog drains in parallel)
@@ -67,6 +68,14 @@ DEFAULT_POLICY = circuit.Policy()
 FLUSH_EVERY = 10
 LEASE_SPARE = 1.0  # seconds of a lease kept free after an attempt's timeout
 FLUSH_SECONDS = 0.2
+BUSY_AGAIN = 0.5  # seconds: a courier that found its endpoint held rings again after this
+
+
+@dataclass
+class _Known:
+    """What this round knows of its endpoint's row: ``failing`` as last read or written."""
+
+    failing: bool
 
 
 @dataclass(frozen=True)
@@ -124,26 +133,35 @@ def deliver_once(
     store = delivery_store(db)
     owner = owner or f"courier-{uuid.uuid4().hex[:12]}"
     started = time.monotonic()
-    with store.begin() as tx:
-        ep = store.endpoint(tx, endpoint_id)
+
+    def lease_for(ep: Endpoint) -> float:
         # A lease outlives at least one attempt: a slow endpoint's delivery is never
         # handed to another courier while its answer is still on the way.
-        lease = max(float(lease_seconds), ep.timeout_ms / 1000 + LEASE_SPARE)
-        claims = store.claim(tx, endpoint_id, owner, BATCH, lease)
-        now = store.circuit(tx, endpoint_id)
-        throttled = store.throttled(tx, endpoint_id) if not claims else None
+        return max(float(lease_seconds), ep.timeout_ms / 1000 + LEASE_SPARE)
+
+    with store.begin() as tx:
+        found = store.claim_round(tx, endpoint_id, owner, BATCH, lease_for)
+    if found is None:
+        # Another courier holds the endpoint (claiming or recording): no slot now, and no
+        # wait for one. Its claim takes what was due when it ran; a ring a moment later
+        # takes what was made since.
+        return CourierResult(busy=1, retry_in=[BUSY_AGAIN])
+    ep, now, claims = found.endpoint, found.circuit, found.claims
+    lease = lease_for(ep)
     result = CourierResult(claimed=len(claims))
     if not claims:
         if now.state != circuit.CircuitState.CLOSED and now.probe_in is not None:
             result.retry_in.append(max(0.0, now.probe_in))  # the probe's alarm
-        elif throttled is not None:
-            result.retry_in.append(throttled)  # its rate limit's next token
+        elif found.throttled is not None:
+            result.retry_in.append(found.throttled)  # its rate limit's next token
         return result
     # Closed and nothing failing when claimed: a round of successes changes nothing of
     # the circuit, so recording it need not lock the endpoint's row.
     clean = now.quiet and not ep.failing
+    known = _Known(ep.failing)
     own_client = client is None
     client = client or Client(timeout=ep.timeout_ms / 1000, allow_private=allow_private)
+    timeout = ep.timeout_ms / 1000
     sent: list[Sent] = []
     flushed = time.monotonic()
     # The last moment to start an attempt that ends (at the endpoint's timeout) inside the
@@ -152,7 +170,7 @@ def deliver_once(
     try:
         for i, c in enumerate(claims):
             if i and time.monotonic() > last_start:
-                _record(store, ep, sent, result, policy, clean)
+                _record(store, ep, sent, result, policy, clean, known)
                 sent, flushed = [], time.monotonic()
                 rest = claims[i:]
                 with store.begin() as tx:
@@ -160,7 +178,7 @@ def deliver_once(
                 result.released = len(rest)
                 result.retry_in.append(0.0)
                 break
-            one = _send(client, ep, c)
+            one = _send(client, ep, c, timeout)
             sent.append(one)
             opens = circuit.stops(now, one.signal, policy)
             now = circuit.step(now, one.signal, policy)
@@ -169,7 +187,7 @@ def deliver_once(
             # Ordered: the next waits until this one is delivered or dead.
             stop = stop or (ep.ordered and one.state == DeliveryState.PENDING)
             if stop or len(sent) >= FLUSH_EVERY or time.monotonic() - flushed > FLUSH_SECONDS:
-                _record(store, ep, sent, result, policy, clean)
+                _record(store, ep, sent, result, policy, clean, known)
                 sent, flushed = [], time.monotonic()
             if stop:
                 rest = claims[i + 1 :]
@@ -180,7 +198,7 @@ def deliver_once(
                     result.retry_in.append(one.delay)
                 break
     finally:
-        _record(store, ep, sent, result, policy, clean)
+        _record(store, ep, sent, result, policy, clean, known)
         if own_client:
             client.close()
     return result
@@ -198,12 +216,12 @@ def policy_of(settings: Settings) -> circuit.Policy:
     )
 
 
-def _send(client: Client, ep: Endpoint, c: ClaimedDelivery) -> Sent:
+def _send(client: Client, ep: Endpoint, c: ClaimedDelivery, timeout: float) -> Sent:
     """One attempt as a client span of the event's trace (its context goes out with it)."""
     with tracing.span(
         "POST", "CLIENT", parent=c.trace_context
     ) as current:  # the OTel HTTP client span name: the method
-        one = _attempt(client, ep, c)
+        one = _attempt(client, ep, c, timeout)
         if current is not None:
             current.set_attributes(_span_attributes(ep, c, one))
             if one.state != DeliveryState.DELIVERED:
@@ -213,7 +231,7 @@ def _send(client: Client, ep: Endpoint, c: ClaimedDelivery) -> Sent:
     return one
 
 
-def _attempt(client: Client, ep: Endpoint, c: ClaimedDelivery) -> Sent:
+def _attempt(client: Client, ep: Endpoint, c: ClaimedDelivery, timeout: float) -> Sent:
     """Send one delivery and judge the answer (no database work here)."""
     now = datetime.now(UTC)
     if c.body is None:  # its event's key was destroyed by an erasure: nothing to send
@@ -236,7 +254,7 @@ def _attempt(client: Client, ep: Endpoint, c: ClaimedDelivery) -> Sent:
     excerpt: str | None = None
     latency = 0.0
     try:
-        resp = client.post(ep.url, c.body, hdrs)
+        resp = client.post(ep.url, c.body, hdrs, timeout=timeout)
         status, latency, excerpt = resp.status, resp.latency_ms, redact_excerpt(resp.body_excerpt)
         verdict = callbacks.judge_status(resp.status, resp.headers.get("retry-after"))
     except DeliveryError as exc:
@@ -324,11 +342,13 @@ def _record(
     result: CourierResult,
     policy: circuit.Policy,
     clean: bool = False,
+    known: _Known | None = None,
 ) -> None:
     """Record a round's attempts and outcomes in one transaction; fenced per delivery. The
     endpoint's circuit takes them in under its row's lock, taken first, unless the round
     was all successes of a ``clean`` claim (closed, nothing failing): then nothing of the
-    endpoint's row changes."""
+    endpoint's row changes. ``failing`` is written only when it differs from what the
+    round last read or wrote (``known``)."""
     if not sent:
         return
     quiet = clean and not any(s.retryable or s.disable or s.unreachable for s in sent)
@@ -338,8 +358,7 @@ def _record(
         kept = store.finish_many(tx, sent)
         if any(s.disable for s in sent):
             store.disable(tx, ep.id, "the endpoint answered 410 Gone")
-        answered = [s for s in sent if s.status is not None]
-        store.set_failing(tx, ep.id, failing=not answered or sent[-1].unreachable)
+        _mark_failing(store, tx, ep, sent, known)
         if not quiet:
             change = circuit.after(before, [s.signal for s in sent], policy)
             if change.circuit != before:
@@ -364,6 +383,19 @@ def _record(
             result.retry_in.append(s.delay)
         metrics.record_delivery_attempt(ep.tenant, s.outcome)
     sent.clear()
+
+
+def _mark_failing(
+    store: DeliveryStore[Any], tx: Any, ep: Endpoint, sent: list[Sent], known: _Known | None
+) -> None:
+    """Failing when nothing answered or the last attempt found it unreachable; written
+    only when that differs from what the round last read or wrote."""
+    answered = any(s.status is not None for s in sent)
+    failing = not answered or sent[-1].unreachable
+    if known is None or known.failing != failing:
+        store.set_failing(tx, ep.id, failing=failing)
+        if known is not None:
+            known.failing = failing
 
 
 def _status_error(status: int | None, state: DeliveryState) -> str | None:

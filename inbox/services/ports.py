@@ -11,7 +11,7 @@ this module imports the domain and nothing else (an import-linter contract says 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
@@ -23,6 +23,7 @@ from inbox.domain.records import (
     Claim,
     ClaimedDelivery,
     Completion,
+    CourierRound,
     DeliveryAttempt,
     DeliveryId,
     Endpoint,
@@ -120,6 +121,21 @@ class DeliveryStore(Protocol[Tx]):
         ``rate_per_second``, across every courier); while the circuit is open, one probe (the
         oldest, ``probe`` set, its attempts not counted) once the probe is due and nothing
         else is being sent; the circuit is then half open."""
+        ...
+
+    def claim_round(
+        self,
+        tx: Tx,
+        endpoint_id: EndpointId,
+        owner: str,
+        limit: int,
+        lease_for: Callable[[Endpoint], float],
+    ) -> CourierRound | None:
+        """A courier's ``claim`` (its lease ``lease_for`` the endpoint) with the endpoint,
+        its circuit after the claim and, when nothing was leased, its rate limit's wait:
+        in as few round trips as the store can. None at once, without waiting, when another
+        courier holds the endpoint (its claim or its record is under way): no slot now;
+        ``NotFound`` when there is no such endpoint."""
         ...
 
     def circuit(self, tx: Tx, endpoint_id: EndpointId) -> Circuit:

@@ -22,6 +22,7 @@ from dev.embedded import PrivatePostgres, free_port
 from inbox.domain.callbacks import CallbackSet
 from inbox.infra.config import Settings
 from inbox.services import sweep
+from inbox.services.courier import BUSY_AGAIN
 from inbox.services.outages import Outages
 from inbox.store.db.engine import make_engine
 from inbox.store.schema import migrate
@@ -121,9 +122,10 @@ def test_an_error_that_is_not_an_outage_still_fails_the_task(tasks, monkeypatch,
 def test_a_courier_that_finds_its_endpoint_locked_rings_again_without_a_traceback(
     tasks, monkeypatch, settings: Settings, engine: Engine, make_source, caplog
 ):
-    """A claim that waits past the database timeout for an endpoint row another
-    transaction holds (16 courier threads on one endpoint, a loaded machine) is one
-    WARNING and a ring a moment later; the delivery stays due, nothing is sent twice."""
+    """A claim that finds the endpoint row another transaction holds (16 courier threads
+    on one endpoint) does not wait for it, even with a database timeout far shorter than
+    the hold: the task looks again twice, then rings a moment later, with no log line and
+    no traceback; the delivery stays due, nothing is sent twice."""
     from inbox.domain.callbacks import Outgoing
     from inbox.store.write import endpoints as estore
     from inbox.store.write import intents
@@ -145,19 +147,45 @@ def test_a_courier_that_finds_its_endpoint_locked_rings_again_without_a_tracebac
     holder = psycopg.connect(settings.database_url)
     try:
         holder.execute("SELECT 1 FROM endpoints WHERE id = %s FOR UPDATE", (ep.id,))
-        assert tasks.deliver(ep.id) == {}
+        done = tasks.deliver(ep.id)
     finally:
         holder.rollback()
         holder.close()
         quick.dispose()
-    seen = lines(caplog)
-    assert len(seen) == 1 and seen[0][0] == "WARNING", seen
-    assert seen[0][1].startswith(f"endpoint {ep.id} busy (")
+    assert (done["busy"], done["claimed"]) == (1 + tasks.BUSY_TRIES, 0)
+    assert lines(caplog) == []
     assert not any(r.exc_info for r in caplog.records)
-    assert rings == [("inbox.deliver", [ep.id], [tasks.BUSY_RETRY_SECONDS])]
+    assert rings == [("inbox.deliver", [ep.id], [BUSY_AGAIN])]
     with engine.connect() as conn:
         states = conn.execute(text("SELECT state, attempts FROM deliveries")).all()
     assert [tuple(r) for r in states] == [("pending", 0)]
+
+
+def test_a_courier_round_cut_at_the_database_timeout_rings_again_with_one_warning(
+    tasks, monkeypatch, settings: Settings, engine: Engine, caplog
+):
+    """A round whose statement passes the database timeout (a record waiting for the
+    endpoint's row on a loaded machine) is one WARNING and a ring a moment later."""
+    caplog.set_level(logging.INFO)
+    quick = make_engine(Settings(database_url=settings.database_url, db_timeout_ms=100))
+
+    def slow(*args: object, **kwargs: object) -> object:
+        with quick.begin() as conn:
+            return conn.execute(text("SELECT pg_sleep(2)"))
+
+    rings: list[tuple[str, list[int], list[float]]] = []
+    monkeypatch.setattr(tasks, "set_alarms", lambda *a: rings.append(a))
+    monkeypatch.setattr(worker(), "engine_", engine)
+    monkeypatch.setattr(tasks, "deliver_once", slow)
+    try:
+        assert tasks.deliver(7) == {}
+    finally:
+        quick.dispose()
+    seen = lines(caplog)
+    assert len(seen) == 1 and seen[0][0] == "WARNING", seen
+    assert seen[0][1].startswith("endpoint 7 busy (")
+    assert not any(r.exc_info for r in caplog.records)
+    assert rings == [("inbox.deliver", [7], [tasks.BUSY_RETRY_SECONDS])]
 
 
 def test_a_courier_error_that_is_not_a_timeout_still_fails_the_task(

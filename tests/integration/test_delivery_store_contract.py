@@ -337,3 +337,26 @@ def test_an_ordered_endpoint_gives_its_head_run_and_a_retry_blocks_what_follows(
         subject.store.release(tx, [third], 0.0)
     assert subject.row(third.public_id) == ("pending", 0)
     assert claim(subject, ep, owner="c2") == []  # due, but behind the retry of the second
+
+
+def test_a_courier_round_is_the_claim_with_what_it_read(subject: Subject) -> None:
+    ep = subject.add_endpoint(rate_per_second=2.0, timeout_ms=7000)
+    enqueue(subject, 3)
+
+    def round_(owner: str) -> Any:
+        with subject.store.begin() as tx:
+            return subject.store.claim_round(tx, ep, owner, 50, lambda e: e.timeout_ms / 1000)
+
+    first = round_("c1")
+    assert (first.endpoint.id, first.endpoint.timeout_ms) == (ep, 7000)
+    assert first.circuit.state == CircuitState.CLOSED
+    assert (len(first.claims), first.throttled) == (2, None)  # a full bucket: 2 tokens
+    second = round_("c2")
+    assert second.claims == [] and 0 < second.throttled <= 0.5  # the next token's wait
+    with subject.store.begin() as tx:
+        subject.store.set_circuit(tx, ep, Change(Circuit(CircuitState.OPEN, 5, 1.0, 0.0)))
+        subject.store.finish_many(tx, [Sent(c, DeliveryState.PENDING) for c in first.claims])
+    probe = round_("c3")
+    [one] = probe.claims
+    assert one.probe and probe.circuit.state == CircuitState.HALF_OPEN
+    assert probe.circuit.probe_in == pytest.approx(7.0)  # half open until the lease ends

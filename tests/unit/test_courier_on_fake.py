@@ -26,9 +26,11 @@ class Stub:
     def __init__(self, *answers: int | DeliveryError) -> None:
         self.answers: Iterator[int | DeliveryError] = iter(answers)
         self.sent: list[tuple[str, bytes, dict[str, str]]] = []
+        self.timeouts: list[float | None] = []
 
-    def post(self, url: str, body: bytes, headers: Any) -> Response:
+    def post(self, url: str, body: bytes, headers: Any, timeout: float | None = None) -> Response:
         self.sent.append((url, body, dict(headers)))
+        self.timeouts.append(timeout)
         answer = next(self.answers)
         if isinstance(answer, DeliveryError):
             raise answer
@@ -69,6 +71,7 @@ def test_a_round_sends_in_order_and_records_each_outcome() -> None:
     sent_ids = [h["webhook-id"] for _, _, h in client.sent]
     assert sent_ids == [d.public_id for d in store.deliveries.all()]  # in order, stable ids
     assert [len(d.log) for d in store.deliveries.all()] == [1, 1, 1]
+    assert client.timeouts == [5.0] * 3  # the endpoint's, whoever made the client
     assert deliver_once(store.deliveries, EP, client=Stub()).claimed == 0
     store.advance(max(result.retry_in))
     again = deliver_once(store.deliveries, EP, client=Stub(200))
@@ -84,6 +87,14 @@ def test_an_unreachable_endpoint_hands_the_rest_back_unattempted() -> None:
     assert (result.claimed, result.retried, result.released) == (3, 1, 2)
     assert states(store) == [("pending", 1), ("pending", 0), ("pending", 0)]
     assert store.data.endpoints[EP].failing
+    store.deliveries.store.calls.clear()
+    store.advance(max(result.retry_in))
+    assert deliver_once(store.deliveries, EP, client=Stub(200, 200, 200)).delivered == 3
+    assert not store.data.endpoints[EP].failing  # it answered: written back once
+    assert store.deliveries.store.calls.count("set_failing") == 1
+    quiet = outbox(2)  # a healthy endpoint's quiet round
+    assert deliver_once(quiet.deliveries, EP, client=Stub(200, 200)).delivered == 2
+    assert "set_failing" not in quiet.deliveries.store.calls  # nothing changed: not written
 
 
 def test_410_gone_disables_the_endpoint() -> None:

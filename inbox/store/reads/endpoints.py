@@ -20,7 +20,7 @@ SELECT ep.*, t.name AS tenant,
 """
 
 
-def _to_endpoint(r: Any) -> Endpoint:
+def to_endpoint(r: Any) -> Endpoint:
     return Endpoint(
         id=r.id,
         public_id=r.public_id,
@@ -49,7 +49,7 @@ def get_endpoint(conn: Connection, ref: int | str) -> Endpoint:
     row = conn.execute(text(f"{_ENDPOINT} WHERE {column} = :ref"), {"ref": ref}).first()
     if row is None:
         raise NotFound(f"No endpoint {ref}.")
-    return _to_endpoint(row)
+    return to_endpoint(row)
 
 
 def list_endpoints(
@@ -63,4 +63,4 @@ def list_endpoints(
         ),
         {"tenant": tenant or None, "deleted": deleted},
     )
-    return [_to_endpoint(r) for r in rows]
+    return [to_endpoint(r) for r in rows]

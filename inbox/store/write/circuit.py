@@ -1,7 +1,8 @@
 """Endpoints' circuit breakers on their rows (the rule is ``inbox.domain.circuit``).
 
-``read`` locks the endpoint's row: the claim and the courier's record both take it before
-any delivery row, as an operator's enable or pause does, so the three never wait on each
+``read`` locks the endpoint's row: the courier's record takes it before any delivery row,
+as the claim does (``inbox.store.write.courier_round``, which reads the circuit with the
+rest of the row) and an operator's enable or pause does, so the three never wait on each
 other in opposite orders. Times are the database's.
 """
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -11,15 +12,19 @@ from sqlalchemy import Connection, text
 from inbox.domain.circuit import CircuitState
 from inbox.domain.records import (
     ClaimedDelivery,
+    CourierRound,
     DeliveryAttempt,
     DeliveryId,
+    Endpoint,
     EndpointId,
     TenantId,
 )
 from inbox.infra import envelope
 from inbox.store.db import sealing
-from inbox.store.db.days import LOWER_FLOOR, DayBounded, open_days
-from inbox.store.write import circuit, endpoint_rate, ordered
+from inbox.store.db.days import LOWER_FLOOR, DayBounded
+from inbox.store.write import circuit, courier_round, endpoint_rate, ordered
+
+Leases = Callable[[Endpoint], float]  # a claim's lease, in seconds, for its endpoint
 
 _SUBSCRIBERS = text(
     "SELECT id, tenant_id, event_types, filter, enabled AND NOT paused AS sends"
@@ -107,19 +112,41 @@ def claim(
 ) -> list[ClaimedDelivery]:
     """Up to ``limit`` due deliveries while the endpoint's circuit is closed (and its rate
     limit has tokens: one per delivery); while it is open, one probe when the probe is due
-    (the circuit is half open until it answers); otherwise none."""
-    now = circuit.read(conn, endpoint_id)  # the endpoint's row is locked from here
+    (the circuit is half open until it answers); otherwise none. Waits for the endpoint's
+    row lock; the courier's ``claim_round`` does not."""
+    opened = courier_round.open_endpoint(conn, endpoint_id)
+    assert opened is not None  # a waiting read finds the row or raises NotFound
+    return claim_opened(conn, opened, owner, limit, lease).claims
+
+
+def claim_round(
+    conn: Connection, endpoint_id: EndpointId, owner: str, limit: int, lease_for: Leases
+) -> CourierRound | None:
+    """A courier's claim (``claim``) from one locked read of the endpoint, its lease
+    ``lease_for`` the endpoint; None at once when another transaction holds the
+    endpoint's row (not waited for)."""
+    opened = courier_round.open_endpoint(conn, endpoint_id, wait=False)
+    if opened is None:
+        return None
+    return claim_opened(conn, opened, owner, limit, lease_for(opened.endpoint))
+
+
+def claim_opened(
+    conn: Connection, opened: courier_round.Opened, owner: str, limit: int, lease: float
+) -> CourierRound:
+    """The claim over the endpoint's row as ``opened`` read it (locked since)."""
+    endpoint_id, now = opened.endpoint.id, opened.circuit
     probe = now.state != CircuitState.CLOSED
     if probe and (now.probe_in is None or now.probe_in > 0):
-        return []
-    bucket = None if probe else endpoint_rate.take(conn, endpoint_id, limit)
+        return CourierRound(opened.endpoint, now, [], _next_token(opened))
+    bucket = None if probe else opened.bucket(limit)
     if bucket is not None:
         limit = bucket.allowed
         if not limit:
-            return []
+            return CourierRound(opened.endpoint, now, [], bucket.wait)
     params = {"e": endpoint_id, "owner": owner, "limit": limit, "lease": lease}
-    days = open_days(conn)
-    if not probe and ordered.is_ordered(conn, endpoint_id):  # one at a time, in order
+    days = opened.days
+    if not probe and opened.endpoint.ordered:  # one at a time, in order
         rows = ordered.claim(conn, endpoint_id, owner, limit, lease, days)
     else:
         rows = list(conn.execute((_PROBE if probe else _CLAIM).over(*days), params))
@@ -127,9 +154,14 @@ def claim(
     gone = sealing.destroyed(conn, [bytes(r.body) for r in rows])  # erased since: not sent
     if probe and rows:
         circuit.probing(conn, endpoint_id, lease)
+        now = replace(now, state=CircuitState.HALF_OPEN, probe_in=lease)
     if bucket is not None:
         endpoint_rate.spend(conn, endpoint_id, bucket, len(rows))
-    return sorted(
+    if not rows:
+        # A spent bucket kept the tokens it did not lease: the next one is there now.
+        wait = None if bucket is not None else _next_token(opened)
+        return CourierRound(opened.endpoint, now, [], wait)
+    claims = sorted(
         (
             ClaimedDelivery(
                 DeliveryId(r.id),
@@ -147,6 +179,12 @@ def claim(
         ),
         key=lambda c: c.id,
     )
+    return CourierRound(opened.endpoint, now, claims)
+
+
+def _next_token(opened: courier_round.Opened) -> float | None:
+    bucket = opened.bucket(1)
+    return bucket.wait if bucket is not None else None
 
 
 _LIVE = "id = :id AND id >= {lo} AND id < {hi} AND fence = :fence AND state = 'sending'"

@@ -34,6 +34,7 @@ class SqlDeliveryStore:
         endpoints.set_enabled(conn, endpoint_id, False, reason)
 
     claim = staticmethod(deliveries.claim)
+    claim_round = staticmethod(deliveries.claim_round)
     circuit = staticmethod(circuits.read)
     throttled = staticmethod(endpoint_rate.wait)
     set_circuit = staticmethod(circuits.write)

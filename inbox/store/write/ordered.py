@@ -2,7 +2,7 @@
 delivery in flight, and the next only once the previous is delivered or dead, in the
 order they were made (by id), across every courier process.
 
-The claim takes the endpoint's row lock first (``inbox.store.write.circuit.read``), so each
+The claim takes the endpoint's row lock first (``inbox.store.write.courier_round``), so each
 statement here sees every other courier's committed claim. It takes the run of due
 deliveries at the head of the endpoint's unfinished ones (pending or being sent, by id):
 none while the head is being sent or waits for its retry. The courier sends the run one
