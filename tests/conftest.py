@@ -311,6 +311,20 @@ def _clean_tables(request: pytest.FixtureRequest) -> Iterator[None]:
     if "engine" not in request.fixturenames:
         return
     _empty_tables(request.getfixturevalue("engine"))
+    _empty_keystore()
+
+
+def _empty_keystore() -> None:
+    """The worker's key store emptied too: it outlives the tables, and a key wrapped under
+    one test's INBOX_KEK must not meet the next test's (``inbox secrets reencrypt`` rewraps
+    every key it holds)."""
+    from inbox.store.db import keystore
+
+    if not keystore.configured():
+        return
+    with keystore.current().engine.begin() as conn:
+        if conn.execute(text("SELECT to_regclass('data_keys')")).scalar() is not None:
+            conn.execute(text("DELETE FROM data_keys"))
 
 
 SourceFactory = Callable[..., Source]
