@@ -18,7 +18,7 @@ from sqlalchemy import Connection, text
 from inbox.domain import ledger
 from inbox.domain.invariants import HELD_DELIVERY_STATE
 from inbox.store.db import sealing
-from inbox.store.write import intents
+from inbox.store.write import intents, queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +143,11 @@ _RELEASE_LANE = text(
 
 
 def release_lane(conn: Connection, tenant_id: int, lane_hex: str, event_id: int) -> bool:
-    """Remove the stale block of a lane; whether there was one to remove."""
+    """Remove the stale block of a lane; whether there was one to remove. The lane's next
+    event, parked behind the block (migration 0031), is due from this commit on, as after
+    a skip."""
     params = {"t": tenant_id, "lane": lane_hex, "ev": event_id}
-    return conn.execute(_RELEASE_LANE, params).first() is not None
+    if conn.execute(_RELEASE_LANE, params).first() is None:
+        return False
+    queue.advance(conn, [event_id])
+    return True
