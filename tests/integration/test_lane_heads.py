@@ -246,8 +246,9 @@ def test_the_lane_probe_reads_its_own_lane_not_the_lanes_before_it(ordered, engi
     with engine.begin() as conn:  # the advance of those ten lanes reads as little
         ids = [r[0] for r in conn.execute(text("SELECT id FROM events ORDER BY id LIMIT 10"))]
         tomorrow = open_days(conn)[1]
-        sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + queue._ADVANCE.over(ids[0], tomorrow).text
-        doc = conn.execute(text(sql), {"ids": ids}).scalar_one()
+        advance = queue._ADVANCE.over(ids[0], tomorrow).text
+        doc = conn.execute(text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + advance), {"ids": ids})
+        doc = doc.scalar_one()
         conn.rollback()
     doc = doc if isinstance(doc, list) else json.loads(doc)
     probes = [p for p in _lane_probes(doc[0]["Plan"]) if p[1]]
