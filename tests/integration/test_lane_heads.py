@@ -195,3 +195,63 @@ def _walks_the_primary_key(node: dict[str, Any]) -> bool:
     if name.endswith("_pkey") and "Filter" in node:
         return True
     return any(_walks_the_primary_key(c) for c in node.get("Plans", []))
+
+
+def _lane_probes(node: dict[str, Any]) -> list[tuple[int, int]]:
+    """(index pages read, loops) of each scan of the lane index in a plan."""
+    here = []
+    if str(node.get("Index Name", "")).endswith("_ordering_key_lane_position_id_idx"):
+        here.append((int(node["Shared Hit Blocks"]), int(node.get("Actual Loops", 1))))
+    return here + [p for c in node.get("Plans", []) for p in _lane_probes(c)]
+
+
+def test_the_lane_probe_reads_its_own_lane_not_the_lanes_before_it(ordered, engine):
+    """2,000 lanes of 4 events (the first of each finished, the second due, the rest
+    parked): each head's probe for an earlier unfinished event starts at its own lane's
+    entries and reads a few pages of the lane index, however many lanes sort before it.
+    (Written with the lane inside a four-column row comparison, PostgreSQL started every
+    probe at the tenant's first entry: ~58 pages each here, the ordered drain at 0.45x.)
+    The advance after those heads finish reads each lane's next entry as directly."""
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                """
+                INSERT INTO events (id, public_id, tenant_id, source_id, content_type,
+                       body_sha256, response_status, response_body, ordering_key,
+                       available_at)
+                SELECT inbox_ledger_id('events_id_seq'), 'evt_l' || g, :t, :s,
+                       'application/json', '\\x00', 202, '',
+                       sha256(convert_to('k' || (g % 2000), 'UTF8')),
+                       CASE WHEN g < 4000 THEN now() ELSE CAST(:p AS timestamptz) END
+                  FROM generate_series(0, 7999) g ORDER BY g
+                """
+            ),
+            {"t": ordered.tenant_id, "s": ordered.id, "p": PARKED_UNTIL},
+        )
+        conn.execute(text("SET LOCAL session_replication_role = replica"))  # no triggers
+        conn.execute(
+            text(
+                "UPDATE events SET state = 'completed', finished_at = now()"
+                " WHERE id IN (SELECT id FROM events ORDER BY id LIMIT 2000)"
+            )
+        )
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM ANALYZE events"))
+    plan = _claim_plan(engine)
+    assert plan["Actual Rows"] == 10  # ten heads
+    probes = [p for p in _lane_probes(plan) if p[1]]
+    assert probes  # the claim asked the lane index
+    for pages, loops in probes:
+        assert pages / loops <= 6, probes  # the old form: ~58 each
+    with engine.begin() as conn:  # the advance of those ten lanes reads as little
+        ids = [r[0] for r in conn.execute(text("SELECT id FROM events ORDER BY id LIMIT 10"))]
+        tomorrow = open_days(conn)[1]
+        advance = queue._ADVANCE.over(ids[0], tomorrow).text
+        doc = conn.execute(text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + advance), {"ids": ids})
+        doc = doc.scalar_one()
+        conn.rollback()
+    doc = doc if isinstance(doc, list) else json.loads(doc)
+    probes = [p for p in _lane_probes(doc[0]["Plan"]) if p[1]]
+    assert probes
+    for pages, loops in probes:
+        assert pages / loops <= 10, probes  # with its heap fetches: ~5 each

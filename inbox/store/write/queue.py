@@ -158,9 +158,8 @@ _ADVANCE = DayBounded(
                AND d.ordering_key IS NOT NULL) f
      CROSS JOIN LATERAL (
            SELECT n.id FROM events n
-            WHERE n.tenant_id = f.tenant_id AND n.ordering_key = f.ordering_key
-              AND n.id >= {{lo}} AND n.id < {{hi}}
-              AND ({lane_sql.ORDERED.format(t="n")}) > ({lane_sql.ORDERED.format(t="f")})
+            WHERE {lane_sql.same_lane("n", "f")}
+              AND n.id >= {{lo}} AND n.id < {{hi}} AND {lane_sql.before("n", ">", "f")}
               AND n.state IN ('received', 'processing')
             ORDER BY {lane_sql.ORDERED.format(t="n")} LIMIT 1) h
      WHERE ev.id = h.id AND {_IN_DAYS}

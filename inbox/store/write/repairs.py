@@ -143,7 +143,9 @@ _RELEASE_LANE = text(
 
 
 def release_lane(conn: Connection, tenant_id: int, lane_hex: str, event_id: int) -> bool:
-    """Remove the stale block of a lane; whether there was one to remove."""
+    """Remove the stale block of a lane; whether there was one to remove. The lane's next
+    event, parked behind the block (migration 0031), is due from this commit on, as after
+    a skip."""
     params = {"t": tenant_id, "lane": lane_hex, "ev": event_id}
     if conn.execute(_RELEASE_LANE, params).first() is None:
         return False
