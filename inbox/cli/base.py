@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from importlib import metadata
 from typing import Any
 
 import click
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from inbox.cli.params import TEXT
 from inbox.domain.errors import InboxError, StoreUnavailable
 from inbox.infra import config
 from inbox.infra.config import Settings
-from inbox.services import admin, failures, runtime
+from inbox.services import failures, runtime
 from inbox.services.runtime import Runtime
 
 EXAMPLE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -68,12 +66,6 @@ def ringing() -> Runtime:
 
 def engine() -> Engine:
     return current().engine
-
-
-@contextmanager
-def transaction() -> Iterator[Connection]:
-    with engine().begin() as conn:
-        yield conn
 
 
 def _database() -> str:
@@ -222,6 +214,3 @@ def split_ref(ref: str) -> tuple[str, str]:
     return tenant, name
 
 
-def check_named(conn: Connection, tenant: str | None, source: str | None = None) -> None:
-    """A tenant or source named as a filter must exist: a typo is an error, not ``(none)``."""
-    admin.check_named(conn, tenant, source)

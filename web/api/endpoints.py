@@ -13,27 +13,23 @@ from flask import request
 from inbox.domain.errors import BadRequest
 from inbox.domain.held import Discard
 from inbox.domain.records import TenantId
-from inbox.services import endpoint_delete, endpoint_state
+from inbox.services import endpoint_delete, endpoint_state, reading
 from inbox.services.endpoint_state import Changed
-from inbox.store.reads.endpoint_health import statuses
 from web import actions
 from web.api import auth
 from web.api.blueprint import api
 from web.common import jsonable, not_found
-from web.services import services
 
 
 @api.get("/endpoints")
 def list_endpoints() -> dict[str, Any]:
-    with services().engine.connect() as conn:
-        found = statuses(conn, auth.scope())
+    found = reading.endpoint_statuses(actions.runtime(), auth.scope())
     return {"data": [jsonable(s.public()) for s in found]}
 
 
 @api.get("/endpoints/<public_id>")
 def show_endpoint(public_id: str) -> dict[str, Any]:
-    with services().engine.connect() as conn:
-        found = statuses(conn, auth.scope(), public_id)
+    found = reading.endpoint_statuses(actions.runtime(), auth.scope(), public_id)
     if not found:
         raise not_found("endpoint")
     shown: dict[str, Any] = jsonable(found[0].public())
