@@ -13,7 +13,6 @@ from importlib import metadata
 from typing import Any
 
 import click
-from sqlalchemy import Engine
 
 from inbox.cli.params import TEXT
 from inbox.domain.errors import InboxError, StoreUnavailable
@@ -62,10 +61,6 @@ def ringing() -> Runtime:
     """This command's runtime with the broker's bells (rung in line)."""
     rt = current()
     return dataclasses.replace(rt, bells=runtime.bells(rt.settings))
-
-
-def engine() -> Engine:
-    return current().engine
 
 
 def _database() -> str:
@@ -212,5 +207,3 @@ def split_ref(ref: str) -> tuple[str, str]:
     if not sep or not tenant or not name:
         raise click.BadParameter(f"{ref!r}: expected TENANT/SOURCE", param_hint="TENANT/SOURCE")
     return tenant, name
-
-

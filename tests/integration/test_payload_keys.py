@@ -32,6 +32,7 @@ from inbox.infra import keyring as kr
 from inbox.infra.config import Settings
 from inbox.services import erasure
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from inbox.store.db import keystore, sealing
 from inbox.store.db.engine import make_engine
 from inbox.store.write import tokens as tstore
@@ -406,8 +407,8 @@ def test_an_erasure_cut_short_between_the_two_databases_resumes(
 
     monkeypatch.setenv("INBOX_KEYSTORE_URL", live_store)  # the key store is back
     assert len(in_keystore([key_id])) == 1  # the key itself not yet deleted
-    assert erasure.resume(engine, settings) == 1
-    assert erasure.resume(engine, settings) == 0  # once
+    assert erasure.resume(Runtime(settings, engine)) == 1
+    assert erasure.resume(Runtime(settings, engine)) == 0  # once
     assert in_keystore([key_id]) == {}
     with engine.connect() as conn:
         done = conn.execute(text("SELECT status, keys_destroyed, events FROM erasures")).one()
