@@ -580,3 +580,26 @@ def test_the_key_cache_is_bounded_and_expires(make_source, engine):
     assert expiring.misses == 2
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM data_keys")).scalar_one() == 6
+
+
+def test_a_bad_erasure_body_names_each_field_and_erases_nothing(client, make_source, engine, keys):
+    src = subject_source(make_source)
+    kept = post(client, src, person("Jane Roe", "acct-1"), "k1")
+    _finish(engine)
+    resp = client.post(
+        "/api/v1/erasures",
+        json={"tenant": "", "subject": ["acct-1"], "when": "now"},
+        headers=token(engine, "alice"),
+    )
+    assert resp.status_code == 400
+    error = resp.json["error"]
+    assert set(error["fields"]) == {"tenant", "reason", "subject", "when"}
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM erasures")).scalar_one() == 0
+        assert (
+            conn.execute(
+                text("SELECT count(*) FROM data_keys WHERE destroyed_at IS NULL")
+            ).scalar_one()
+            == 1
+        )
+    assert json.loads(detail(client, engine, kept)["body"])["name"] == "Jane Roe"
