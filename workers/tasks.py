@@ -189,7 +189,7 @@ def prune() -> dict[str, object]:
     """Retention: expired keys, old raw bodies, old delivery attempts, old ledger days; and
     any erasure a crash left between its two databases, finished."""
     r = upkeep.prune(runtime())
-    resumed = erasure.resume(engine(), state.current().settings)
+    resumed = erasure.resume(runtime())
     return {
         "erasures_resumed": resumed,
         "keys": r.keys_removed,
@@ -226,7 +226,7 @@ def reconcile_sources() -> dict[str, object]:
 def bulk_replay(job_id: int) -> dict[str, object]:
     """Run a bulk replay at its rate for a few minutes; continue in a fresh task if needed."""
     r = run_bulk_once(
-        engine(),
+        runtime(),
         BulkJobId(job_id),
         budget_seconds=300,
         ring_doorbell=drain.delay,
@@ -244,5 +244,5 @@ def audit(full: bool = False) -> dict[str, object]:
     """The self-audit: an incremental pass (or a full one, a day at a time, going on where
     an unfinished one stopped); violations are logged, counted and kept for the console
     (``inbox.services.audit``)."""
-    report = auditor.run(engine(), state.current().settings, full=full, resume=full)
+    report = auditor.run(runtime(), full=full, resume=full)
     return {"mode": report.mode, "violations": report.violations, "seconds": report.seconds}

@@ -32,12 +32,13 @@ from bench.pipeline.stack import Stack, cpu_seconds
 from inbox.domain.invariants import INCREMENTAL_SECONDS
 from inbox.infra.config import Settings
 from inbox.services import audit
+from inbox.services.runtime import Runtime
 from inbox.store.db.engine import make_engine
 
 
 def _pass(engine: Any, backend: int, settings: Settings, full: bool) -> dict[str, Any]:
     cpu0, t0 = cpu.process_seconds(backend), time.monotonic()
-    report = audit.run(engine, settings, full=full)
+    report = audit.run(Runtime(settings, engine), full=full)
     return {
         "full": full,
         "wall_s": round(time.monotonic() - t0, 4),

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import click
 
-from inbox.cli.base import engine, main, settings
+from inbox.cli.base import current, main
 from inbox.domain.errors import BadRequest
 from inbox.domain.invariants import MEANING, Invariant, parse
 from inbox.services import audit
@@ -63,9 +63,7 @@ def audit_cmd(
         chosen = parse(list(invariants))
     except BadRequest as exc:
         raise click.BadParameter(exc.message, param_hint="INVARIANT") from None
-    report = audit.run(
-        engine(), settings(), chosen, full=since is None and not incremental, since=since
-    )
+    report = audit.run(current(), chosen, full=since is None and not incremental, since=since)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, default=str))
     else:
@@ -99,7 +97,7 @@ def repair() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def repair_open(as_json: bool) -> None:
     """The open violations, with the rows each names."""
-    found = audit.open_violations(engine())
+    found = audit.open_violations(current())
     if as_json:
         click.echo(json.dumps([v.public() for v in found], indent=2, default=str))
         return
@@ -114,7 +112,7 @@ def repair_open(as_json: bool) -> None:
 @_ACTOR
 def repair_propose(violation_id: int, actor: str) -> None:
     """Propose the safe repair of an open violation; prints its preview."""
-    r = audit.propose(engine(), settings(), actor, violation_id)
+    r = audit.propose(current(), actor, violation_id)
     click.echo(json.dumps(r.public(), indent=2, default=str))
 
 
@@ -124,7 +122,7 @@ def repair_propose(violation_id: int, actor: str) -> None:
 def repair_approve(repair_id: str, actor: str) -> None:
     """Approve a repair another operator proposed: it runs, then its invariant is checked
     again; the exit status is 1 when the violation is still there."""
-    r = audit.review(engine(), settings(), actor, repair_id, approve=True)
+    r = audit.review(current(), actor, repair_id, approve=True)
     click.echo(json.dumps(r.public(), indent=2, default=str))
     if not (r.result or {}).get("holds_after"):
         raise click.exceptions.Exit(1)
@@ -135,5 +133,5 @@ def repair_approve(repair_id: str, actor: str) -> None:
 @_ACTOR
 def repair_reject(repair_id: str, actor: str) -> None:
     """Reject a proposed repair: it never runs."""
-    r = audit.review(engine(), settings(), actor, repair_id, approve=False)
+    r = audit.review(current(), actor, repair_id, approve=False)
     click.echo(json.dumps(r.public(), indent=2, default=str))

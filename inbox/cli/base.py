@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from importlib import metadata
 from typing import Any
 
 import click
-from sqlalchemy import Connection, Engine
 
 from inbox.cli.params import TEXT
 from inbox.domain.errors import InboxError, StoreUnavailable
 from inbox.infra import config
 from inbox.infra.config import Settings
-from inbox.services import admin, failures, runtime
+from inbox.services import failures, runtime
 from inbox.services.runtime import Runtime
 
 EXAMPLE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -64,16 +61,6 @@ def ringing() -> Runtime:
     """This command's runtime with the broker's bells (rung in line)."""
     rt = current()
     return dataclasses.replace(rt, bells=runtime.bells(rt.settings))
-
-
-def engine() -> Engine:
-    return current().engine
-
-
-@contextmanager
-def transaction() -> Iterator[Connection]:
-    with engine().begin() as conn:
-        yield conn
 
 
 def _database() -> str:
@@ -220,8 +207,3 @@ def split_ref(ref: str) -> tuple[str, str]:
     if not sep or not tenant or not name:
         raise click.BadParameter(f"{ref!r}: expected TENANT/SOURCE", param_hint="TENANT/SOURCE")
     return tenant, name
-
-
-def check_named(conn: Connection, tenant: str | None, source: str | None = None) -> None:
-    """A tenant or source named as a filter must exist: a typo is an error, not ``(none)``."""
-    admin.check_named(conn, tenant, source)

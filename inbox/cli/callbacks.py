@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from inbox.cli.base import check_named, current, main, ringing, transaction
+from inbox.cli.base import current, main, ringing
 from inbox.cli.output import emit_json, fields, json_option, table
 from inbox.cli.params import LIMIT, Seconds
 from inbox.domain import callbacks
@@ -18,7 +18,7 @@ from inbox.domain.states import DeliveryState
 from inbox.services import operations, reading
 from inbox.services.operations import Actor
 from inbox.store.reads import listing
-from inbox.store.reads.endpoint_health import EndpointStatus, statuses
+from inbox.store.reads.endpoint_health import EndpointStatus
 
 _ACTOR = click.option(
     "--actor",
@@ -178,10 +178,8 @@ def endpoints_create(
 def endpoints_list(tenant: str | None, deleted: bool, as_json: bool) -> None:
     """Every endpoint (not the deleted ones, unless --deleted): its id, tenant, state,
     backlog and URL."""
-    with transaction() as conn:
-        check_named(conn, tenant)
-        rows = operations.list_endpoints(conn, tenant, deleted)
-        found = {s.id: s for s in statuses(conn, deleted=deleted)}
+    listed = reading.endpoint_listing(current(), tenant, deleted)
+    rows, found = listed.rows, listed.statuses
     if as_json:
         emit_json([_record(ep, found.get(ep.id)) for ep in rows])
         return
@@ -207,10 +205,8 @@ def endpoints_list(tenant: str | None, deleted: bool, as_json: bool) -> None:
 @json_option
 def endpoints_show(endpoint_id: str, as_json: bool) -> None:
     """One endpoint: URL, event types, filter, state, retries, limits, active secrets (a count)."""
-    with transaction() as conn:
-        ep = operations.get_endpoint(conn, endpoint_id)
-        [status] = statuses(conn, public_id=ep.public_id)
-        _show(ep, as_json, status)
+    ep, status = reading.endpoint_shown(current(), endpoint_id)
+    _show(ep, as_json, status)
 
 
 @endpoints.command("rotate")

@@ -6,7 +6,7 @@ import getpass
 
 import click
 
-from inbox.cli.base import current, engine, main
+from inbox.cli.base import current, main
 from inbox.cli.output import emit_json, fields, json_option, table
 from inbox.infra import keyring as kr
 from inbox.services import erasure, sealing_job
@@ -29,23 +29,23 @@ def payloads_seal(batch: int) -> None:
     """Seal every payload stored in clear, a batch per transaction. Safe to stop at any
     moment and to run again: it resumes after the last batch it committed."""
     kr.keyring()  # KeyMissing (INBOX_KEK unset) before any work
-    eng = engine()
+    rt = current()
     done = 0
 
     def said(n: int) -> None:
         nonlocal done
         done += n
-        p = sealing_job.progress(eng)
+        p = sealing_job.progress(rt)
         click.echo(f"sealed {done} this run, {p.sealed} in all; {p.remaining} left")
 
-    sealing_job.run(eng, batch, said)
+    sealing_job.run(rt, batch, said)
 
 
 @payloads.command("status")
 @json_option
 def payloads_status(as_json: bool) -> None:
     """How far the sealing job is: rows sealed, rows still in clear."""
-    p = sealing_job.progress(engine())
+    p = sealing_job.progress(current())
     shown = {
         "sealed": p.sealed,
         "remaining": p.remaining,

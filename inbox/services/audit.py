@@ -41,7 +41,7 @@ from inbox.domain.invariants import (
     repair_of,
 )
 from inbox.infra import metrics
-from inbox.infra.config import Settings
+from inbox.services.runtime import Runtime
 from inbox.store.reads import invariants as checks
 from inbox.store.write import audit as store
 from inbox.store.write import deliveries, intents, queue, repairs
@@ -99,8 +99,7 @@ class Report:
 
 
 def run(
-    engine: Engine,
-    settings: Settings,
+    rt: Runtime,
     invariants: list[Invariant] | None = None,
     *,
     full: bool = False,
@@ -117,7 +116,8 @@ def run(
         raise BadRequest("a full pass reads everything: give no time to start from")
     mode = "full" if full else ("since" if since is not None else "incremental")
     report = Report(mode)
-    bound = lease_bound_seconds(settings.sweep_seconds)
+    engine = rt.engine
+    bound = lease_bound_seconds(rt.settings.sweep_seconds)
     for invariant in invariants or list(Invariant):
         table = checks.SCANS[invariant]
         if table is not None and mode != "incremental":
@@ -257,9 +257,9 @@ _ROW_IDS = frozenset(
 # Repairs ---------------------------------------------------------------------------------
 
 
-def propose(engine: Engine, settings: Settings, actor: str, violation_id: int) -> Repair:
+def propose(rt: Runtime, actor: str, violation_id: int) -> Repair:
     """Propose the safe repair of an open violation, with a preview of what it will do."""
-    with engine.begin() as conn:
+    with rt.engine.begin() as conn:
         found = checks.violation(conn, violation_id)
         if found is None or found.resolved_at is not None:
             raise RepairNotFound(f"no open violation {violation_id}")
@@ -365,11 +365,11 @@ def _lane_preview(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def review(engine: Engine, settings: Settings, actor: str, public_id: str, approve: bool) -> Repair:
+def review(rt: Runtime, actor: str, public_id: str, approve: bool) -> Repair:
     """Reject a proposed repair, or approve it: a second operator's approval applies it,
     both audited; then the invariant is checked again (a full pass of it) and whether the
     violation is gone is kept with the repair and audited too."""
-    with engine.begin() as conn:
+    with rt.engine.begin() as conn:
         repair = store.get(conn, public_id, lock=True)  # two reviewers: one at a time
         if not approve:
             return store.review(conn, public_id, actor, False, {})
@@ -380,10 +380,10 @@ def review(engine: Engine, settings: Settings, actor: str, public_id: str, appro
         assert violation is not None  # the repair's foreign key
         done = _apply(conn, RepairKind(repair.kind), repair.preview)
         applied = store.review(conn, public_id, actor, True, {"done": done})
-    after = run(engine, settings, [Invariant(violation.invariant)], full=True)
+    after = run(rt, [Invariant(violation.invariant)], full=True)
     still = [f for f in after.checked[0].found if f.subject == violation.subject]
     result = {"done": done, "checked_after": True, "holds_after": not still}
-    with engine.begin() as conn:
+    with rt.engine.begin() as conn:
         return store.checked(conn, applied, actor, result)
 
 
@@ -410,11 +410,11 @@ def _apply(conn: Connection, kind: RepairKind, preview: dict[str, Any]) -> dict[
     return {"released": released}
 
 
-def open_violations(engine: Engine, invariant: str | None = None) -> list[checks.Violation]:
-    with engine.connect() as conn:
+def open_violations(rt: Runtime, invariant: str | None = None) -> list[checks.Violation]:
+    with rt.engine.connect() as conn:
         return checks.open_violations(conn, invariant)
 
 
-def pending_repairs(engine: Engine) -> list[checks.PendingRepair]:
-    with engine.connect() as conn:
+def pending_repairs(rt: Runtime) -> list[checks.PendingRepair]:
+    with rt.engine.connect() as conn:
         return checks.pending_repairs(conn)

@@ -1,6 +1,6 @@
 """Bulk replays: what a request may ask for, and the runner that carries one out.
 
-``run_bulk_once(engine, job_id)`` is a plain function (a Celery task calls it;
+``run_bulk_once(rt, job_id)`` is a plain function (a Celery task calls it;
 tests call it directly). It leases the job, then replays the snapshotted items
 in small batches at no more than the job's rate, committing each batch together
 with its outcomes, the job's counters and a renewed lease. It stops when the
@@ -26,11 +26,12 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 
 from inbox.domain.approval import DEFAULT_APPROVAL_MIN, BulkStatus, Job, NotRun
 from inbox.domain.errors import BadRequest, InboxError
 from inbox.domain.records import BulkJobId, EndpointId, TenantId
+from inbox.services.runtime import Runtime
 from inbox.store.reads import bulk as reads
 from inbox.store.reads import listing
 from inbox.store.write import bulk as store
@@ -182,7 +183,7 @@ def _replay(
 
 
 def run_bulk_once(
-    engine: Engine,
+    rt: Runtime,
     job_id: BulkJobId,
     *,
     owner: str | None = None,
@@ -195,6 +196,7 @@ def run_bulk_once(
 ) -> BulkRun:
     """Run (or continue) one bulk replay; see the module docstring."""
     owner = owner or f"bulk-{uuid.uuid4().hex[:12]}"
+    engine = rt.engine
     with engine.begin() as conn:
         job = store.claim(conn, job_id, owner, lease_seconds)
         if job is None:

@@ -20,7 +20,7 @@ tenant's or subject's key cached may seal new payloads under it for at most
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 
 from inbox.domain.erasure import Erasure
 from inbox.domain.records import TenantId
@@ -40,43 +40,44 @@ def erase(
 ) -> Erasure:
     """Erase one subject's payloads of ``tenant`` now, or (``subject`` None) ask for the
     erasure of every payload of the tenant, which a second operator confirms."""
-    resume(rt.engine, rt.settings)
+    resume(rt)
     with rt.engine.begin() as conn:
         asked, keys = store.request(
             conn, tenant, actor.name, reason, subject=subject, scope=actor.scope
         )
         _report(rt.settings, conn, asked, keys)
-    return _destroy(rt.engine, rt.settings, asked, keys)
+    return _destroy(rt, asked, keys)
 
 
 def review(rt: Runtime, actor: Actor, public_id: str, *, approve: bool) -> Erasure:
     """A second operator confirms (the keys are destroyed) or rejects a tenant-wide erasure."""
-    resume(rt.engine, rt.settings)
+    resume(rt)
     with rt.engine.begin() as conn:
         reviewed, keys = store.review(
             conn, public_id, actor.name, approve=approve, scope=actor.scope
         )
         _report(rt.settings, conn, reviewed, keys)
-    return _destroy(rt.engine, rt.settings, reviewed, keys)
+    return _destroy(rt, reviewed, keys)
 
 
-def resume(engine: Engine, settings: Settings) -> int:
+def resume(rt: Runtime) -> int:
     """Finish every erasure a crash left ``destroying``; how many."""
-    with engine.connect() as conn:
+    with rt.engine.connect() as conn:
         left = store.pending(conn)
     for erasure_id, keys in left:
-        _finish(engine, settings, erasure_id, keys)
+        _finish(rt, erasure_id, keys)
     return len(left)
 
 
-def _destroy(engine: Engine, settings: Settings, erasure: Erasure, keys: set[int]) -> Erasure:
+def _destroy(rt: Runtime, erasure: Erasure, keys: set[int]) -> Erasure:
     """Steps 2 and 3 for an erasure step 1 left ``destroying``; else it as it is."""
     if erasure.status != "destroying":
         return erasure
-    return _finish(engine, settings, erasure.id, keys) or erasure
+    return _finish(rt, erasure.id, keys) or erasure
 
 
-def _finish(engine: Engine, settings: Settings, erasure_id: int, keys: set[int]) -> Erasure | None:
+def _finish(rt: Runtime, erasure_id: int, keys: set[int]) -> Erasure | None:
+    engine, settings = rt.engine, rt.settings
     sealing.for_engine(engine).forget(keys)
     if keys:
         keystore.current().destroy(keys)

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from inbox.domain.approval import Job
-from inbox.domain.records import TenantId
+from inbox.domain.records import Endpoint, TenantId
 from inbox.domain.states import DeliveryState, EventState
 from inbox.services import admin
 from inbox.services.runtime import Runtime
@@ -27,6 +27,7 @@ from inbox.store.reads import bulk as bulk_reads
 from inbox.store.reads import dashboard as dashboard_reads
 from inbox.store.reads import deliveries as delivery_reads
 from inbox.store.reads import endpoint_health as health_reads
+from inbox.store.reads import endpoints as endpoint_reads
 from inbox.store.reads import events as event_reads
 from inbox.store.reads import lanes as lane_reads
 from inbox.store.reads import listing, stats
@@ -35,7 +36,7 @@ from inbox.store.reads import sources as source_reads
 from inbox.store.reads.bulk import Outcomes
 from inbox.store.reads.deliveries import DeliveryGroup, DeliverySummary
 from inbox.store.reads.detail import AuditEntry, DeliveryDetail, EventDetail
-from inbox.store.reads.endpoint_health import EndpointHealth
+from inbox.store.reads.endpoint_health import EndpointHealth, EndpointStatus
 from inbox.store.reads.events import Attempt, DeadLetterGroup, EventSummary
 from inbox.store.reads.lanes import BlockedLane
 from inbox.store.reads.listing import Filter
@@ -187,6 +188,39 @@ def endpoint_page(
             delivery_reads.list_deliveries(conn, scope, Filter(endpoint=public_id), recent, None),
             audit_reads.audit_trail(conn, "endpoint", ep.id),
         )
+
+
+def endpoint_statuses(
+    rt: Runtime, scope: TenantId | None, public_id: str | None = None
+) -> list[EndpointStatus]:
+    """Every endpoint's status in the scope (``inbox.domain.endpoint_health``, the one
+    definition the console, the CLI and /metrics show), or one by its id (``[]`` if unseen)."""
+    with _reading(rt) as conn:
+        return health_reads.statuses(conn, scope, public_id)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointListing:
+    rows: list[Endpoint]
+    statuses: dict[int, EndpointStatus]  # endpoint row id → its status
+
+
+def endpoint_listing(rt: Runtime, tenant: str | None, deleted: bool) -> EndpointListing:
+    """A tenant's (or every) endpoint, deleted ones only when ``deleted``, with their
+    statuses; a tenant named that does not exist is an error (the CLI's typo)."""
+    with _reading(rt) as conn:
+        admin.check_named(conn, tenant)
+        rows = endpoint_reads.list_endpoints(conn, tenant, deleted)
+        found = {s.id: s for s in health_reads.statuses(conn, deleted=deleted)}
+    return EndpointListing(rows, found)
+
+
+def endpoint_shown(rt: Runtime, public_id: str) -> tuple[Endpoint, EndpointStatus]:
+    """One endpoint (deleted or not; ``NotFound`` if there is none) and its status."""
+    with _reading(rt) as conn:
+        ep = endpoint_reads.get_endpoint(conn, public_id)
+        [status] = health_reads.statuses(conn, public_id=ep.public_id)
+    return ep, status
 
 
 # -- bulk replays and the dashboard ------------------------------------------------------

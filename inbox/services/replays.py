@@ -170,7 +170,7 @@ def review(
 def run_here(rt: Runtime, job_id: BulkJobId) -> tuple[bulk.BulkRun, Rung | None]:
     """Run an approved job in this process at its rate (the CLI's way), then ring the
     doorbell once for what it moved."""
-    run = bulk.run_bulk_once(rt.engine, job_id)
+    run = bulk.run_bulk_once(rt, job_id)
     return run, rt.bells.ring("doorbell") if run.moved else None
 
 

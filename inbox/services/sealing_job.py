@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import Engine
-
+from inbox.services.runtime import Runtime
 from inbox.store.db import sealing
 from inbox.store.write import sealing_job as store
 from inbox.store.write.sealing_job import Progress
@@ -22,16 +21,16 @@ BATCH = 500
 
 
 def run(
-    engine: Engine,
+    rt: Runtime,
     batch: int = BATCH,
     on_batch: Callable[[int], None] | None = None,
 ) -> int:
     """Seal every row stored in clear, a batch per transaction; how many this run sealed.
     ``on_batch`` hears each batch's count as it commits."""
-    keys = sealing.for_engine(engine)
+    keys = sealing.for_engine(rt.engine)
     total = 0
     while True:
-        with engine.begin() as conn:
+        with rt.engine.begin() as conn:
             n = store.seal_batch(conn, keys, batch)
         total += n
         if on_batch is not None:
@@ -40,6 +39,6 @@ def run(
             return total
 
 
-def progress(engine: Engine) -> Progress:
-    with engine.connect() as conn:
+def progress(rt: Runtime) -> Progress:
+    with rt.engine.connect() as conn:
         return store.progress(conn)

@@ -20,6 +20,7 @@ from inbox.domain import callbacks
 from inbox.domain.invariants import Invariant
 from inbox.infra.config import Settings
 from inbox.services import audit
+from inbox.services.runtime import Runtime
 from inbox.store.write import endpoints as estore
 from tests.brokers import Broker
 from tests.e2e.test_worker_processes import wait_for
@@ -87,7 +88,7 @@ def test_a_worker_killed_mid_playbook_is_reported_until_recovered_then_nothing(
     settings = Settings(database_url=database_url, sweep_seconds=1)
 
     def reported() -> bool:
-        report = audit.run(engine, settings, [Invariant.LEASE_RECLAIMED])
+        report = audit.run(Runtime(settings, engine), [Invariant.LEASE_RECLAIMED])
         return report.violations == 1
 
     wait_for(reported, 60, "the expired lease reported")

@@ -12,6 +12,7 @@ from sqlalchemy import text
 from inbox.cli import main
 from inbox.infra.config import Settings
 from inbox.services.bulk import run_bulk_once
+from inbox.services.runtime import Runtime
 from inbox.store.reads import bulk as breads
 from tests.integration.test_api import make_token, quarantine
 from tests.integration.test_bulk_replay import job_id, replays_per_event
@@ -56,7 +57,7 @@ def test_more_than_the_threshold_waits_for_a_second_operator(client, engine, mak
     job = start(client, ops["alice"])
     assert job["status"] == "awaiting_approval" and job["total"] == MIN + 1
     # Nothing runs it before approval: not a runner, not the sweeper.
-    assert run_bulk_once(engine, job_id(engine, job["id"])).processed == 0
+    assert run_bulk_once(Runtime(Settings(), engine), job_id(engine, job["id"])).processed == 0
     with engine.connect() as conn:
         assert job_id(engine, job["id"]) not in breads.due_jobs(conn)
     assert sum(replays_per_event(engine).values()) == 0
@@ -75,7 +76,7 @@ def test_more_than_the_threshold_waits_for_a_second_operator(client, engine, mak
     assert ok.json["actor"] == "alice" and ok.json["reviewed_at"]
     assert client.post(url, headers=ops["carol"]).status_code == 409  # approved already
 
-    run = run_bulk_once(engine, job_id(engine, job["id"]))
+    run = run_bulk_once(Runtime(Settings(), engine), job_id(engine, job["id"]))
     assert run.status == "completed" and run.moved == MIN + 1
     assert replays_per_event(engine) == {i: 1 for i in ids}
 
@@ -116,7 +117,7 @@ def test_a_rejected_replay_never_runs(client, engine, make_source, ops):
     assert resp.json["reviewer"] == "bob" and resp.json["finished_at"]
     again = client.post(f"/api/v1/replays/{job['id']}/approve", headers=ops["carol"])
     assert again.status_code == 409 and again.json["error"]["code"] == "not_awaiting_approval"
-    assert run_bulk_once(engine, job_id(engine, job["id"])).processed == 0
+    assert run_bulk_once(Runtime(Settings(), engine), job_id(engine, job["id"])).processed == 0
     assert sum(replays_per_event(engine).values()) == 0
     reject = audit(engine, job["id"])[-1]
     assert reject[:2] == ("bob", "reject")
@@ -132,7 +133,7 @@ def test_up_to_the_threshold_runs_as_today(client, engine, make_source, ops):
     quarantine(engine, make_source(), MIN, "evt_small")
     job = start(client, ops["alice"])
     assert job["status"] == "queued"
-    assert run_bulk_once(engine, job_id(engine, job["id"])).moved == MIN
+    assert run_bulk_once(Runtime(Settings(), engine), job_id(engine, job["id"])).moved == MIN
     resp = client.post(f"/api/v1/replays/{job['id']}/approve", headers=ops["bob"])
     assert resp.status_code == 409
 

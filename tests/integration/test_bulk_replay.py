@@ -8,7 +8,9 @@ import time
 import pytest
 from sqlalchemy import text
 
+from inbox.infra.config import Settings
 from inbox.services.bulk import run_bulk_once
+from inbox.services.runtime import Runtime
 from inbox.store.reads import bulk as breads
 from inbox.store.write import bulk as bstore
 from tests.helpers import leases_expired, wait_for
@@ -65,12 +67,12 @@ def test_rate_is_bounded_and_each_event_moves_once_even_when_asked_twice(
         assert conn.execute(text("SELECT count(*) FROM bulk_replays")).scalar_one() == 2
 
     started = time.monotonic()
-    run = run_bulk_once(engine, job_id(engine, first.json["id"]))
+    run = run_bulk_once(Runtime(Settings(), engine), job_id(engine, first.json["id"]))
     elapsed = time.monotonic() - started
     assert run.status == "completed" and run.moved == 30
     assert 1.4 <= elapsed < 5.0, elapsed  # 30 items at 20/s: the last starts at 1.45 s
 
-    second = run_bulk_once(engine, job_id(engine, other.json["id"]))
+    second = run_bulk_once(Runtime(Settings(), engine), job_id(engine, other.json["id"]))
     assert second.status == "completed" and second.moved == 0 and second.skipped == 30
     assert replays_per_event(engine) == {i: 1 for i in ids}
 
@@ -96,12 +98,12 @@ def test_an_event_quarantined_again_is_not_replayed_twice_by_the_second_job(
     src = make_source()
     (evt,) = quarantine(engine, src, 1, "evt_r")
     a, b = start(client, op, key="a").json, start(client, op, key="b").json
-    assert run_bulk_once(engine, job_id(engine, a["id"])).moved == 1
+    assert run_bulk_once(Runtime(Settings(), engine), job_id(engine, a["id"])).moved == 1
     with engine.begin() as conn:  # the replayed event fails again
         conn.execute(
             text("UPDATE events SET state = 'quarantined' WHERE public_id = :p"), {"p": evt}
         )
-    assert run_bulk_once(engine, job_id(engine, b["id"])).moved == 0
+    assert run_bulk_once(Runtime(Settings(), engine), job_id(engine, b["id"])).moved == 0
     assert replays_per_event(engine) == {evt: 1}
 
 
@@ -142,7 +144,7 @@ def test_a_tenant_token_replays_only_its_tenant(client, engine, make_source):
     assert job["total"] == 3
     asked_for_b = start(client, op_a, filter={"tenant": "tb"}).json
     assert asked_for_b["total"] == 0
-    run_bulk_once(engine, job_id(engine, job["id"]))
+    run_bulk_once(Runtime(Settings(), engine), job_id(engine, job["id"]))
     counts = replays_per_event(engine)
     assert all(counts[i] == 1 for i in mine) and all(counts[i] == 0 for i in theirs)
     # The all-tenants operator's job is not visible to the tenant's token.
@@ -158,7 +160,9 @@ def test_cancel_stops_a_running_job_partway(client, engine, make_source, op):
     job = start(client, op, rate=10).json
     result: list = []
     runner = threading.Thread(
-        target=lambda: result.append(run_bulk_once(engine, job_id(engine, job["id"])))
+        target=lambda: result.append(
+            run_bulk_once(Runtime(Settings(), engine), job_id(engine, job["id"]))
+        )
     )
     runner.start()
     wait_for(lambda: client.get(f"/api/v1/replays/{job['id']}", headers=op).json["done"] >= 3)
@@ -178,14 +182,14 @@ def test_cancel_stops_a_running_job_partway(client, engine, make_source, op):
     assert [c.actor for c in cancels] == ["ops"]
     # Cancelling again is a no-op; a runner started later does nothing.
     assert client.post(f"/api/v1/replays/{job['id']}/cancel", headers=op).status_code == 200
-    assert run_bulk_once(engine, job_id(engine, job["id"])).processed == 0
+    assert run_bulk_once(Runtime(Settings(), engine), job_id(engine, job["id"])).processed == 0
     assert sum(replays_per_event(engine).values()) == moved
 
 
 def test_a_completed_job_cannot_be_cancelled(client, engine, make_source, op):
     quarantine(engine, make_source(), 2, "evt_d")
     job = start(client, op, rate=100).json
-    run_bulk_once(engine, job_id(engine, job["id"]))
+    run_bulk_once(Runtime(Settings(), engine), job_id(engine, job["id"]))
     resp = client.post(f"/api/v1/replays/{job['id']}/cancel", headers=op)
     assert resp.status_code == 409 and resp.json["error"]["code"] == "not_cancellable"
 
@@ -198,7 +202,7 @@ def test_two_runners_never_run_one_job_at_once(client, engine, make_source, op):
 
     def runner(name: str) -> None:
         barrier.wait()
-        runs.append(run_bulk_once(engine, job, owner=name))
+        runs.append(run_bulk_once(Runtime(Settings(), engine), job, owner=name))
 
     threads = [threading.Thread(target=runner, args=(n,)) for n in ("w1", "w2")]
     for t in threads:
@@ -213,7 +217,7 @@ def test_two_runners_never_run_one_job_at_once(client, engine, make_source, op):
 def test_an_expired_lease_is_taken_over_and_a_budget_releases_it(client, engine, make_source, op):
     quarantine(engine, make_source(), 10, "evt_e")
     job = job_id(engine, start(client, op, rate=20).json["id"])
-    part = run_bulk_once(engine, job, budget_seconds=0.2)
+    part = run_bulk_once(Runtime(Settings(), engine), job, budget_seconds=0.2)
     assert part.status == "running" and 0 < part.processed < 10
     with engine.connect() as conn:
         assert breads.due_jobs(conn) == [job]  # released: the sweeper can start it again
@@ -221,7 +225,7 @@ def test_an_expired_lease_is_taken_over_and_a_budget_releases_it(client, engine,
         assert bstore.claim(conn, job, "dead-runner", 0.1) is not None
         assert bstore.claim(conn, job, "another", 30) is None  # a live lease is respected
     wait_for(lambda: leases_expired(engine, "bulk_replays"))
-    rest = run_bulk_once(engine, job, owner="next")
+    rest = run_bulk_once(Runtime(Settings(), engine), job, owner="next")
     assert rest.status == "completed" and part.processed + rest.processed == 10
     assert sum(replays_per_event(engine).values()) == 10
 
@@ -249,7 +253,7 @@ def test_bulk_replay_of_failed_deliveries_rings_the_couriers(client, app, engine
     ).json
     assert job["total"] == 5 and started == [job_id(engine, job["id"])]
     rung: list[set[int]] = []
-    run = run_bulk_once(engine, started[0], ring_couriers=rung.append)
+    run = run_bulk_once(Runtime(Settings(), engine), started[0], ring_couriers=rung.append)
     assert run.moved == 5 and set().union(*rung) == {ep.id}
     with engine.connect() as conn:
         states = conn.execute(text("SELECT DISTINCT state FROM deliveries")).scalars().all()

@@ -319,3 +319,39 @@ def os_user() -> str:
     import getpass
 
     return getpass.getuser()
+
+
+def _stored(engine, endpoint_id: int) -> tuple[object, ...]:
+    """What a lever on the endpoint could change: its row, the audit log, discards."""
+    with engine.connect() as conn:
+        return (
+            conn.execute(
+                text("SELECT to_jsonb(e) FROM endpoints e WHERE id = :id"), {"id": endpoint_id}
+            ).scalar_one(),
+            conn.execute(text("SELECT count(*) FROM audit_log")).scalar_one(),
+            conn.execute(text("SELECT count(*) FROM held_discards")).scalar_one(),
+        )
+
+
+def test_a_bad_body_to_an_endpoint_lever_names_each_field_and_stores_nothing(
+    client, engine, forward_source
+):
+    from tests.integration.test_api import make_token
+
+    ep = endpoint(engine, forward_source.tenant, "http://127.0.0.1:9/b")
+    ops = make_token(engine, "ops", "operator")
+    base = f"/api/v1/endpoints/{ep.public_id}"
+    before = _stored(engine, ep.id)
+    cases = [
+        ("post", "/limits", {"rate_per_second": "5", "max_in_flight": 0, "burst": 1}),
+        ("post", "/order", {"ordered": "true", "strict": True}),
+        ("post", "/discard", {"reason": 7, "all": True}),
+        ("delete", "", {"held": 1, "reason": ["x"]}),
+    ]
+    for method, path, body in cases:
+        resp = getattr(client, method)(base + path, json=body, headers=ops)
+        assert resp.status_code == 400, (path, resp.get_json())
+        error = resp.get_json()["error"]
+        assert set(error["fields"]) == set(body), path
+        assert all(name in error["message"] for name in body), error["message"]
+    assert _stored(engine, ep.id) == before

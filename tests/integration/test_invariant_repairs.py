@@ -21,6 +21,7 @@ from inbox.domain.errors import BadRequest, Forbidden
 from inbox.domain.invariants import Invariant
 from inbox.services import audit
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from inbox.store.reads import invariants as checks
 from tests.helpers import body_of, hmac_headers
 from tests.integration.ledger_support import put_event
@@ -62,7 +63,7 @@ def repair_actions(engine) -> list[tuple[str, str]]:
 
 
 def open_one(engine, wsettings, invariant: Invariant):  # noqa: F811
-    audit.run(engine, wsettings, [invariant], full=True)
+    audit.run(Runtime(wsettings, engine), [invariant], full=True)
     with engine.connect() as conn:
         [v] = checks.open_violations(conn, invariant.value)
     return v
@@ -88,7 +89,7 @@ def test_a_deleted_delivery_is_written_held_once_a_second_operator_approves(
     assert intent["endpoint_id"] == lost.id and intent["problem"] == "no delivery for this endpoint"
     violation = open_one(engine, wsettings, I.DELIVERY_PER_ENDPOINT)
 
-    proposed = audit.propose(engine, wsettings, "alice", violation.id)
+    proposed = audit.propose(Runtime(wsettings, engine), "alice", violation.id)
     assert proposed.kind == "write_held_delivery" and proposed.status == "awaiting_approval"
     [plan] = proposed.preview["deliveries"]
     assert plan["endpoint"]["id"] == lost.id and plan["endpoint"]["enabled"] is True
@@ -99,7 +100,7 @@ def test_a_deleted_delivery_is_written_held_once_a_second_operator_approves(
     assert deliveries_of(engine, lost.id) == []  # proposed, nothing written
 
     with pytest.raises(Forbidden):  # the proposer cannot approve their own repair
-        audit.review(engine, wsettings, "alice", proposed.public_id, approve=True)
+        audit.review(Runtime(wsettings, engine), "alice", proposed.public_id, approve=True)
     assert deliveries_of(engine, lost.id) == []
 
     env = {"DATABASE_URL": database_url}
@@ -157,8 +158,8 @@ def test_the_intent_keeps_the_envelope_sealed_and_the_repair_writes_it_in_clear(
 
     corrupt(engine, "DELETE FROM deliveries")
     v = open_one(engine, wsettings, I.DELIVERY_PER_ENDPOINT)
-    proposed = audit.propose(engine, wsettings, "alice", v.id)
-    done = audit.review(engine, wsettings, "bob", proposed.public_id, approve=True)
+    proposed = audit.propose(Runtime(wsettings, engine), "alice", v.id)
+    done = audit.review(Runtime(wsettings, engine), "bob", proposed.public_id, approve=True)
     assert done.result is not None and done.result["holds_after"] is True
     [after] = deliveries_of(engine, ep.id)
     assert after.state == "held" and bytes(after.body) == bytes(before.body)
@@ -178,7 +179,7 @@ def test_a_missing_delivery_with_nothing_to_write_it_from_is_refused_at_the_prop
     corrupt(engine, "UPDATE callback_intents SET body = NULL")
     v = open_one(engine, wsettings, I.DELIVERY_PER_ENDPOINT)
     with pytest.raises(BadRequest, match="before intents kept"):
-        audit.propose(engine, wsettings, "alice", v.id)
+        audit.propose(Runtime(wsettings, engine), "alice", v.id)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM invariant_repairs")).scalar() == 0
         assert conn.execute(text("SELECT count(*) FROM deliveries")).scalar() == 0
@@ -199,7 +200,7 @@ def test_two_deliveries_for_one_intent_have_no_repair(
     )
     v = open_one(engine, wsettings, I.DELIVERY_PER_ENDPOINT)
     with pytest.raises(BadRequest, match="no safe repair"):
-        audit.propose(engine, wsettings, "alice", v.id)
+        audit.propose(Runtime(wsettings, engine), "alice", v.id)
     # The console offers no repair for it either; for a missing delivery it does.
     from tests.integration.ui_support import new_token, sign_in
 
@@ -266,14 +267,14 @@ def test_a_lane_held_by_a_stale_block_is_released_by_a_second_operator(
     )
     assert one(v.rows, table="events")["public_id"] == first
 
-    proposed = audit.propose(engine, wsettings, "alice", v.id)
+    proposed = audit.propose(Runtime(wsettings, engine), "alice", v.id)
     assert proposed.kind == "release_lane"
     assert proposed.preview["blocks"][0]["waiting"] == 1
     with pytest.raises(Forbidden):
-        audit.review(engine, wsettings, "alice", proposed.public_id, approve=True)
+        audit.review(Runtime(wsettings, engine), "alice", proposed.public_id, approve=True)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM lane_blocks")).scalar() == 1
-    done = audit.review(engine, wsettings, "bob", proposed.public_id, approve=True)
+    done = audit.review(Runtime(wsettings, engine), "bob", proposed.public_id, approve=True)
     assert done.result is not None and done.result["holds_after"] is True
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM lane_blocks")).scalar() == 0
@@ -312,7 +313,7 @@ def test_a_quarantined_blocker_is_no_violation_and_an_early_run_has_no_repair(
     v = open_one(engine, wsettings, I.LANE_ORDER)
     assert v.subject == f"lane:{second}"
     with pytest.raises(BadRequest, match="no safe repair"):
-        audit.propose(engine, wsettings, "alice", v.id)
+        audit.propose(Runtime(wsettings, engine), "alice", v.id)
 
 
 # The full pass, a day at a time -------------------------------------------------------
@@ -360,7 +361,7 @@ def test_the_full_pass_walks_a_day_at_a_time_and_finds_an_old_days_break(
     decided(client, engine, wsettings, forward, "today")
     old = old_event_unaudited(engine, made_days, forward, days_ago=20)
     spy = Spy(monkeypatch)
-    report = audit.run(engine, wsettings, [I.OPERATOR_AUDITED], full=True)
+    report = audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED], full=True)
     [checked] = report.checked
     assert [f.subject for f in checked.found] == [f"event:{old}"]
     # One statement a day, each bounded to its day (the old one, then today's).
@@ -374,7 +375,10 @@ def test_the_full_pass_walks_a_day_at_a_time_and_finds_an_old_days_break(
     assert v.subject == f"event:{old}"
     # Fixed: the next full walk no longer sees it, and resolves it at its end.
     corrupt(engine, "UPDATE events SET replay = 0")
-    assert audit.run(engine, wsettings, [I.OPERATOR_AUDITED], full=True).checked[0].resolved == 1
+    assert (
+        audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED], full=True).checked[0].resolved
+        == 1
+    )
 
 
 def test_beats_full_pass_goes_on_where_a_failed_walk_stopped(
@@ -389,7 +393,7 @@ def test_beats_full_pass_goes_on_where_a_failed_walk_stopped(
     old = old_event_unaudited(engine, made_days, forward, days_ago=30)
     failing = Spy(monkeypatch, fail_at=2)  # the old day is checked; today's fails
     with pytest.raises(RuntimeError):
-        audit.run(engine, wsettings, [I.OPERATOR_AUDITED], full=True, resume=True)
+        audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED], full=True, resume=True)
     with engine.connect() as conn:
         mark = conn.execute(
             text("SELECT full_next FROM invariant_watermarks WHERE invariant = 'operator_audited'")
@@ -399,7 +403,7 @@ def test_beats_full_pass_goes_on_where_a_failed_walk_stopped(
     assert mark == failing.sliced[0].until  # past the old day
     monkeypatch.undo()
     again = Spy(monkeypatch)
-    audit.run(engine, wsettings, [I.OPERATOR_AUDITED], full=True, resume=True)
+    audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED], full=True, resume=True)
     assert [s.since for s in again.sliced] == [failing.sliced[1].since]  # today's alone
     with engine.connect() as conn:
         assert conn.execute(
@@ -415,7 +419,7 @@ def test_beats_full_pass_goes_on_where_a_failed_walk_stopped(
         ]
     # The next walk starts from the first day again.
     third = Spy(monkeypatch)
-    audit.run(engine, wsettings, [I.OPERATOR_AUDITED], full=True, resume=True)
+    audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED], full=True, resume=True)
     assert len(third.sliced) == 2
 
 
@@ -431,14 +435,14 @@ def test_a_repair_approved_after_the_break_healed_writes_nothing(
     decided(client, engine, wsettings, forward, "k1")
     corrupt(engine, "DELETE FROM deliveries")
     v = open_one(engine, wsettings, I.DELIVERY_PER_ENDPOINT)
-    proposed = audit.propose(engine, wsettings, "alice", v.id)
+    proposed = audit.propose(Runtime(wsettings, engine), "alice", v.id)
     corrupt(
         engine,
         "INSERT INTO deliveries (public_id, tenant_id, endpoint_id, event_id, event_type, body)"
         " SELECT public_id, tenant_id, endpoint_id, event_id, event_type, body"
         " FROM callback_intents",
     )
-    done = audit.review(engine, wsettings, "bob", proposed.public_id, approve=True)
+    done = audit.review(Runtime(wsettings, engine), "bob", proposed.public_id, approve=True)
     assert done.result is not None and done.result["done"]["written_held"] == []
     assert [d.state for d in deliveries_of(engine, ep.id)] == ["pending"]
 
@@ -460,9 +464,9 @@ def test_a_lane_blocked_again_before_the_approval_stays_blocked(
         p=first,
     )
     v = open_one(engine, wsettings, I.LANE_ORDER)
-    proposed = audit.propose(engine, wsettings, "alice", v.id)
+    proposed = audit.propose(Runtime(wsettings, engine), "alice", v.id)
     corrupt(engine, "UPDATE events SET state = 'quarantined', outcome = NULL")  # rightly now
-    done = audit.review(engine, wsettings, "bob", proposed.public_id, approve=True)
+    done = audit.review(Runtime(wsettings, engine), "bob", proposed.public_id, approve=True)
     assert done.result is not None and done.result["done"]["released"] == []
     assert done.result["holds_after"] is True  # a quarantined blocker is no violation
     with engine.connect() as conn:
@@ -488,11 +492,11 @@ def test_an_erased_payload_or_a_deleted_endpoint_is_refused_at_the_proposal(
     keystore.current().destroy(ids)
     keys.clear()
     with pytest.raises(BadRequest, match="was erased"):
-        audit.propose(engine, wsettings, "alice", v.id)
+        audit.propose(Runtime(wsettings, engine), "alice", v.id)
     corrupt(engine, "UPDATE callback_intents SET key_id = NULL, body = 'x'")
     corrupt(engine, "DELETE FROM endpoints WHERE id = :e", e=ep.id)
     with pytest.raises(BadRequest, match="was deleted"):
-        audit.propose(engine, wsettings, "alice", v.id)
+        audit.propose(Runtime(wsettings, engine), "alice", v.id)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM invariant_repairs")).scalar() == 0
 
@@ -533,7 +537,7 @@ def test_two_walkers_take_turns_on_the_walks_row(
     import threading
 
     decided(client, engine, wsettings, forward, "today")
-    audit.run(engine, wsettings, [I.OPERATOR_AUDITED])  # the row exists
+    audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED])  # the row exists
     done = threading.Event()
     with engine.begin() as holder:
         holder.execute(
@@ -543,7 +547,7 @@ def test_two_walkers_take_turns_on_the_walks_row(
         )
 
         def walk() -> None:
-            audit.run(engine, wsettings, [I.OPERATOR_AUDITED], full=True, resume=True)
+            audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED], full=True, resume=True)
             done.set()
 
         walker = threading.Thread(target=walk)

@@ -21,6 +21,7 @@ from inbox.infra import metrics
 from inbox.infra.config import Settings
 from inbox.services import audit
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from inbox.store.reads import invariants as checks
 from inbox.store.write import endpoints as estore
 from inbox.store.write import holds as hstore
@@ -57,7 +58,7 @@ def decided(client, engine, wsettings, src, *keys: str) -> None:
 
 
 def found(engine, wsettings, *invariants: Invariant) -> dict[str, list]:
-    report = audit.run(engine, wsettings, list(invariants) or None, full=True)
+    report = audit.run(Runtime(wsettings, engine), list(invariants) or None, full=True)
     return {c.invariant.value: c.found for c in report.checked}
 
 
@@ -146,7 +147,6 @@ def test_a_deleted_endpoint_is_owed_nothing_and_the_audit_agrees(
     """After a delete, a step's callbacks make neither an intent nor a delivery for the
     deleted endpoint, and the self-audit finds nothing missing; the other gets its own."""
     from inbox.services.endpoint_delete import delete_endpoint
-    from inbox.services.runtime import Runtime
 
     kept = endpoint(engine, forward.tenant)
     gone = endpoint(engine, forward.tenant)
@@ -380,22 +380,22 @@ def test_incremental_passes_read_from_the_watermark_and_full_ones_resolve(
 ):
     decided(client, engine, wsettings, forward, "old")
     for _ in range(3):  # the first pass reads everything; each row is read by two passes
-        audit.run(engine, wsettings, [I.OPERATOR_AUDITED])
+        audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED])
     corrupt(engine, "UPDATE events SET replay = 1")  # an old row, below the watermark
-    assert audit.run(engine, wsettings, [I.OPERATOR_AUDITED]).violations == 0
+    assert audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED]).violations == 0
     decided(client, engine, wsettings, forward, "new")
     corrupt(engine, "UPDATE events SET replay = 2 WHERE replay = 0")  # a new row
-    inc = audit.run(engine, wsettings, [I.OPERATOR_AUDITED])
+    inc = audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED])
     assert inc.violations == 1 and inc.checked[0].since > 0
-    full = audit.run(engine, wsettings, [I.OPERATOR_AUDITED], full=True)
+    full = audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED], full=True)
     assert full.violations == 2
     with engine.connect() as conn:
         assert len(checks.open_violations(conn, "operator_audited")) == 2
     corrupt(engine, "UPDATE events SET replay = 0")
-    audit.run(engine, wsettings, [I.OPERATOR_AUDITED])  # incremental: resolves nothing
+    audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED])  # incremental: resolves nothing
     with engine.connect() as conn:
         assert len(checks.open_violations(conn, "operator_audited")) == 2
-    audit.run(engine, wsettings, [I.OPERATOR_AUDITED], full=True)
+    audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED], full=True)
     with engine.connect() as conn:
         assert checks.open_violations(conn, "operator_audited") == []
 
@@ -407,8 +407,8 @@ def test_a_violation_is_counted_once_logged_with_its_trace_and_kept_open(
     corrupt(engine, "UPDATE events SET lease_owner = 'ghost', trace_id = 'feedbeef'")
     before = metrics.INVARIANT_VIOLATIONS.labels("event_state")._value.get()
     with caplog.at_level(logging.ERROR, logger="inbox.services.audit"):
-        audit.run(engine, wsettings, [I.EVENT_STATE], full=True)
-        audit.run(engine, wsettings, [I.EVENT_STATE], full=True)  # still open: not again
+        audit.run(Runtime(wsettings, engine), [I.EVENT_STATE], full=True)
+        audit.run(Runtime(wsettings, engine), [I.EVENT_STATE], full=True)  # still open: not again
     assert metrics.INVARIANT_VIOLATIONS.labels("event_state")._value.get() == before + 1
     [rec] = [r for r in caplog.records if r.name == "inbox.services.audit"]
     assert rec.trace_id == "feedbeef" and rec.invariant == "event_state"
@@ -453,16 +453,16 @@ def test_lease_repair_needs_a_second_operator_and_is_checked_after(
     with engine.connect() as conn:
         pid = conn.execute(text("SELECT public_id FROM events")).scalar_one()
     _expired_lease(engine, pid)
-    audit.run(engine, wsettings, [I.LEASE_RECLAIMED], full=True)
+    audit.run(Runtime(wsettings, engine), [I.LEASE_RECLAIMED], full=True)
     with engine.connect() as conn:
         [v] = checks.open_violations(conn, "lease_reclaimed")
-    proposed = audit.propose(engine, wsettings, "alice", v.id)
+    proposed = audit.propose(Runtime(wsettings, engine), "alice", v.id)
     assert proposed.status == "awaiting_approval"
     assert proposed.preview["leases"][0]["public_id"] == pid
     with engine.connect() as conn:  # nothing changed yet
         assert conn.execute(text("SELECT state FROM events")).scalar_one() == "processing"
     with pytest.raises(Forbidden):
-        audit.review(engine, wsettings, "alice", proposed.public_id, approve=True)
+        audit.review(Runtime(wsettings, engine), "alice", proposed.public_id, approve=True)
     env = {"DATABASE_URL": database_url}
     r = CliRunner().invoke(
         main, ["repair", "approve", proposed.public_id, "--actor", "bob"], env=env
@@ -499,11 +499,11 @@ def test_no_repair_is_offered_where_it_could_double_an_effect(client, engine, ws
         "INSERT INTO event_attempts (event_id, attempt, error_class, outcome)"
         " SELECT id, 1, 'Boom', 'quarantined' FROM events",
     )
-    audit.run(engine, wsettings, [I.STEP_ONCE], full=True)
+    audit.run(Runtime(wsettings, engine), [I.STEP_ONCE], full=True)
     with engine.connect() as conn:
         [v] = checks.open_violations(conn, "step_once")
     with pytest.raises(Exception, match="no safe repair"):
-        audit.propose(engine, wsettings, "alice", v.id)
+        audit.propose(Runtime(wsettings, engine), "alice", v.id)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM invariant_repairs")).scalar() == 0
 
@@ -524,7 +524,7 @@ def test_the_console_lists_each_violation_and_repairs_with_two_operators(
     assert 'id="no-violations"' in page and 'href="/ui/invariants"' in page
     _expired_lease(engine, pid)
     corrupt(engine, "UPDATE events SET trace_id = 'cafe01'")
-    audit.run(engine, wsettings, full=True)
+    audit.run(Runtime(wsettings, engine), full=True)
     with engine.connect() as conn:
         [v] = checks.open_violations(conn)
     page = client.get("/ui/invariants").get_data(as_text=True)
@@ -567,7 +567,7 @@ def test_an_intent_whose_event_retention_dropped_owes_nothing_and_is_pruned(
     assert len(found(engine, wsettings, I.DELIVERY_PER_ENDPOINT)["delivery_per_endpoint"]) == 1
     corrupt(engine, "DELETE FROM events")
     corrupt(engine, "UPDATE callback_intents SET created_at = now() - interval '2 days'")
-    report = audit.run(engine, wsettings, [I.DELIVERY_PER_ENDPOINT], full=True)
+    report = audit.run(Runtime(wsettings, engine), [I.DELIVERY_PER_ENDPOINT], full=True)
     assert report.violations == 0 and report.pruned_intents == 1
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM callback_intents")).scalar() == 0

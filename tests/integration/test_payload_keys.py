@@ -32,6 +32,7 @@ from inbox.infra import keyring as kr
 from inbox.infra.config import Settings
 from inbox.services import erasure
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from inbox.store.db import keystore, sealing
 from inbox.store.db.engine import make_engine
 from inbox.store.write import tokens as tstore
@@ -406,8 +407,8 @@ def test_an_erasure_cut_short_between_the_two_databases_resumes(
 
     monkeypatch.setenv("INBOX_KEYSTORE_URL", live_store)  # the key store is back
     assert len(in_keystore([key_id])) == 1  # the key itself not yet deleted
-    assert erasure.resume(engine, settings) == 1
-    assert erasure.resume(engine, settings) == 0  # once
+    assert erasure.resume(Runtime(settings, engine)) == 1
+    assert erasure.resume(Runtime(settings, engine)) == 0  # once
     assert in_keystore([key_id]) == {}
     with engine.connect() as conn:
         done = conn.execute(text("SELECT status, keys_destroyed, events FROM erasures")).one()
@@ -579,3 +580,26 @@ def test_the_key_cache_is_bounded_and_expires(make_source, engine):
     assert expiring.misses == 2
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM data_keys")).scalar_one() == 6
+
+
+def test_a_bad_erasure_body_names_each_field_and_erases_nothing(client, make_source, engine, keys):
+    src = subject_source(make_source)
+    kept = post(client, src, person("Jane Roe", "acct-1"), "k1")
+    _finish(engine)
+    resp = client.post(
+        "/api/v1/erasures",
+        json={"tenant": "", "subject": ["acct-1"], "when": "now"},
+        headers=token(engine, "alice"),
+    )
+    assert resp.status_code == 400
+    error = resp.json["error"]
+    assert set(error["fields"]) == {"tenant", "reason", "subject", "when"}
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM erasures")).scalar_one() == 0
+        assert (
+            conn.execute(
+                text("SELECT count(*) FROM data_keys WHERE destroyed_at IS NULL")
+            ).scalar_one()
+            == 1
+        )
+    assert json.loads(detail(client, engine, kept)["body"])["name"] == "Jane Roe"

@@ -18,6 +18,7 @@ from inbox.cli import main
 from inbox.infra.config import Settings
 from inbox.services.bulk import run_bulk_once
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from tests.helpers import body_of, hmac_headers, wait_for
 from tests.integration.test_api import make_token
 from tests.integration.test_bulk_replay import job_id
@@ -194,7 +195,7 @@ def test_the_api_previews_a_bulk_replay_and_the_replay_then_does_just_that(
     started = client.post("/api/v1/replays", headers=op, json=body)
     assert started.status_code == 202, started.json
     before = snapshot(engine)
-    assert run_bulk_once(engine, job_id(engine, started.json["id"])).moved == 3
+    assert run_bulk_once(Runtime(Settings(), engine), job_id(engine, started.json["id"])).moved == 3
     drain_all(engine, wsettings)
     ran, sent = replayed(engine, before)
     assert ran == planned_runs(scene)

@@ -19,6 +19,7 @@ from inbox.infra import envelope
 from inbox.infra.config import Settings
 from inbox.services.courier import deliver_once
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from inbox.store.db import sealing
 from inbox.store.write import endpoints as estore
 from inbox.store.write import queue
@@ -179,7 +180,7 @@ def test_the_sealing_job_seals_old_deliveries_and_answers_too(
     t.join(15)
     answer = box["r"].data
 
-    assert sealing_job.run(engine) == 2
+    assert sealing_job.run(Runtime(Settings(), engine)) == 2
     [after] = deliveries(engine)
     assert envelope.tagged_key(bytes(after.body)) is not None and b"acct-3" not in bytes(after.body)
     with engine.connect() as conn:

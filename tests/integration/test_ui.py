@@ -10,7 +10,9 @@ import pytest
 from sqlalchemy import text
 
 from inbox.domain import tokens as tokenfmt
+from inbox.infra.config import Settings
 from inbox.services.bulk import run_bulk_once
+from inbox.services.runtime import Runtime
 from inbox.store.reads import tokens as treads
 from inbox.store.write import tokens as tstore
 from tests.integration.test_api import audit_count, quarantine, state_of
@@ -269,7 +271,7 @@ def test_bulk_replay_by_filter_with_progress(client, engine, world, make_source)
         job_id = conn.execute(
             text("SELECT id FROM bulk_replays WHERE public_id = :p"), {"p": job}
         ).scalar_one()
-    assert run_bulk_once(engine, job_id).moved == 3
+    assert run_bulk_once(Runtime(Settings(), engine), job_id).moved == 3
     after = client.get(f"/ui/replays/{job}/progress").json
     assert after["status"] == "completed" and after["percent"] == 100 and after["moved"] == 3
     assert after["actor"] == "alice-oncall"

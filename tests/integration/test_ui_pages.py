@@ -11,7 +11,9 @@ import pytest
 from sqlalchemy import text
 
 import tests.sink_playbooks  # noqa: F401  (registers the test playbooks)
+from inbox.infra.config import Settings
 from inbox.services.bulk import run_bulk_once
+from inbox.services.runtime import Runtime
 from inbox.store.reads import endpoints as ereads
 from inbox.store.write import endpoints as estore
 from tests.integration.test_api import quarantine, state_of
@@ -414,7 +416,7 @@ def test_dead_letters_are_grouped_and_a_group_replays_only_itself(client, engine
     assert resp.status_code == 302
     with engine.connect() as conn:
         job_id = conn.execute(text("SELECT id FROM bulk_replays")).scalar_one()
-    assert run_bulk_once(engine, job_id).moved == 2
+    assert run_bulk_once(Runtime(Settings(), engine), job_id).moved == 2
     assert [state_of(engine, f"evt_k{i}") for i in (1, 2)] == ["received"] * 2
     assert [state_of(engine, f"evt_v{i}") for i in (1, 2, 3)] == ["quarantined"] * 3
     assert state_of(engine, "evt_b1") == "quarantined"
@@ -444,7 +446,7 @@ def test_a_bulk_replay_whose_events_all_return_to_quarantine_is_not_green(
     assert queued["eta_seconds"] == pytest.approx(2 / 1000) and queued["verdict"] == "active"
     with engine.connect() as conn:
         job_id = conn.execute(text("SELECT id FROM bulk_replays")).scalar_one()
-    run_bulk_once(engine, job_id)
+    run_bulk_once(Runtime(Settings(), engine), job_id)
     moved = client.get(f"/ui/replays/{job}/progress").json
     assert moved["status"] == "completed" and moved["pending"] == 2
     assert moved["label"] == "moved; results pending" and not moved["settled"]

@@ -13,6 +13,7 @@ from flask import request
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from inbox.domain.errors import BadRequest
+from inbox.services.endpoint_state import MAX_IN_FLIGHT, MAX_RATE
 
 _TEXT: dict[str, str | list[Any] | dict[Any, Any]] = {"invalid": "must be a string"}
 _REQUIRED: dict[str, str | list[Any] | dict[Any, Any]] = {
@@ -69,11 +70,89 @@ class Hold(_Body):
     event = fields.String(load_default=None, allow_none=True, error_messages=_TEXT)
 
 
+class _Number(fields.Field[float]):
+    """A JSON number (not a string of digits, not true/false)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValidationError("must be a number or null")
+        return float(value)
+
+
+class _Flag(fields.Field[bool]):
+    """JSON true or false (not "true", not 1)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> bool:
+        if not isinstance(value, bool):
+            raise ValidationError("must be true or false")
+        return value
+
+
+class Discard(_Body):
+    """``POST /endpoints/<id>/discard``: why the held deliveries are discarded."""
+
+    reason = fields.String(required=True, error_messages=_REQUIRED)
+
+
+class Limits(_Body):
+    """``POST /endpoints/<id>/limits``: either or both; a field left out (or a null
+    ``max_in_flight``) keeps what is set, a null ``rate_per_second`` removes the rate."""
+
+    rate_per_second = _Number(
+        allow_none=True,
+        validate=validate.Range(
+            min=0, max=MAX_RATE, min_inclusive=False, error=f"must be above 0, at most {MAX_RATE:g}"
+        ),
+    )
+    max_in_flight = fields.Integer(
+        strict=True,
+        allow_none=True,
+        validate=validate.Range(
+            min=1, max=MAX_IN_FLIGHT, error=f"must be a whole number from 1 to {MAX_IN_FLIGHT}"
+        ),
+        error_messages={"invalid": "must be a whole number"},
+    )
+
+
+class Order(_Body):
+    """``POST /endpoints/<id>/order``."""
+
+    ordered = _Flag(
+        required=True,
+        error_messages={"required": "is required (true or false)", "null": "must be true or false"},
+    )
+
+
+class Delete(_Body):
+    """``DELETE /endpoints/<id>`` (a body or the same as query parameters): what becomes
+    of what it holds, ``{"held": "discard", "reason": R}``, or nothing."""
+
+    held = fields.String(load_default=None, allow_none=True, error_messages=_TEXT)
+    reason = fields.String(load_default=None, allow_none=True, error_messages=_TEXT)
+
+
+class Erase(_Body):
+    """``POST /erasures``: a tenant and a reason, and a subject for one subject's payloads."""
+
+    tenant = fields.String(
+        required=True,
+        validate=validate.Length(min=1, error="must not be empty"),
+        error_messages=_REQUIRED,
+    )
+    reason = fields.String(required=True, error_messages=_REQUIRED)
+    subject = fields.String(load_default=None, allow_none=True, error_messages=_TEXT)
+
+
 def load(schema: type[Schema], *, optional: bool = False) -> dict[str, Any]:
     """The request's JSON body checked by ``schema``; ``optional``: no body reads as ``{}``."""
     body = request.get_json(silent=True)
     if body is None and optional:
         body = {}
+    return check(schema, body)
+
+
+def check(schema: type[Schema], body: object) -> dict[str, Any]:
+    """``body`` (the request's, or its query parameters) checked by ``schema``."""
     if not isinstance(body, dict):
         raise BadRequest("The body must be a JSON object.")
     try:

@@ -13,27 +13,23 @@ from flask import request
 from inbox.domain.errors import BadRequest
 from inbox.domain.held import Discard
 from inbox.domain.records import TenantId
-from inbox.services import endpoint_delete, endpoint_state
+from inbox.services import endpoint_delete, endpoint_state, reading
 from inbox.services.endpoint_state import Changed
-from inbox.store.reads.endpoint_health import statuses
 from web import actions
-from web.api import auth
+from web.api import auth, bodies
 from web.api.blueprint import api
 from web.common import jsonable, not_found
-from web.services import services
 
 
 @api.get("/endpoints")
 def list_endpoints() -> dict[str, Any]:
-    with services().engine.connect() as conn:
-        found = statuses(conn, auth.scope())
+    found = reading.endpoint_statuses(actions.runtime(), auth.scope())
     return {"data": [jsonable(s.public()) for s in found]}
 
 
 @api.get("/endpoints/<public_id>")
 def show_endpoint(public_id: str) -> dict[str, Any]:
-    with services().engine.connect() as conn:
-        found = statuses(conn, auth.scope(), public_id)
+    found = reading.endpoint_statuses(actions.runtime(), auth.scope(), public_id)
     if not found:
         raise not_found("endpoint")
     shown: dict[str, Any] = jsonable(found[0].public())
@@ -86,12 +82,7 @@ def _discard(done: Discard) -> dict[str, Any]:
 def discard_held(public_id: str) -> dict[str, Any]:
     """``{"reason": R}``: discard the held deliveries (each a dead letter, audited); past
     INBOX_HELD_DISCARD_APPROVAL_MIN it awaits another operator's approval."""
-    body = request.get_json(silent=True)
-    if not isinstance(body, dict) or set(body) - {"reason"}:
-        raise BadRequest('The body must be {"reason": "..."}.')
-    reason = body.get("reason")
-    if not isinstance(reason, str):
-        raise BadRequest("reason must be a string.")
+    reason = bodies.load(bodies.Discard)["reason"]
     rt = actions.runtime()
     return _discard(endpoint_state.discard_held(rt, *_who(), public_id, reason))
 
@@ -111,17 +102,11 @@ def withdraw_discard(public_id: str) -> dict[str, Any]:
 def set_limits(public_id: str) -> dict[str, Any]:
     """``{"rate_per_second": R | null, "max_in_flight": N}`` (either or both): limits that
     hold across every courier process; the backlog waits."""
-    body = request.get_json(silent=True)
-    if not isinstance(body, dict) or not body or set(body) - {"rate_per_second", "max_in_flight"}:
+    body = bodies.load(bodies.Limits)
+    if not body:
         raise BadRequest('The body must be {"rate_per_second": ..., "max_in_flight": ...}.')
     rate = body.get("rate_per_second", "keep")
-    if isinstance(rate, bool) or not (
-        rate is None or rate == "keep" or isinstance(rate, int | float)
-    ):
-        raise BadRequest("rate_per_second must be a number or null.")
     slots = body.get("max_in_flight")
-    if slots is not None and (isinstance(slots, bool) or not isinstance(slots, int)):
-        raise BadRequest("max_in_flight must be a whole number.")
     endpoint_state.set_limits(actions.runtime(), *_who(), public_id, rate=rate, max_in_flight=slots)
     return show_endpoint(public_id)
 
@@ -130,12 +115,8 @@ def set_limits(public_id: str) -> dict[str, Any]:
 def set_ordered(public_id: str) -> dict[str, Any]:
     """``{"ordered": true|false}``: one delivery in flight, the next once the previous is
     delivered or dead (in the order made), across every courier process."""
-    body = request.get_json(silent=True)
-    if not isinstance(body, dict) or set(body) != {"ordered"}:
-        raise BadRequest('The body must be {"ordered": true} or {"ordered": false}.')
-    if not isinstance(body["ordered"], bool):
-        raise BadRequest("ordered must be true or false.")
-    endpoint_state.set_ordered(actions.runtime(), *_who(), public_id, body["ordered"])
+    ordered = bodies.load(bodies.Order)["ordered"]
+    endpoint_state.set_ordered(actions.runtime(), *_who(), public_id, ordered)
     return show_endpoint(public_id)
 
 
@@ -144,14 +125,9 @@ def delete_endpoint(public_id: str) -> tuple[dict[str, Any], int]:
     """A soft delete. ``{"held": "discard", "reason": R}`` (a JSON body, or the same as
     query parameters) when it has held or waiting deliveries, else 409 naming them. 200
     when deleted; 202 when the discard awaits a second operator (deleted on approval)."""
-    body = request.get_json(silent=True) if request.get_data() else dict(request.args)
-    if not isinstance(body, dict) or set(body) - {"held", "reason"}:
-        raise BadRequest('The body must be {} or {"held": "discard", "reason": "..."}.')
-    held, reason = body.get("held"), body.get("reason")
-    if not (held is None or isinstance(held, str)) or not (
-        reason is None or isinstance(reason, str)
-    ):
-        raise BadRequest("held and reason must be strings.")
+    given = request.get_json(silent=True) if request.get_data() else dict(request.args)
+    body = bodies.check(bodies.Delete, given)
+    held, reason = body["held"], body["reason"]
     done = endpoint_delete.delete_endpoint(actions.runtime(), *_who(), public_id, held, reason)
     out: dict[str, Any] = {
         "endpoint": done.endpoint,

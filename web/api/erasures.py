@@ -4,21 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Response, jsonify, request
+from flask import Response, jsonify
 
-from inbox.domain.errors import BadRequest
 from inbox.services import erasure
 from web import actions
-from web.api import auth
+from web.api import auth, bodies
 from web.api.blueprint import api
 from web.common import jsonable, not_found
-
-
-def _text(body: dict[str, Any], name: str) -> str | None:
-    value = body.get(name)
-    if value is not None and not isinstance(value, str):
-        raise BadRequest(f"{name} must be a string")
-    return value
 
 
 @api.get("/erasures")
@@ -32,21 +24,13 @@ def list_erasures() -> dict[str, Any]:
 def erase() -> Response:
     """``{"tenant": T, "reason": R, "subject": S}`` erases one subject's payloads now;
     without ``subject``, asks for a tenant-wide erasure that another operator confirms."""
-    body = request.get_json(silent=True)
-    if not isinstance(body, dict):
-        raise BadRequest("The body must be a JSON object.")
-    unknown = set(body) - {"tenant", "reason", "subject"}
-    if unknown:
-        raise BadRequest(f"Unknown field(s): {', '.join(sorted(unknown))}.")
-    tenant, reason = _text(body, "tenant"), _text(body, "reason")
-    if not tenant or reason is None:
-        raise BadRequest("tenant and reason are required.")
+    body = bodies.load(bodies.Erase)
     done = erasure.erase(
         actions.runtime(),
         actions.actor(auth.current()),
-        tenant,
-        reason,
-        subject=_text(body, "subject"),
+        body["tenant"],
+        body["reason"],
+        subject=body["subject"],
     )
     resp = jsonify(jsonable(done.public()))
     resp.status_code = 201 if done.status == "done" else 202

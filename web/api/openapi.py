@@ -419,9 +419,12 @@ _SCHEMAS: dict[str, Any] = {
         "description": "With subject: erase that subject's payloads now; without: ask for a"
         " tenant-wide erasure, which another operator approves.",
         "properties": {
-            "tenant": {"type": "string"},
+            "tenant": {"type": "string", "minLength": 1},
             "reason": {"type": "string"},
-            "subject": {"type": "string", "description": "The value at the source's subject_path."},
+            "subject": {
+                "type": ["string", "null"],
+                "description": "The value at the source's subject_path.",
+            },
         },
     },
     "LegalHoldRequest": {
@@ -728,9 +731,20 @@ _PATHS: dict[str, Any] = {
                         "schema": {
                             "type": "object",
                             "additionalProperties": False,
+                            "minProperties": 1,
+                            "description": "A field left out (or a null max_in_flight) keeps"
+                            " what is set; a null rate_per_second removes the rate.",
                             "properties": {
-                                "rate_per_second": {"type": ["number", "null"]},
-                                "max_in_flight": {"type": "integer", "minimum": 1, "maximum": 64},
+                                "rate_per_second": {
+                                    "type": ["number", "null"],
+                                    "exclusiveMinimum": 0,
+                                    "maximum": 10_000,
+                                },
+                                "max_in_flight": {
+                                    "type": ["integer", "null"],
+                                    "minimum": 1,
+                                    "maximum": 64,
+                                },
                             },
                         }
                     }

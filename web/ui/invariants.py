@@ -25,11 +25,11 @@ def _unscoped() -> None:
 def invariants() -> str:
     _unscoped()
     rt = actions.runtime()
-    rows = audit.open_violations(rt.engine)
+    rows = audit.open_violations(rt)
     return render_template(
         "ui/invariants.html",
         rows=rows,
-        pending=audit.pending_repairs(rt.engine),
+        pending=audit.pending_repairs(rt),
         meaning={i.value: MEANING[i] for i in Invariant},
         repairable={v.id for v in rows if repair_of(v.invariant, v.subject, v.rows)},
         me=current().name,
@@ -40,7 +40,7 @@ def invariants() -> str:
 def propose_repair(violation_id: int) -> Response:
     _unscoped()
     rt = actions.runtime()
-    repair = audit.propose(rt.engine, rt.settings, current().name, violation_id)
+    repair = audit.propose(rt, current().name, violation_id)
     flash(f"Repair {repair.public_id} proposed: another operator must approve it.")
     return redirect(url_for("ui.invariants"))
 
@@ -51,7 +51,7 @@ def review_repair(public_id: str, verdict: str) -> Response:
     if verdict not in ("approve", "reject"):
         raise Forbidden("A repair is approved or rejected.")
     rt = actions.runtime()
-    done = audit.review(rt.engine, rt.settings, current().name, public_id, verdict == "approve")
+    done = audit.review(rt, current().name, public_id, verdict == "approve")
     if verdict == "reject":
         flash(f"Repair {public_id} rejected: it will not run.")
     elif (done.result or {}).get("holds_after"):
