@@ -40,6 +40,7 @@ from inbox.store.schema import migrate
 from inbox.store.schema.tables import metadata
 from inbox.store.write import sources as store
 from tests.brokers import PrivateRedis
+from tests.sink import Sink
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -325,6 +326,14 @@ def _empty_keystore() -> None:
     with keystore.current().engine.begin() as conn:
         if conn.execute(text("SELECT to_regclass('data_keys')")).scalar() is not None:
             conn.execute(text("DELETE FROM data_keys"))
+
+
+@pytest.fixture
+def sink() -> Iterator[Sink]:
+    """A local HTTP server that records what it is sent (``tests.sink``)."""
+    s = Sink()
+    yield s
+    s.close()
 
 
 SourceFactory = Callable[..., Source]

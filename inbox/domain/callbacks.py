@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from standardwebhooks import Webhook
 
 from inbox.domain import filters
-from inbox.domain.records import EndpointId, EventId, TenantId
+from inbox.domain.records import EndpointId, EventId, LoadedEvent, TenantId
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,15 @@ class CallbackSet:
     messages: Sequence[Outgoing]
     replay: int = 0  # the event's replay number while the step ran (``webhook-replay``)
     trace_context: str | None = None  # the step's span: each attempt continues it
+
+    @classmethod
+    def of(
+        cls, ev: LoadedEvent, step: str, messages: Sequence[Outgoing], trace_context: str | None
+    ) -> CallbackSet:
+        """The callbacks ``step`` of the loaded event ``ev`` decided."""
+        return cls(
+            ev.tenant_id, ev.tenant, ev.id, ev.public_id, step, messages, ev.replay, trace_context
+        )
 
 
 class Route(StrEnum):

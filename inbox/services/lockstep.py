@@ -276,18 +276,7 @@ def _callbacks(run: _Run) -> list[CallbackSet]:
     for step, messages, span in run.outbox:
         with tracing.using(span if span is not None else run.span):
             trace_context = tracing.traceparent()
-        sets.append(
-            CallbackSet(
-                ev.tenant_id,
-                ev.tenant,
-                ev.id,
-                ev.public_id,
-                step,
-                messages,
-                ev.replay,
-                trace_context,
-            )
-        )
+        sets.append(CallbackSet.of(ev, step, messages, trace_context))
     run.outbox = []
     return sets
 

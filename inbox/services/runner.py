@@ -298,23 +298,9 @@ class _Commits:
     def flush(self, tx: object) -> None:
         """Write the recovery points and their deliveries in the caller's transaction."""
         self.store.record_steps(tx, self.c, self.results, self.cfg.lease_seconds)
-        ev = self.ev
         trace_context = tracing.traceparent()  # the run's span: each attempt continues it
         self.ring |= self.store.enqueue_deliveries(
-            tx,
-            [
-                CallbackSet(
-                    ev.tenant_id,
-                    ev.tenant,
-                    ev.id,
-                    ev.public_id,
-                    step,
-                    messages,
-                    ev.replay,
-                    trace_context,
-                )
-                for step, messages in self.outbox
-            ],
+            tx, [CallbackSet.of(self.ev, s, m, trace_context) for s, m in self.outbox]
         )
         self.results, self.outbox = {}, []
 

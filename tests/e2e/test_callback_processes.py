@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import text
@@ -18,7 +17,7 @@ from tests.brokers import Broker
 from tests.e2e.test_worker_processes import wait_for
 from tests.helpers import body_of, hmac_headers
 from tests.procs import CeleryProc, Web
-from tests.sink import Answer, Sink
+from tests.sink import Answer
 
 pytestmark = pytest.mark.e2e
 
@@ -33,13 +32,6 @@ def env(database_url: str, broker: Broker) -> dict[str, str]:
         "INBOX_SWEEP_SECONDS": "1",
         "INBOX_ALLOW_PRIVATE_TARGETS": "1",
     }
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
-    yield s
-    s.close()
 
 
 def states(engine) -> list[tuple[str, int]]:

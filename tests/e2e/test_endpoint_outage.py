@@ -11,7 +11,6 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -26,7 +25,7 @@ from inbox.store.write import intents
 from tests.brokers import Broker, PrivateRedis
 from tests.e2e.test_worker_processes import wait_for
 from tests.procs import CeleryProc
-from tests.sink import Answer, Sink
+from tests.sink import Answer
 
 pytestmark = pytest.mark.e2e
 
@@ -45,13 +44,6 @@ def env(database_url: str, private_redis: PrivateRedis) -> dict[str, str]:
         "INBOX_CIRCUIT_FAILURES": str(THRESHOLD),
         "INBOX_CIRCUIT_PROBE_MAX_SECONDS": "2",
     }
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
-    yield s
-    s.close()
 
 
 def enqueue(engine, src, count: int, step: str = "s") -> list[str]:

@@ -209,13 +209,6 @@ def effects_db(pg_server_url: str) -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
-    yield s
-    s.close()
-
-
 def windows_of(
     name: str, fault_at: float, old: patroni.Node, probes: list[Probe], load: Load
 ) -> dict[str, float | int | str]:

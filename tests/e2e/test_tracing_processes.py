@@ -33,13 +33,6 @@ def collector() -> Iterator[Collector]:
 
 
 @pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
-    yield s
-    s.close()
-
-
-@pytest.fixture
 def broker_kind() -> str:
     return "redis"  # the trace never travels through the broker: one kind is enough
 

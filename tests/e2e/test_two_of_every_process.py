@@ -15,7 +15,6 @@ import random
 import signal
 import subprocess
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -84,13 +83,6 @@ def total(samples: list[tuple[str, dict[str, str], float]], name: str, **labels:
     return sum(
         v for n, lab, v in samples if n == name and all(lab.get(k) == x for k, x in labels.items())
     )
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
-    yield s
-    s.close()
 
 
 def start_host(env: dict[str, str | None], procs: list) -> Web:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
@@ -24,14 +23,7 @@ from inbox.store.reads import endpoints as ereads
 from inbox.store.write import deliveries as dstore
 from inbox.store.write import endpoints as estore
 from tests.helpers import body_of, hmac_headers, wait_for
-from tests.sink import Answer, Sink
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
-    yield s
-    s.close()
+from tests.sink import Answer
 
 
 @pytest.fixture

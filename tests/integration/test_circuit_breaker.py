@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import secrets
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -23,16 +22,9 @@ from inbox.store.write import deliveries as dstore
 from inbox.store.write import endpoints as estore
 from inbox.store.write import intents
 from tests.helpers import wait_for
-from tests.sink import Answer, Sink
+from tests.sink import Answer
 
 FAST = Policy(failures=5, probe_min=0.3, probe_max=0.6)
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
-    yield s
-    s.close()
 
 
 @pytest.fixture

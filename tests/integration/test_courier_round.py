@@ -22,14 +22,6 @@ from inbox.services.courier import BUSY_AGAIN, deliver_once
 from inbox.store.db.engine import make_engine
 from tests.helpers import wait_for
 from tests.integration.test_circuit_breaker import endpoint, enqueue
-from tests.sink import Sink
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
-    yield s
-    s.close()
 
 
 @pytest.fixture

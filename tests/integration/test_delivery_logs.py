@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
-
-import pytest
 
 from inbox.domain import callbacks
 from inbox.infra.config import Settings
@@ -15,16 +12,9 @@ from inbox.services.courier import deliver_once
 from inbox.services.drain import drain_once
 from inbox.store.write import endpoints as estore
 from tests.helpers import body_of, hmac_headers
-from tests.sink import Answer, Sink
+from tests.sink import Answer
 
 LEAK = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
-    yield s
-    s.close()
 
 
 def test_failed_delivery_attempts_are_logged_warning_then_error(

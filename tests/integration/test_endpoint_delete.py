@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -28,14 +27,6 @@ from tests.integration.test_api import make_token
 from tests.integration.test_callbacks import endpoint
 from tests.integration.test_held_deliveries import states
 from tests.integration.ui_support import new_token, post, sign_in
-from tests.sink import Sink
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ message on one line. An endpoint's filter keeps callbacks from being written for
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from click.testing import CliRunner
 from prometheus_client import REGISTRY
@@ -27,13 +25,6 @@ from tests.integration.ui_support import new_token, post, sign_in
 from tests.sink import Sink
 
 BIG = "body.amount > 100"
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ Counted by rows and by what the sink received per webhook-id, never by status co
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
@@ -28,14 +27,7 @@ from inbox.store.schema import partitions
 from inbox.store.write import deliveries as dstore
 from inbox.store.write import intents
 from tests.integration.test_callbacks import decide, endpoint, send_all
-from tests.sink import Answer, Sink
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
-    yield s
-    s.close()
+from tests.sink import Answer
 
 
 @pytest.fixture

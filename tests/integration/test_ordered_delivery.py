@@ -4,8 +4,6 @@ sink, counted by webhook-id in arrival order."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
@@ -15,14 +13,7 @@ from inbox.services.courier import deliver_once
 from inbox.store.write import deliveries as dstore
 from tests.helpers import wait_for
 from tests.integration.test_circuit_breaker import endpoint, enqueue, row
-from tests.sink import Answer, Sink
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
-    yield s
-    s.close()
+from tests.sink import Answer
 
 
 @pytest.fixture

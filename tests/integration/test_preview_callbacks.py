@@ -5,8 +5,6 @@ real replay then writes exactly the deliveries the preview listed."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from sqlalchemy import text
 
@@ -16,14 +14,6 @@ from inbox.services.preview import preview
 from inbox.store.write import endpoints as estore
 from inbox.store.write import operator
 from tests.helpers import body_of, hmac_headers, wait_for
-from tests.sink import Sink
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from sqlalchemy import text
 from standardwebhooks import Webhook
 
@@ -19,7 +17,6 @@ from tests.helpers import body_of, hmac_headers
 from tests.integration.test_api import make_token
 from tests.integration.test_callbacks import endpoint
 from tests.integration.test_ui import CSRF, grab, new_token, sign_in
-from tests.sink import Sink
 
 
 class Case:
@@ -44,13 +41,6 @@ class Case:
             if self.broken > ctx.replay:
                 raise PermanentError("the case system refused")
             return {"closed": True}
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
-    yield s
-    s.close()
 
 
 def test_a_replay_is_numbered_seen_by_the_playbook_and_marked_downstream(

@@ -24,7 +24,7 @@ from inbox.store.db import sealing
 from inbox.store.write import endpoints as estore
 from inbox.store.write import queue
 from tests.helpers import body_of, hmac_headers, wait_for
-from tests.sink import Answer, Sink
+from tests.sink import Answer
 
 
 @pytest.fixture
@@ -36,13 +36,6 @@ def keys(engine: Engine) -> Iterator[sealing.PayloadKeys]:
     yield found
     found.enabled = was
     found.clear()
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
-    yield s
-    s.close()
 
 
 @pytest.fixture

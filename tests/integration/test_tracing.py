@@ -51,13 +51,6 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 
 @pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
-    yield s
-    s.close()
-
-
-@pytest.fixture
 def wsettings(settings: Settings) -> Settings:
     return Settings(database_url=settings.database_url, retry_base_seconds=0.0)
 
