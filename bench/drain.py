@@ -104,6 +104,9 @@ class Bench:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
+        # The payloads' key store beside the run's database, as deployed (INBOX_KEYSTORE_URL):
+        # without one, `inbox payloads seal` (--sealed) has nowhere to keep keys.
+        self.keys_name, self.keys_url = procs._empty_database(args.pg_url, "inbox_bench_keys")
         self.dbname, self.url = procs.create_database(args.pg_url)
         engine = create_engine(sqlalchemy_url(self.url))
         options = SourceOptions.from_dict({"playbook": noop.name})
@@ -130,6 +133,7 @@ class Bench:
     def env(self, **extra: str) -> dict[str, str]:
         redis_url, batch = self.args.redis_url, self.args.batch_size
         env = {"DATABASE_URL": self.url, "REDIS_URL": redis_url, "BROKER_URL": ""}
+        env["INBOX_KEYSTORE_URL"] = self.keys_url
         env |= {"BENCH_BROKER_URL": redis_url, "INBOX_PLAYBOOKS": "bench.drain"}
         env["PYTHONPATH"] = str(procs.ROOT)
         return env | ({"INBOX_BATCH_SIZE": str(batch)} if batch else {}) | extra
@@ -146,6 +150,7 @@ class Bench:
         self.stop_all()
         if self.own_redis is not None:
             self.own_redis.stop()
+        procs.drop_database(self.args.pg_url, self.keys_name)
 
 
 def _progress(conn: psycopg.Connection, source_id: int | None = None) -> tuple[int, float]:
@@ -171,12 +176,15 @@ def _timed(
     wait: Callable[[], float],
     pg: bool,
     extra: dict[str, int] | None = None,
+    ready: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """On an idle worker and a quiet machine: ``kick``, ``wait`` for the epoch of the last
     completion. The rate; CPU seconds of the worker's tree, this process, redis-server,
     PostgreSQL (``pg``: the run's database's backends, this process's included), the
     machine and ``other``; the worker's and PostgreSQL's per event."""
     procs.wait_celery(b.ctl, worker)
+    if ready is not None:  # untimed: what the kick finds (the events made due)
+        ready()
     quiet = cpu.wait_quiet(b.args.quiet_wait)
     trees = {"process": worker.pid, "bench": os.getpid(), "redis": b.redis_pid, **(extra or {})}
     sampler = cpu.Sampler(trees, b.postmaster if pg else None, b.dbname, private=False)
@@ -213,7 +221,13 @@ def run_inbox(b: Bench, concurrency: int, pooled: bool = False) -> dict[str, Any
                 check=True,
                 capture_output=True,
             )
+        # Not due until the clock starts: a worker rings its own doorbell when it starts
+        # (workers/app.py), and would drain them before the kick.
+        conn.execute("UPDATE events SET available_at = 'infinity'")
         b.redis.flushdb()
+
+        def due() -> None:
+            conn.execute("UPDATE events SET available_at = now()")
 
         def ring() -> None:
             b.ctl.send_task("inbox.drain", queue="inbox")
@@ -236,7 +250,7 @@ def run_inbox(b: Bench, concurrency: int, pooled: bool = False) -> dict[str, Any
             env |= {"DATABASE_URL": b.bouncer.url(b.url), "INBOX_DB_POOLER": "transaction"}
             extra = {"pgbouncer": b.bouncer.proc.pid}
         worker = b.start(procs.celery_worker("workers.app", "inbox", concurrency, env, tag))
-        run = _timed(b, worker, ring, drained, pg=True, extra=extra)
+        run = _timed(b, worker, ring, drained, pg=True, extra=extra, ready=due)
         states = _states(conn)
     system = POOLED if pooled else INBOX
     head = {"system": system, "app": "workers.app", "concurrency": concurrency}
