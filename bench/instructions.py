@@ -131,6 +131,7 @@ def child(view: str, n: int) -> None:
 
     from flask import Response
 
+    from inbox.domain.records import EventId
     from inbox.infra import metrics
     from inbox.store.db.group_commit import Claims
     from web import create_app
@@ -141,7 +142,9 @@ def child(view: str, n: int) -> None:
     app.extensions["inbox"] = dataclasses.replace(
         ext,
         claims=Claims(
-            None, send=lambda rows: {r[0]: next(ids) for r in rows}, counted=metrics.record_claims
+            None,
+            send=lambda rows: {r[0]: EventId(next(ids)) for r in rows},
+            counted=metrics.record_claims,
         ),
     )
     if view == "floor":

@@ -40,6 +40,7 @@ from inbox.domain.invariants import (
     repair_available,
     repair_of,
 )
+from inbox.domain.records import EventId, TenantId
 from inbox.infra import metrics
 from inbox.services.runtime import Runtime
 from inbox.store.reads import invariants as checks
@@ -404,8 +405,9 @@ def _apply(conn: Connection, kind: RepairKind, preview: dict[str, Any]) -> dict[
         return {"written_held": written, "not_written": present}
     released = []
     for block in preview.get("blocks", []):
-        event_id = int(block["event_id"])
-        if repairs.release_lane(conn, int(block["tenant_id"]), str(block["lane"]), event_id):
+        event_id = EventId(int(block["event_id"]))
+        tenant_id = TenantId(int(block["tenant_id"]))
+        if repairs.release_lane(conn, tenant_id, str(block["lane"]), event_id):
             released.append(event_id)
     return {"released": released}
 

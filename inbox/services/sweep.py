@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine
 
 from inbox.domain.playbooks import Registry, registry
-from inbox.domain.records import EndpointId
+from inbox.domain.records import BulkJobId, EndpointId
 from inbox.services.drain import release_held, sweep_once
 from inbox.store.reads import bulk as bulk_reads
 from inbox.store.reads import deliveries as deliveries_reads
@@ -35,7 +35,7 @@ class Swept:
     released: int = 0
     unparked: int = 0  # parked events found with nothing before them (see below)
     endpoints: set[EndpointId] = field(default_factory=set)  # couriers with due deliveries
-    jobs: list[int] = field(default_factory=list)  # bulk replays due to (re)start
+    jobs: list[BulkJobId] = field(default_factory=list)  # bulk replays due to (re)start
     drain_alarms: list[float] = field(default_factory=list)  # seconds until a retry is due
     deliver_alarms: list[tuple[int, float]] = field(default_factory=list)  # (endpoint, s)
 

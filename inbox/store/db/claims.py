@@ -42,7 +42,7 @@ from inbox.domain import ledger
 from inbox.domain.errors import StoreUnavailable
 from inbox.domain.intake import Prepared
 from inbox.domain.lanes import PARKED_UNTIL
-from inbox.domain.records import Source
+from inbox.domain.records import EventId, Source
 from inbox.infra import tracing
 from inbox.store.db import lane_sql
 from inbox.store.db.engine import (
@@ -105,13 +105,13 @@ class Copy:
     """A claim whose key an earlier delivery with the same body holds: that event, and
     the answer its first delivery was given (this copy is counted on the key)."""
 
-    event_id: int
+    event_id: EventId
     public_id: str
     status: int
     body: bytes
 
 
-Claimed = int | Copy  # the new event's row id, or the copy's answer
+Claimed = EventId | Copy  # the new event's row id, or the copy's answer
 
 
 def _values(first: int) -> str:

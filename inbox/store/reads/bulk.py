@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.domain.approval import BulkStatus, Job
+from inbox.domain.records import BulkJobId
 from inbox.store.reads.scope import Scope, scoped
 
 
@@ -41,14 +42,14 @@ def get_job(conn: Connection, public_id: str, scope: Scope) -> Job | None:
     return to_job(row)
 
 
-def status(conn: Connection, job_id: int) -> BulkStatus | None:
+def status(conn: Connection, job_id: BulkJobId) -> BulkStatus | None:
     value = conn.execute(
         text("SELECT status FROM bulk_replays WHERE id = :id"), {"id": job_id}
     ).scalar()
     return BulkStatus(value) if value is not None else None
 
 
-def next_items(conn: Connection, job_id: int, limit: int) -> list[Item]:
+def next_items(conn: Connection, job_id: BulkJobId, limit: int) -> list[Item]:
     rows = conn.execute(
         text(
             "SELECT subject_id, public_id FROM bulk_replay_items"
@@ -72,7 +73,7 @@ def replayed_since(conn: Connection, kind: str, ids: list[int], since: datetime)
     return {int(r.subject_id) for r in rows}
 
 
-def due_jobs(conn: Connection) -> list[int]:
+def due_jobs(conn: Connection) -> list[BulkJobId]:
     """Jobs waiting for a runner: queued, or running with no live lease (for the sweeper)."""
     rows = conn.execute(
         text(
@@ -80,7 +81,7 @@ def due_jobs(conn: Connection) -> list[int]:
             " AND (lease_owner IS NULL OR lease_expires_at <= now()) ORDER BY id"
         )
     )
-    return [int(r.id) for r in rows]
+    return [BulkJobId(int(r.id)) for r in rows]
 
 
 def awaiting(conn: Connection, scope: Scope, limit: int = 50) -> list[Job]:
@@ -126,6 +127,6 @@ _OUTCOMES = {
 }
 
 
-def replay_outcomes(conn: Connection, job_id: int, kind: str) -> Outcomes:
+def replay_outcomes(conn: Connection, job_id: BulkJobId, kind: str) -> Outcomes:
     row = conn.execute(text(_OUTCOMES[kind]), {"job": job_id}).one()
     return Outcomes(int(row.succeeded), int(row.dead_again), int(row.pending), int(row.gone))

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from inbox.domain.records import EventId
 from inbox.domain.states import DeliveryState
 from inbox.store.reads import detail, ledger_reads, listing
 from inbox.store.reads.detail import DeliveryDetail
@@ -110,7 +111,7 @@ def failed_delivery_groups(conn: Connection, scope: Scope, limit: int = 100) -> 
     return as_rows(DeliveryGroup, conn.execute(text(_DELIVERY_GROUPS), params))
 
 
-def failed_callbacks(conn: Connection, event_ids: list[int]) -> dict[int, int]:
+def failed_callbacks(conn: Connection, event_ids: list[EventId]) -> dict[int, int]:
     """event id → how many of its deliveries are dead (failed), for those with any."""
     if not event_ids:
         return {}

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from inbox.domain.records import EventId
 from inbox.domain.states import DeliveryState, EventState
 from inbox.store.db import sealing
 from inbox.store.reads.lanes import LaneState, lane_state
@@ -234,7 +235,7 @@ DELIVERY_AUDIT = (
 )
 
 
-def _public_id(conn: Connection, event_id: int | None) -> str | None:
+def _public_id(conn: Connection, event_id: EventId | None) -> str | None:
     if event_id is None:
         return None
     found = conn.execute(text(EVENT_PUBLIC_ID), {"id": event_id}).scalar()
@@ -302,7 +303,7 @@ def delivery(conn: Connection, public_id: str, since: int = 0) -> DeliveryDetail
     return _with_history(conn, row._mapping) if row is not None else None
 
 
-def event_deliveries(conn: Connection, event_id: int) -> tuple[DeliveryDetail, ...]:
+def event_deliveries(conn: Connection, event_id: EventId) -> tuple[DeliveryDetail, ...]:
     """The deliveries an event caused, oldest first, each in full; only the partitions
     of the event's day and later are read."""
     rows = conn.execute(text(EVENT_DELIVERIES), {"ev": event_id, "lo": since_event(event_id)})

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.domain.errors import NotFound
-from inbox.domain.records import Endpoint
+from inbox.domain.records import Endpoint, EndpointId
 from inbox.infra.keyring import keyring
 
 # Every column of the endpoint, its tenant's name and its live secrets (still encrypted).
@@ -44,7 +44,7 @@ def to_endpoint(r: Any) -> Endpoint:
     )
 
 
-def get_endpoint(conn: Connection, ref: int | str) -> Endpoint:
+def get_endpoint(conn: Connection, ref: EndpointId | str) -> Endpoint:
     column = "ep.id" if isinstance(ref, int) else "ep.public_id"
     row = conn.execute(text(f"{_ENDPOINT} WHERE {column} = :ref"), {"ref": ref}).first()
     if row is None:

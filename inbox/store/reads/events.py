@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from inbox.domain.records import EventId
 from inbox.domain.states import EventState
 from inbox.store.db import sealing
 from inbox.store.reads import detail, ledger_reads, listing
@@ -35,7 +36,7 @@ STORED_RESPONSE = text(
 )
 
 
-def stored_response(conn: Connection, event_id: int) -> StoredResponse:
+def stored_response(conn: Connection, event_id: EventId) -> StoredResponse:
     """The answer as stored, opened where it is sealed (empty once its key was erased)."""
     row = conn.execute(STORED_RESPONSE, {"id": event_id}).one()
     body = sealing.for_engine(conn.engine).open_tagged(
@@ -48,7 +49,7 @@ def stored_response(conn: Connection, event_id: int) -> StoredResponse:
 class EventSummary:
     """An event as a listing shows it."""
 
-    id: int
+    id: EventId
     public_id: str
     tenant: str
     source: str
@@ -137,7 +138,7 @@ class Attempt:
     outcome: str  # retry | quarantined
 
 
-def attempts(conn: Connection, event_id: int) -> list[Attempt]:
+def attempts(conn: Connection, event_id: EventId) -> list[Attempt]:
     """Every failed run of the event, oldest first, across replays."""
     rows = conn.execute(
         text(

@@ -8,11 +8,12 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.domain.holds import Hold
+from inbox.domain.records import EventId
 from inbox.store.reads.scope import Scope, scoped
 from inbox.store.schema.holds import covering
 
 
-def holding(conn: Connection, event_id: int) -> list[str]:
+def holding(conn: Connection, event_id: EventId) -> list[str]:
     """The public ids of the active holds that cover one event (empty: it is not held)."""
     rows = conn.execute(
         text(f"SELECT h.public_id FROM events e, {covering('e')} AND e.id = :id ORDER BY h.id"),

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.domain import ledger
+from inbox.domain.records import EventId, TenantId
 from inbox.store.reads.ledger_reads import since_event
 from inbox.store.reads.scope import Scope, scoped
 
@@ -75,15 +76,15 @@ def blocked(conn: Connection, scope: Scope, limit: int = 100) -> list[BlockedLan
 class Block:
     """The one open block of an event (for a skip): its row's key and state."""
 
-    tenant_id: int
+    tenant_id: TenantId
     lane: bytes
-    event_id: int
+    event_id: EventId
     held: int
     skip_requested_by: str | None
     skip_reason: str | None
 
 
-def block_of(conn: Connection, event_id: int, *, lock: bool = False) -> Block | None:
+def block_of(conn: Connection, event_id: EventId, *, lock: bool = False) -> Block | None:
     """The open (not skipped) block this event holds, if any; ``lock``: FOR UPDATE of the
     block row, so two operators' skips are decided one after the other."""
     row = conn.execute(
@@ -104,9 +105,9 @@ def block_of(conn: Connection, event_id: int, *, lock: bool = False) -> Block | 
         {"t": row.tenant_id, "lane": row.lane, "id": row.event_id},
     ).scalar_one()
     return Block(
-        int(row.tenant_id),
+        TenantId(int(row.tenant_id)),
         bytes(row.lane),
-        int(row.event_id),
+        EventId(int(row.event_id)),
         int(held),
         row.skip_requested_by,
         row.skip_reason,
@@ -131,7 +132,7 @@ class LaneState:
         return out
 
 
-def lane_state(conn: Connection, event_id: int) -> LaneState | None:
+def lane_state(conn: Connection, event_id: EventId) -> LaneState | None:
     """None for an event without a lane, or one that neither waits nor blocks."""
     row = conn.execute(
         text(
@@ -159,7 +160,7 @@ def lane_state(conn: Connection, event_id: int) -> LaneState | None:
     if row.held_behind is not None:
         # The blocker's public id, read within its own day: a join on the id alone would
         # plan every day's partition (tests/integration/test_partition_reads.py).
-        blocker = int(row.held_behind)
+        blocker = EventId(int(row.held_behind))
         lo = since_event(blocker)
         behind = conn.execute(
             text("SELECT public_id FROM events WHERE id = :id AND id >= :lo AND id < :hi"),

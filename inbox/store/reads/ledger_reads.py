@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.domain import ledger
+from inbox.domain.records import EventId, TenantId
 from inbox.store.schema.ledger_tables import events
 
 KEYS_JOIN = (
@@ -81,14 +82,14 @@ def span(public_ids: Iterable[str]) -> tuple[int, int]:
     return min(r[0] for r in ranges), max(r[1] for r in ranges)
 
 
-def since_event(event_id: int) -> int:
+def since_event(event_id: EventId) -> int:
     """The lowest id a delivery of ``event_id`` can have: a delivery is made on or after
     its event's day, so a lookup bounded by it skips every older day's partition when
     the query is planned."""
     return ledger.bounds(ledger.day_of(event_id))[0]
 
 
-def tenant_id(conn: Connection, name: str | None) -> int | None:
+def tenant_id(conn: Connection, name: str | None) -> TenantId | None:
     """The id of the tenant named ``name`` (None for no name; -1, which matches nothing,
     for an unknown one). A ledger read filters ``tenant_id = :id`` on the ledger's own
     column, which its indexes serve; ``tenants.name`` through a join is served by none
@@ -96,4 +97,4 @@ def tenant_id(conn: Connection, name: str | None) -> int | None:
     if name is None:
         return None
     found = conn.execute(text("SELECT id FROM tenants WHERE name = :n"), {"n": name}).scalar()
-    return int(found) if found is not None else -1
+    return TenantId(int(found) if found is not None else -1)

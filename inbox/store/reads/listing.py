@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, overload
 
 from sqlalchemy import Connection, text
 
+from inbox.domain.records import DeliveryId, EventId, TenantId
 from inbox.store.reads import ledger_reads
 from inbox.store.reads.scope import Scope, scoped
 
@@ -83,7 +84,7 @@ _DEAD = {"e": "quarantined", "d": "failed"}
 
 
 def where(
-    alias: str, scope: Scope, tenant_id: int | None, f: Filter, before_id: int | None
+    alias: str, scope: Scope, tenant_id: TenantId | None, f: Filter, before_id: int | None
 ) -> tuple[str, dict[str, Any]]:
     conds: list[str] = []
     bound: dict[str, Any] = {}
@@ -115,6 +116,16 @@ def where(
     return where + f" ORDER BY {alias}.id DESC LIMIT :limit", bound
 
 
+@overload
+def visible(
+    conn: Connection, kind: Literal["events"], public_id: str, scope: Scope
+) -> EventId | None: ...
+@overload
+def visible(
+    conn: Connection, kind: Literal["deliveries"], public_id: str, scope: Scope
+) -> DeliveryId | None: ...
+@overload
+def visible(conn: Connection, kind: str, public_id: str, scope: Scope) -> int | None: ...
 def visible(conn: Connection, kind: str, public_id: str, scope: Scope) -> int | None:
     """The row id of an event or delivery the scope may see, else None."""
     table = {"events": "events", "deliveries": "deliveries"}[kind]

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from inbox.domain.records import BulkJobId, EventId, TenantId
 from inbox.store.db import sealing
 from inbox.store.reads import ledger_reads
 
@@ -32,9 +33,9 @@ NEWEST_COMPLETED = {
 
 @dataclass(frozen=True, slots=True)
 class PlannedEvent:
-    id: int
+    id: EventId
     public_id: str
-    tenant_id: int
+    tenant_id: TenantId
     tenant: str
     source: str
     source_options: dict[str, Any]
@@ -116,7 +117,7 @@ def events(conn: Connection, public_ids: list[str]) -> list[PlannedEvent]:
 
 
 def newest_completed(
-    conn: Connection, tenant_id: int, bk: bytes, event_id: int, by_time: bool
+    conn: Connection, tenant_id: TenantId, bk: bytes, event_id: EventId, by_time: bool
 ) -> Newest | None:
     """The newest other completed event with this business key, by time or by version."""
     # As inbox.store.write.staleness judges, without its lock or its writes.
@@ -125,7 +126,9 @@ def newest_completed(
     return Newest(row.id, row.public_id, row.occurred_at, row.version) if row else None
 
 
-def effect_owner(conn: Connection, tenant_id: int, name: str, bk: bytes) -> tuple[int, str] | None:
+def effect_owner(
+    conn: Connection, tenant_id: TenantId, name: str, bk: bytes
+) -> tuple[int, str] | None:
     """The event that owns a once-per-business-key effect (its id and public id), if any."""
     row = conn.execute(
         text(
@@ -138,7 +141,7 @@ def effect_owner(conn: Connection, tenant_id: int, name: str, bk: bytes) -> tupl
     return (int(row.event_id), row.public_id or str(row.event_id)) if row else None
 
 
-def endpoints(conn: Connection, tenant_id: int) -> list[EndpointRow]:
+def endpoints(conn: Connection, tenant_id: TenantId) -> list[EndpointRow]:
     """Every endpoint of the tenant, as the outbox writes for them (a paused or disabled
     one's deliveries are held), with its filter and circuit."""
     rows = conn.execute(
@@ -153,7 +156,7 @@ def endpoints(conn: Connection, tenant_id: int) -> list[EndpointRow]:
     ]
 
 
-def job_items(conn: Connection, job_id: int, limit: int) -> list[str]:
+def job_items(conn: Connection, job_id: BulkJobId, limit: int) -> list[str]:
     """A bulk replay's snapshotted items (public ids), in the order it replays them."""
     rows = conn.execute(
         text(

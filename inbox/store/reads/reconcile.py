@@ -9,6 +9,8 @@ from datetime import datetime
 
 from sqlalchemy import Connection, text
 
+from inbox.domain.records import SourceId, TenantId
+
 # Digests looked up per statement, so a long provider list stays a few round trips.
 CHUNK = 5000
 
@@ -29,7 +31,7 @@ def window_start(conn: Connection, hours: int) -> datetime:
 
 
 def known_digests(
-    conn: Connection, tenant_id: int, source_id: int, digests: Sequence[bytes]
+    conn: Connection, tenant_id: TenantId, source_id: SourceId, digests: Sequence[bytes]
 ) -> set[bytes]:
     """The subset of ``digests`` the source holds as a live key, whatever the event's age."""
     found: set[bytes] = set()
@@ -47,7 +49,7 @@ def known_digests(
 
 
 def events_since(
-    conn: Connection, tenant_id: int, source_id: int, since: datetime
+    conn: Connection, tenant_id: TenantId, source_id: SourceId, since: datetime
 ) -> list[WindowEvent]:
     """The source's events received at or after ``since``, oldest first, with their keys."""
     rows = conn.execute(
@@ -75,7 +77,7 @@ LAST_RUN = text(
 )
 
 
-def last_run(conn: Connection, source_id: int) -> datetime | None:
+def last_run(conn: Connection, source_id: SourceId) -> datetime | None:
     """When the source was last reconciled (None: never)."""
     at: datetime | None = conn.execute(LAST_RUN, {"s": source_id}).scalar_one()
     return at

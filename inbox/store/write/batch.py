@@ -79,7 +79,7 @@ _COMPLETE_MANY = DayBounded(
 
 
 def _steps(
-    keys: sealing.PayloadKeys, conn: Connection, event_id: int, steps: dict[str, Any]
+    keys: sealing.PayloadKeys, conn: Connection, event_id: EventId, steps: dict[str, Any]
 ) -> dict[str, Any]:
     """A row's ``steps`` and ``key_id``: its results sealed under its event's key."""
     sealed, key = keys.seal_steps(conn, event_id, steps)
@@ -87,7 +87,7 @@ def _steps(
 
 
 def _response(
-    keys: sealing.PayloadKeys, conn: Connection, event_id: int, text_response: str | None
+    keys: sealing.PayloadKeys, conn: Connection, event_id: EventId, text_response: str | None
 ) -> str | None:
     """A synchronous answer as the statement takes it: base64 of its bytes, sealed under the
     event's key where its payload is."""

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain.approval import BulkStatus, Job, initial_status
 from inbox.domain.errors import BadRequest, IdempotencyConflict, InboxError
-from inbox.domain.records import TenantId
+from inbox.domain.records import BulkJobId, TenantId
 from inbox.domain.states import DeliveryState, EventState
 from inbox.store.reads import listing
 from inbox.store.reads.bulk import JOB_COLUMNS, get_job, to_job
@@ -126,7 +126,9 @@ def _json(value: object) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def _audit(conn: Connection, actor: str, action: str, job_id: int, detail: dict[str, Any]) -> None:
+def _audit(
+    conn: Connection, actor: str, action: str, job_id: BulkJobId, detail: dict[str, Any]
+) -> None:
     conn.execute(
         text(
             "INSERT INTO audit_log (actor, action, subject_kind, subject_id, detail)"
@@ -182,12 +184,12 @@ _CLAIM = text(
 )
 
 
-def claim(conn: Connection, job_id: int, owner: str, lease: float) -> Job | None:
+def claim(conn: Connection, job_id: BulkJobId, owner: str, lease: float) -> Job | None:
     row = conn.execute(_CLAIM, {"id": job_id, "owner": owner, "lease": lease}).first()
     return to_job(row) if row is not None else None
 
 
-def renew(conn: Connection, job_id: int, owner: str, lease: float) -> Job | None:
+def renew(conn: Connection, job_id: BulkJobId, owner: str, lease: float) -> Job | None:
     """Extend this runner's lease (locking the row for the batch); None if lost or cancelled."""
     row = conn.execute(
         text(
@@ -202,7 +204,7 @@ def renew(conn: Connection, job_id: int, owner: str, lease: float) -> Job | None
     return to_job(row) if row is not None else None
 
 
-def record(conn: Connection, job_id: int, outcomes: dict[int, str]) -> Job:
+def record(conn: Connection, job_id: BulkJobId, outcomes: dict[int, str]) -> Job:
     """Store each item's outcome and the job's counters; completes the job when all are done.
 
     With no outcomes, this completes a job that has nothing (left) to do.
@@ -244,7 +246,7 @@ def record(conn: Connection, job_id: int, outcomes: dict[int, str]) -> Job:
     return done
 
 
-def release(conn: Connection, job_id: int, owner: str) -> None:
+def release(conn: Connection, job_id: BulkJobId, owner: str) -> None:
     """Give the lease back so the next runner can continue at once."""
     conn.execute(
         text(

@@ -48,7 +48,7 @@ def wait(conn: Connection, endpoint_id: EndpointId) -> float | None:
     return throttle.take(rate, tokens, elapsed, 1).wait
 
 
-def set_rate(conn: Connection, endpoint_id: int, rate: float | None) -> None:
+def set_rate(conn: Connection, endpoint_id: EndpointId, rate: float | None) -> None:
     conn.execute(
         text(
             "UPDATE endpoints SET rate_per_second = :r, rate_tokens = 0, rate_at = NULL"

@@ -55,7 +55,9 @@ def revoke_secrets_except(conn: Connection, ep: Endpoint, keep: str) -> int:
     return signing_secrets.revoke_all_except(conn, "endpoint", ep.id, keep)
 
 
-def set_enabled(conn: Connection, endpoint_id: int, enabled: bool, reason: str | None) -> int:
+def set_enabled(
+    conn: Connection, endpoint_id: EndpointId, enabled: bool, reason: str | None
+) -> int:
     """Disable (its deliveries are held) or enable (released in order, unless it is also
     paused). How many deliveries were held or released."""
     conn.execute(
@@ -66,14 +68,14 @@ def set_enabled(conn: Connection, endpoint_id: int, enabled: bool, reason: str |
     return _hold_or_release(conn, endpoint_id)
 
 
-def set_paused(conn: Connection, endpoint_id: int, paused: bool) -> int:
+def set_paused(conn: Connection, endpoint_id: EndpointId, paused: bool) -> int:
     """Pause (its deliveries are held) or resume (released in order, unless it is also
     disabled). How many deliveries were held or released."""
     conn.execute(update(endpoints).where(endpoints.c.id == endpoint_id).values(paused=paused))
     return _hold_or_release(conn, endpoint_id)
 
 
-def _hold_or_release(conn: Connection, endpoint_id: int) -> int:
+def _hold_or_release(conn: Connection, endpoint_id: EndpointId) -> int:
     sends = conn.execute(
         select(endpoints.c.enabled & ~endpoints.c.paused).where(endpoints.c.id == endpoint_id)
     ).scalar_one()
@@ -81,12 +83,12 @@ def _hold_or_release(conn: Connection, endpoint_id: int) -> int:
     return held.release_held(conn, eid) if sends else held.hold(conn, eid)
 
 
-def lock(conn: Connection, endpoint_id: int) -> None:
+def lock(conn: Connection, endpoint_id: EndpointId) -> None:
     """Take the endpoint's row lock (as a courier's claim does, first)."""
     conn.execute(select(endpoints.c.id).where(endpoints.c.id == endpoint_id).with_for_update())
 
 
-def soft_delete(conn: Connection, endpoint_id: int, actor: str) -> None:
+def soft_delete(conn: Connection, endpoint_id: EndpointId, actor: str) -> None:
     """Deleted, and disabled: the row stays (deliveries, audit and evidence refer to it);
     nothing is sent to it or made for it again."""
     conn.execute(
@@ -101,15 +103,15 @@ def soft_delete(conn: Connection, endpoint_id: int, actor: str) -> None:
     )
 
 
-def set_ordered(conn: Connection, endpoint_id: int, ordered: bool) -> None:
+def set_ordered(conn: Connection, endpoint_id: EndpointId, ordered: bool) -> None:
     conn.execute(update(endpoints).where(endpoints.c.id == endpoint_id).values(ordered=ordered))
 
 
-def set_max_in_flight(conn: Connection, endpoint_id: int, slots: int) -> None:
+def set_max_in_flight(conn: Connection, endpoint_id: EndpointId, slots: int) -> None:
     conn.execute(update(endpoints).where(endpoints.c.id == endpoint_id).values(max_in_flight=slots))
 
 
-def finish_rotation(conn: Connection, endpoint_id: int) -> int:
+def finish_rotation(conn: Connection, endpoint_id: EndpointId) -> int:
     """End an overlap: every active secret but the newest stops signing."""
     newest = (
         select(endpoint_secrets.c.id)

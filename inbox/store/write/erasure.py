@@ -153,7 +153,9 @@ def review(
     return _run(conn, found, row.tenant_id, digest, actor, approved_by=actor)
 
 
-def _check(conn: Connection, erasure: Erasure, tenant_id: int, digest: bytes | None) -> list[int]:
+def _check(
+    conn: Connection, erasure: Erasure, tenant_id: TenantId, digest: bytes | None
+) -> list[int]:
     """The live keys the erasure covers, locked; raises ErasureHeld or ErasureUnfinished."""
     conn.execute(text("LOCK TABLE legal_holds IN SHARE MODE"))
     keys = [int(k) for k in conn.execute(_KEYS, {"t": tenant_id, "s": digest}).scalars()]
@@ -178,7 +180,7 @@ def _check(conn: Connection, erasure: Erasure, tenant_id: int, digest: bytes | N
 def _run(
     conn: Connection,
     erasure: Erasure,
-    tenant_id: int,
+    tenant_id: TenantId,
     digest: bytes | None,
     actor: str,
     approved_by: str | None,

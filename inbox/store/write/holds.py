@@ -36,7 +36,7 @@ def _audit(conn: Connection, actor: str, action: str, hold: Hold, **extra: Any) 
     )
 
 
-def _event(conn: Connection, tenant_id: int, public_id: str) -> int:
+def _event(conn: Connection, tenant_id: TenantId, public_id: str) -> int:
     try:
         params = ledger_reads.bounds_params(public_id)
     except ValueError:

@@ -11,7 +11,7 @@ from sqlalchemy.dialects.postgresql import insert
 
 from inbox.domain.intake import Prepared
 from inbox.domain.outcomes import IngestOutcome
-from inbox.domain.records import Source
+from inbox.domain.records import EventId, Source
 from inbox.domain.states import FINISHED
 from inbox.infra.envelope import tagged_key
 from inbox.store.db import sealing
@@ -23,13 +23,13 @@ from inbox.store.schema.tables import event_keys, idempotency_conflicts
 @dataclass(frozen=True)
 class IngestResult:
     outcome: IngestOutcome
-    event_id: int
+    event_id: EventId
     public_id: str
     status: int
     body: bytes
 
 
-def _accepted(event_id: int, ev: Prepared) -> IngestResult:
+def _accepted(event_id: EventId, ev: Prepared) -> IngestResult:
     return IngestResult(
         IngestOutcome.ACCEPTED, event_id, ev.public_id, ev.response_status, ev.response_body
     )

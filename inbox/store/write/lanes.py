@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.domain import lanes as rules
+from inbox.domain.records import EventId
 from inbox.store.reads.lanes import Block, block_of
 from inbox.store.write import queue
 
@@ -54,7 +55,7 @@ def _audit(conn: Connection, actor: str, action: str, block: Block, **detail: An
 
 def skip(
     conn: Connection,
-    event_id: int,
+    event_id: EventId,
     public_id: str,
     actor: str,
     reason: str | None,

@@ -172,7 +172,7 @@ _ADVANCE = DayBounded(
 )
 
 
-def advance(conn: Connection, finished: list[int]) -> int:
+def advance(conn: Connection, finished: list[EventId]) -> int:
     """Each lane's next event after these finished (or skipped) ones made due when it was
     parked; how many."""
     if not finished:

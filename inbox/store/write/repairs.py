@@ -17,6 +17,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain import ledger
 from inbox.domain.invariants import HELD_DELIVERY_STATE
+from inbox.domain.records import EventId, TenantId
 from inbox.store.db import sealing
 from inbox.store.write import intents, queue
 
@@ -142,7 +143,7 @@ _RELEASE_LANE = text(
 )
 
 
-def release_lane(conn: Connection, tenant_id: int, lane_hex: str, event_id: int) -> bool:
+def release_lane(conn: Connection, tenant_id: TenantId, lane_hex: str, event_id: EventId) -> bool:
     """Remove the stale block of a lane; whether there was one to remove. The lane's next
     event, parked behind the block (migration 0031), is due from this commit on, as after
     a skip."""

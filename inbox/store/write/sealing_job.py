@@ -22,6 +22,7 @@ from sqlalchemy import Connection, text
 
 from inbox.domain import ledger
 from inbox.domain.erasure import subject_of
+from inbox.domain.records import EventId
 from inbox.infra.envelope import DataKey, tagged_key
 from inbox.store.db.sealing import (
     BODY,
@@ -121,7 +122,7 @@ def seal_batch(conn: Connection, keys: PayloadKeys, batch: int) -> int:
     return len(rows)
 
 
-def _answer(key: DataKey, event_id: int, sync: bool, answer: bytes) -> bytes:
+def _answer(key: DataKey, event_id: EventId, sync: bool, answer: bytes) -> bytes:
     """A synchronous event's stored answer sealed as ``queue.complete`` seals it (another
     event's is the acknowledgement, which holds no payload)."""
     if not sync or tagged_key(answer) is not None:

@@ -13,6 +13,7 @@ from typing import Literal
 
 from sqlalchemy import Column, Connection, Table, func, insert, select, update
 
+from inbox.domain.records import EndpointId, SourceId
 from inbox.infra.keyring import Keyring, is_encrypted, keyring
 from inbox.store.db import keystore
 from inbox.store.schema.tables import endpoint_secrets, source_secrets
@@ -28,13 +29,15 @@ def _of(owner: Owner) -> tuple[Table, Column[int]]:
     return table, table.c.source_id if owner == "source" else table.c.endpoint_id
 
 
-def add(conn: Connection, owner: Owner, owner_id: int, secret: str) -> None:
+def add(conn: Connection, owner: Owner, owner_id: SourceId | EndpointId, secret: str) -> None:
     """A new active secret of the source or endpoint ``owner_id``, stored encrypted."""
     table, column = _of(owner)
     conn.execute(insert(table).values({column.name: owner_id, "secret": keyring().encrypt(secret)}))
 
 
-def revoke_all_except(conn: Connection, owner: Owner, owner_id: int, keep: str) -> int:
+def revoke_all_except(
+    conn: Connection, owner: Owner, owner_id: SourceId | EndpointId, keep: str
+) -> int:
     """End a rotation: every active secret but ``keep`` stops signing or verifying; how many
     did. (Encryption is randomised, so the values are compared decrypted, not in SQL.)"""
     table, column = _of(owner)
