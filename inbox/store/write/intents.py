@@ -75,10 +75,14 @@ def enqueue(conn: Connection, sets: Sequence[callbacks.CallbackSet]) -> set[Endp
         return set()
     sends = {ep.id: ep.sends for tenant_eps in eps.values() for ep in tenant_eps}
     cols: dict[str, list[Any]] = {k: [] for k in (*_COLUMNS, "tc", "lo")}
+    # An event's key, looked up once for every delivery its callback sets owe.
     keys = sealing.for_engine(conn.engine)
+    event_keys = {
+        ev: keys.event_key(conn, ev) for ev in {o.cbs.event_id for o in owed} if ev is not None
+    }
     for o in owed:
         cbs = o.cbs
-        key = None if cbs.event_id is None else keys.event_key(conn, cbs.event_id)
+        key = None if cbs.event_id is None else event_keys[cbs.event_id]
         plain = o.body()
         # The delivery's body names its key itself (the courier opens it by that); the
         # intent's copy is opened by its own key_id column.
