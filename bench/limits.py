@@ -355,9 +355,10 @@ class Paths:
 
     def drain(self) -> int:
         from inbox.services.drain import drain_once
+        from inbox.services.runtime import Runtime
 
         engine, done = self.fresh(), 0
-        while (claimed := drain_once(engine, self.settings).claimed) > 0:
+        while (claimed := drain_once(Runtime(self.settings, engine)).claimed) > 0:
             done += claimed
         if done != self.events:
             raise RuntimeError(f"drained {done} events, expected {self.events}")

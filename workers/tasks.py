@@ -88,7 +88,7 @@ def drain() -> int:
     deadline = time.monotonic() + DRAIN_BUDGET_SECONDS
     done, helped = 0, False
     while time.monotonic() < deadline:
-        batch = drain_once(engine(), settings, notify=ring_couriers, wake=state.current().lane_bell)
+        batch = drain_once(runtime(), notify=ring_couriers, wake=state.current().lane_bell)
         set_alarms(broker.DRAIN, [], batch.retry_in)
         done += batch.claimed
         if batch.states.get(DEFERRED):
@@ -171,7 +171,7 @@ def deliver(endpoint_id: int) -> dict[str, int]:
 @through_outages
 def sweep() -> dict[str, int]:
     """The lifeline (``inbox.services.sweep``): requeue, then ring for anything due."""
-    swept = sweeper.run_once(engine(), state.current().alarms.horizon, broker.ALARM_SLOT)
+    swept = sweeper.run_once(runtime(), state.current().alarms.horizon, broker.ALARM_SLOT)
     if swept.drain_now:
         drain.delay()
     ring_couriers(swept.endpoints)

@@ -23,6 +23,7 @@ from inbox.infra.config import Settings
 from inbox.services import lockstep
 from inbox.services.ports import WorkStore
 from inbox.services.runner import RunConfig, is_pure, run_claimed, run_in_memory, run_span
+from inbox.services.runtime import Runtime
 from inbox.services.wiring import work_store
 from inbox.store.reads import queue as queue_reads
 from inbox.store.write import queue
@@ -51,14 +52,17 @@ class DrainResult:
 
 
 def drain_once(
-    db: Engine | WorkStore[Any],
-    settings: Settings,
+    rt: Runtime,
     owner: str | None = None,
     notify: Callable[[set[EndpointId]], None] | None = None,
     reg: Registry = registry,
     wake: Callable[[], None] | None = None,
+    store: WorkStore[Any] | None = None,
 ) -> DrainResult:
     """Claim one batch of due events and run each; returns what became of them.
+
+    ``store``: the event queue to claim from; by default the one behind ``rt``'s engine
+    (unit tests give an in-memory one).
 
     ``wake`` is rung right after each commit that completed an event of a lane (an ordered
     source's business key): the lane's next event is due from that commit on, and the
@@ -70,7 +74,8 @@ def drain_once(
     sources, callbacks from a pure playbook, a playbook missing) commit step by step
     through ``run_claimed``.
     """
-    store = work_store(db)
+    settings = rt.settings
+    store = store if store is not None else work_store(rt.engine)
     with store.begin() as tx:
         claims = store.claim(tx, owner or worker_id(), settings.batch_size, settings.lease_seconds)
         loaded = store.load_many(tx, claims)
@@ -196,10 +201,10 @@ class SweepResult:
     due: int
 
 
-def release_held(engine: Engine, reg: Registry = registry) -> int:
+def release_held(rt: Runtime, reg: Registry = registry) -> int:
     """Held events whose source's playbook this process has (or whose source no longer
     names one) become due again; returns how many."""
-    with engine.begin() as conn:
+    with rt.engine.begin() as conn:
         sources = queue_reads.held_playbooks(conn)
         ready = [sid for sid, name in sources.items() if name is None or name in reg.by_name]
         released = queue.release_held(conn, ready)

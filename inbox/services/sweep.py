@@ -12,11 +12,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine
-
 from inbox.domain.playbooks import Registry, registry
 from inbox.domain.records import BulkJobId, EndpointId
 from inbox.services.drain import release_held, sweep_once
+from inbox.services.runtime import Runtime
 from inbox.store.reads import bulk as bulk_reads
 from inbox.store.reads import deliveries as deliveries_reads
 from inbox.store.reads import queue as queue_reads
@@ -54,11 +53,12 @@ class Swept:
         }
 
 
-def run_once(engine: Engine, horizon: float, slot: float, reg: Registry = registry) -> Swept:
+def run_once(rt: Runtime, horizon: float, slot: float, reg: Registry = registry) -> Swept:
     """One sweep. ``horizon``: how far ahead retries get their alarms (seconds), rounded
     up to ``slot``."""
+    engine = rt.engine
     result = sweep_once(engine)
-    released = release_held(engine, reg)
+    released = release_held(rt, reg)
     with engine.begin() as conn:  # the claim's floor follows the oldest unfinished day
         queue.raise_floor(conn)
     with engine.begin() as conn:

@@ -11,6 +11,7 @@ import tests.sink_playbooks  # noqa: F401  (registers the test playbooks)
 from inbox.infra import broker
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from inbox.store.reads import queue as queue_reads
 from tests.helpers import body_of, hmac_headers
 
@@ -57,7 +58,7 @@ def test_a_drain_reports_each_retry_and_the_sweep_finds_it(client, make_source, 
     body = body_of({"type": "retry.later", "fail_times": 1})
     assert client.post(src.path, data=body, headers=hmac_headers("s3cret", body)).status_code == 202
     s = Settings(database_url="x", retry_base_seconds=10.0)
-    result = drain_once(engine, s)
+    result = drain_once(Runtime(s, engine))
     assert result.states == {"received": 1}
     (delay,) = result.retry_in
     assert 5.0 <= delay <= 10.0  # the first retry: half fixed, half jitter

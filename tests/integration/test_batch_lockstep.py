@@ -16,6 +16,7 @@ from inbox import Playbook, StepContext
 from inbox.domain.playbooks import Registry
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once, sweep_once
+from inbox.services.runtime import Runtime
 from tests.helpers import (
     body_of,
     events_by_state,
@@ -89,7 +90,7 @@ def test_a_two_step_batch_commits_once(client, make_source, engine, lsettings) -
 
     event.listen(engine, "commit", count)
     try:
-        result = drain_once(engine, lsettings, reg=registry(pb))
+        result = drain_once(Runtime(lsettings, engine), reg=registry(pb))
     finally:
         event.remove(engine, "commit", count)
     assert result.states == {"completed": 30}
@@ -121,7 +122,7 @@ def test_a_lease_stolen_mid_batch_stops_that_event_alone(
         sink(ctx)
 
     pb.step("b")(sink)
-    result = drain_once(engine, lsettings, reg=registry(pb))
+    result = drain_once(Runtime(lsettings, engine), reg=registry(pb))
     assert result.states == {"completed": 9, "lost": 1}
     assert f"{victim}.b" not in calls(engine)
     with engine.connect() as conn:
@@ -133,7 +134,7 @@ def test_a_lease_stolen_mid_batch_stops_that_event_alone(
             {"p": victim},
         ).scalar_one()
     assert recorded == 0  # its lapsed lease committed nothing
-    assert drain_once(engine, lsettings, reg=registry(pb)).states == {"completed": 1}
+    assert drain_once(Runtime(lsettings, engine), reg=registry(pb)).states == {"completed": 1}
     assert events_by_state(engine) == {"completed": 10}
     # one row per step of every event, but the victim's first step, called again by its key
     assert calls(engine) == keys(ids, "ab") + Counter({f"{victim}.a": 1})
@@ -154,12 +155,12 @@ def test_a_crash_between_the_steps_reruns_only_the_second(
         sink(ctx)
 
     with pytest.raises(Crash):
-        drain_once(engine, replace(lsettings, lease_seconds=1), reg=registry(pb))
+        drain_once(Runtime(replace(lsettings, lease_seconds=1), engine), reg=registry(pb))
     assert calls(engine) == keys(ids, "a")
     crashing[0] = False
     wait_for(lambda: leases_expired(engine), 10, "the crashed worker's leases ran out")
     assert sweep_once(engine).requeued == 20
-    assert drain_once(engine, lsettings, reg=registry(pb)).states == {"completed": 20}
+    assert drain_once(Runtime(lsettings, engine), reg=registry(pb)).states == {"completed": 20}
     assert calls(engine) == keys(ids, "ab")  # every effect row once: a was not run again
 
 
@@ -177,7 +178,7 @@ def test_a_step_that_raises_retries_that_event_alone(
             raise RuntimeError("the outside system said no")
         sink(ctx)
 
-    result = drain_once(engine, lsettings, reg=registry(pb))
+    result = drain_once(Runtime(lsettings, engine), reg=registry(pb))
     assert result.states == {"completed": 9, "received": 1}
     with engine.connect() as conn:
         row = conn.execute(
@@ -185,7 +186,7 @@ def test_a_step_that_raises_retries_that_event_alone(
         ).one()
     assert tuple(row) == (1, "RuntimeError")
     wait_for(
-        lambda: drain_once(engine, lsettings, reg=registry(pb)).states == {"completed": 1},
+        lambda: drain_once(Runtime(lsettings, engine), reg=registry(pb)).states == {"completed": 1},
         10,
         "the retry completes",
     )
@@ -221,7 +222,7 @@ def test_a_batch_writes_every_callback_in_one_statement(
 
     event.listen(engine, "before_cursor_execute", statement)
     try:
-        result = drain_once(engine, lsettings, reg=registry(pb))
+        result = drain_once(Runtime(lsettings, engine), reg=registry(pb))
     finally:
         event.remove(engine, "before_cursor_execute", statement)
     assert result.states == {"completed": 30}

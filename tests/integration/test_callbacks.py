@@ -19,6 +19,7 @@ from inbox.domain.records import Endpoint
 from inbox.infra.config import Settings
 from inbox.services.courier import deliver_once
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from inbox.store.reads import endpoints as ereads
 from inbox.store.write import deliveries as dstore
 from inbox.store.write import endpoints as estore
@@ -45,7 +46,7 @@ def decide(client, engine, wsettings, src, key: str = "k", payload=None) -> set[
         == 202
     )
     rung: set[int] = set()
-    drain_once(engine, wsettings, notify=rung.update)
+    drain_once(Runtime(wsettings, engine), notify=rung.update)
     return rung
 
 

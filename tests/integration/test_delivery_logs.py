@@ -10,6 +10,7 @@ from inbox.domain import callbacks
 from inbox.infra.config import Settings
 from inbox.services.courier import deliver_once
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from inbox.store.write import endpoints as estore
 from tests.helpers import body_of, hmac_headers
 from tests.sink import Answer
@@ -32,7 +33,7 @@ def test_failed_delivery_attempts_are_logged_warning_then_error(
         client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "k")).status_code
         == 202
     )
-    drain_once(engine, Settings(database_url=settings.database_url))
+    drain_once(Runtime(Settings(database_url=settings.database_url), engine))
     with caplog.at_level(logging.INFO, logger="inbox.services.courier"):
         for _ in range(2):
             deliver_once(engine, ep.id, allow_private=True)

@@ -18,6 +18,7 @@ from inbox.domain import callbacks
 from inbox.infra.config import Settings
 from inbox.services.courier import deliver_once
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from inbox.store.write import endpoints as estore
 from inbox.store.write import operator
 from tests.helpers import body_of, hmac_headers, wait_for
@@ -102,7 +103,7 @@ def test_a_filtered_event_is_stored_answered_never_run_and_counted(
     # A real drain runs every due event: the big one only.
     wait_for(
         lambda: (
-            drain_once(engine, wsettings).claimed == 0
+            drain_once(Runtime(wsettings, engine)).claimed == 0
             and _event(engine, big.get_json()["id"]).state == "completed"
         )
     )
@@ -126,7 +127,7 @@ def test_replay_runs_a_filtered_event_despite_the_filter(
     src = make_source(playbook="forward", event_type_path="type", filter=BIG)
     ep = _endpoint(engine, src.tenant, sink.url("/cb"))
     public_id = _post(client, src, {"type": "payment", "amount": 5}, "k1").get_json()["id"]
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
     assert _event(engine, public_id).state == "filtered"
 
     with engine.begin() as conn:
@@ -139,7 +140,7 @@ def test_replay_runs_a_filtered_event_despite_the_filter(
 
     wait_for(
         lambda: (
-            drain_once(engine, wsettings).claimed == 0
+            drain_once(Runtime(wsettings, engine)).claimed == 0
             and _event(engine, public_id).state == "completed"
         )
     )
@@ -254,7 +255,7 @@ def test_an_endpoint_filter_skips_the_callback_and_counts_it(
         assert _post(client, src, payload, key).status_code == 202
 
     def drained() -> bool:
-        drain_once(engine, wsettings)
+        drain_once(Runtime(wsettings, engine))
         return (
             _count(
                 engine,
@@ -315,7 +316,8 @@ def test_the_console_lists_shows_and_replays_a_filtered_event(
     assert _event(engine, evt).state == "received"
     wait_for(
         lambda: (
-            drain_once(engine, wsettings).claimed == 0 and _event(engine, evt).state == "completed"
+            drain_once(Runtime(wsettings, engine)).claimed == 0
+            and _event(engine, evt).state == "completed"
         )
     )
     _deliver_all(engine, sink, ep.id, 2)  # the event that ran at once, and the replayed one

@@ -166,7 +166,7 @@ def drain_all(engine, wsettings) -> None:
             ).scalar_one()
         if not left:
             return
-        drain_once(engine, wsettings)
+        drain_once(Runtime(wsettings, engine))
     raise AssertionError("events still pending after 60 s")
 
 

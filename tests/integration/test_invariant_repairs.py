@@ -242,7 +242,7 @@ def test_a_lane_held_by_a_stale_block_is_released_by_a_second_operator(
 ):
     src = lane_source(make_source)
     post(client, src, "first")
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
     [(first, state)] = states(engine)
     assert state == "completed"
     # Its block outlived its quarantine (the trigger that removes it did not run, as on a
@@ -255,7 +255,7 @@ def test_a_lane_held_by_a_stale_block_is_released_by_a_second_operator(
     )
     post(client, src, "second")
     for _ in range(2):
-        drain_once(engine, wsettings)
+        drain_once(Runtime(wsettings, engine))
     second = states(engine)[1][0]
     assert states(engine) == [(first, "completed"), (second, "received")]  # stuck behind it
 
@@ -280,7 +280,7 @@ def test_a_lane_held_by_a_stale_block_is_released_by_a_second_operator(
         assert conn.execute(text("SELECT count(*) FROM lane_blocks")).scalar() == 0
         assert checks.open_violations(conn) == []
     assert repair_actions(engine)[-2:] == [("bob", "repair_applied"), ("bob", "repair_checked")]
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
     assert states(engine) == [(first, "completed"), (second, "completed")]
 
 
@@ -294,7 +294,7 @@ def test_a_quarantined_blocker_is_no_violation_and_an_early_run_has_no_repair(
     post(client, src, "first")
     post(client, src, "second")
     for _ in range(3):
-        drain_once(engine, wsettings)
+        drain_once(Runtime(wsettings, engine))
     first, second = (p for p, _ in states(engine))
     corrupt(
         engine,
@@ -455,7 +455,7 @@ def test_a_lane_blocked_again_before_the_approval_stays_blocked(
 ):
     src = lane_source(make_source)
     post(client, src, "first")
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
     [(first, _)] = states(engine)
     corrupt(
         engine,

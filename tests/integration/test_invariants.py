@@ -54,7 +54,7 @@ def send(client, src, key: str, payload=None) -> None:
 def decided(client, engine, wsettings, src, *keys: str) -> None:
     for key in keys:
         send(client, src, key)
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
 
 
 def found(engine, wsettings, *invariants: Invariant) -> dict[str, list]:
@@ -251,7 +251,7 @@ def test_an_effect_run_by_a_second_event_of_its_business_key(
     for key in ("a", "b"):
         body = body_of({"type": "x", "account": "acct-1", "n": key})
         client.post(src.path, data=body, headers=hmac_headers("s3cret", body, key))
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
     assert found(engine, wsettings, I.STEP_ONCE)["step_once"] == []
     # The second event's skip is rewritten as if it had run the effect itself.
     corrupt(engine, "UPDATE steps SET result = '{\"denied\": true}' WHERE result ? 'skipped'")
@@ -272,7 +272,7 @@ def test_a_lane_event_that_ran_before_its_predecessor_finished(
             == 202
         )
     for _ in range(3):
-        drain_once(engine, wsettings)
+        drain_once(Runtime(wsettings, engine))
     assert found(engine, wsettings, I.LANE_ORDER)["lane_order"] == []
     with engine.connect() as conn:
         first, second = conn.execute(text("SELECT public_id FROM events ORDER BY id")).scalars()
@@ -301,7 +301,7 @@ def test_a_lane_event_that_ran_behind_a_quarantined_event_not_skipped(
             == 202
         )
     for _ in range(3):
-        drain_once(engine, wsettings)
+        drain_once(Runtime(wsettings, engine))
     with engine.connect() as conn:
         first, second = conn.execute(text("SELECT public_id FROM events ORDER BY id")).scalars()
     # The first event is made a dead letter that finished before the second ran, as an

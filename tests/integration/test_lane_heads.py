@@ -66,10 +66,10 @@ def test_events_behind_an_unfinished_one_are_parked_and_its_commit_unparks_the_n
     with engine.begin() as conn:
         assert queue.due_count(conn) == 2  # the heads of a and b
 
-    assert drain_once(engine, one).claimed == 1  # a0 (the oldest head)
+    assert drain_once(Runtime(one, engine)).claimed == 1  # a0 (the oldest head)
     now = parked(engine)
     assert (now[a[1]], now[a[2]]) == (False, True)  # a0's commit made a1 due, a1 only
-    while drain_once(engine, one).claimed:
+    while drain_once(Runtime(one, engine)).claimed:
         pass
     with engine.connect() as conn:
         done = conn.execute(text("SELECT count(*) FROM events WHERE state = 'completed'"))
@@ -80,11 +80,11 @@ def test_events_behind_a_blocker_are_parked_not_due_and_a_skip_unparks_the_next(
     client, ordered, engine, one, settings
 ):
     a0 = send(client, ordered, "a", 0, ms=1, poison=True)
-    while drain_once(engine, one).claimed:
+    while drain_once(Runtime(one, engine)).claimed:
         pass
     a1, a2 = send(client, ordered, "a", 1, ms=1), send(client, ordered, "a", 2, ms=1)
     assert parked(engine)[a1] and parked(engine)[a2]
-    swept = sweep.run_once(engine, horizon=60, slot=1)
+    swept = sweep.run_once(Runtime(one, engine), horizon=60, slot=1)
     assert swept.due == 0 and not swept.drain_now  # nothing the claim would take
 
     rt = Runtime(settings, engine, Bells(doorbell=lambda: None))
@@ -95,14 +95,14 @@ def test_events_behind_a_blocker_are_parked_not_due_and_a_skip_unparks_the_next(
 
 def test_the_sweep_counts_no_event_held_behind_its_lane_as_due(client, ordered, engine, one):
     send(client, ordered, "a", 0, ms=1, poison=True)
-    while drain_once(engine, one).claimed:
+    while drain_once(Runtime(one, engine)).claimed:
         pass
     send(client, ordered, "a", 1, ms=1)
     with engine.begin() as conn:  # as an event stored before parking was (or not parked)
         conn.execute(text("UPDATE events SET available_at = now() WHERE state = 'received'"))
-    swept = sweep.run_once(engine, horizon=60, slot=1)
+    swept = sweep.run_once(Runtime(one, engine), horizon=60, slot=1)
     assert (swept.due, swept.drain_now) == (0, False)
-    assert drain_once(engine, one).claimed == 0
+    assert drain_once(Runtime(one, engine)).claimed == 0
 
 
 def test_a_parked_event_with_nothing_before_it_is_made_due_by_the_sweep(
@@ -114,12 +114,12 @@ def test_a_parked_event_with_nothing_before_it_is_made_due_by_the_sweep(
             text("UPDATE events SET available_at = CAST(:p AS timestamptz)"),
             {"p": PARKED_UNTIL},
         )
-    assert drain_once(engine, one).claimed == 0
-    swept = sweep.run_once(engine, horizon=60, slot=1)
+    assert drain_once(Runtime(one, engine)).claimed == 0
+    swept = sweep.run_once(Runtime(one, engine), horizon=60, slot=1)
     assert swept.unparked == 1 and swept.drain_now
     assert "parked events had nothing before them" in caplog.text
     assert not parked(engine)[a0]
-    assert drain_once(engine, one).claimed == 1
+    assert drain_once(Runtime(one, engine)).claimed == 1
 
 
 def _plan_rows(node: dict[str, Any]) -> int:

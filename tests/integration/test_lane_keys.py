@@ -18,6 +18,7 @@ from inbox.domain.lanes import PARKED_UNTIL
 from inbox.domain.sources import SourceOptions
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from tests.helpers import body_of, hmac_headers, sink_rows
 from tests.lane_effects import judge
 
@@ -89,7 +90,7 @@ def test_events_of_one_lane_key_run_in_order_across_business_keys(
     )
     position = {send(client, src, f"acct{n}", n, shop="s1"): ("s1", n) for n in range(6)}
     one = dataclasses.replace(settings, batch_size=10, lease_seconds=30)
-    while drain_once(engine, one).claimed:
+    while drain_once(Runtime(one, engine)).claimed:
         pass
     v = judge(sink_rows(engine), position)
     assert (v.overlaps, v.out_of_order) == (0, 0)
@@ -158,7 +159,7 @@ def test_events_arriving_out_of_time_order_run_in_time_order(
 ):
     sent = {t: send(client, by_time, "a", t, at=t) for t in (10, 30, 20, 40)}
     batch = dataclasses.replace(settings, batch_size=10, lease_seconds=30)
-    while drain_once(engine, batch).claimed:
+    while drain_once(Runtime(batch, engine)).claimed:
         pass
     position = {p: ("a", t) for t, p in sent.items()}
     v = judge(sink_rows(engine), position)
@@ -172,10 +173,10 @@ def test_an_event_late_for_a_position_already_passed_goes_to_the_stale_guard(
 ):
     batch = dataclasses.replace(settings, batch_size=10, lease_seconds=30)
     first = send(client, by_time, "a", 20, at=20)
-    while drain_once(engine, batch).claimed:
+    while drain_once(Runtime(batch, engine)).claimed:
         pass
     late = send(client, by_time, "a", 10, at=10)  # its successor ran already
-    while drain_once(engine, batch).claimed:
+    while drain_once(Runtime(batch, engine)).claimed:
         pass
     got = outcomes(engine)
     assert (got[first], got[late]) == ("completed", "stale")
@@ -191,10 +192,10 @@ def test_a_late_event_waits_for_the_running_one_even_when_its_position_is_earlie
         [claim] = queue.claim(conn, "other-worker", 10, 30)  # runs elsewhere, not finished
     late = send(client, by_time, "a", 10, at=10)
     batch = dataclasses.replace(settings, batch_size=10, lease_seconds=30)
-    assert drain_once(engine, batch).claimed == 0  # not beside the running one
+    assert drain_once(Runtime(batch, engine)).claimed == 0  # not beside the running one
     with engine.begin() as conn:  # finished by hand (no stale record): then the late one runs
         queue.complete(conn, claim, "completed", {}, None, None)
-    assert drain_once(engine, batch).claimed == 1
+    assert drain_once(Runtime(batch, engine)).claimed == 1
     assert outcomes(engine)[running] == "completed" and outcomes(engine)[late] is not None
 
 
@@ -216,9 +217,9 @@ def test_a_replay_of_one_event_waits_for_its_lanes_unfinished_predecessors(
     rt = Runtime(settings, engine, Bells(doorbell=lambda: None))
     operations.replay_event(rt, Actor("alice", None), e1)
     batch = dataclasses.replace(settings, batch_size=10, lease_seconds=30)
-    first = drain_once(engine, batch)
+    first = drain_once(Runtime(batch, engine))
     assert first.claimed == 1  # e0 alone: the replayed e1 waits behind it
-    while drain_once(engine, batch).claimed:
+    while drain_once(Runtime(batch, engine)).claimed:
         pass
     v = judge(sink_rows(engine), {e0: ("a", 0), e1: ("a", 1)})
     assert v.starts["a"] == [0, 1] and v.overlaps == 0

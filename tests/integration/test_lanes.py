@@ -51,7 +51,7 @@ def drain(engine: Engine, wsettings: Settings) -> int:
     """Drain until a claim finds nothing due; how many were claimed."""
     total = 0
     while True:
-        got = drain_once(engine, wsettings).claimed
+        got = drain_once(Runtime(wsettings, engine)).claimed
         if not got:
             return total
         total += got
@@ -92,7 +92,7 @@ def test_a_quarantined_event_holds_its_lane_and_only_its_lane(lanes, engine, wse
         assert lreads.lane_state(conn, int(_id(conn, b[0]))) is None
         assert lreads.blocked(conn, src.tenant_id + 1000) == []  # another tenant's scope
     # The sweep (requeue, release, floor) frees nothing: the lane waits for an operator.
-    sweep.run_once(engine, 60, 0.25)
+    sweep.run_once(Runtime(wsettings, engine), 60, 0.25)
     assert drain(engine, wsettings) == 0
     v = judge(sink_rows(engine), position)
     assert v.overlaps == 0 and v.out_of_order == 0

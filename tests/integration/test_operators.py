@@ -13,6 +13,7 @@ import tests.sink_playbooks  # noqa: F401
 from inbox.cli import main
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from inbox.store.write import operator
 from tests.helpers import body_of, hmac_headers, sink_rows
 from tests.sink_playbooks import CRASH_DIR
@@ -78,14 +79,14 @@ def test_replay_resumes_at_the_failed_step_and_runs_it_once(
     public_id = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "r")).json[
         "id"
     ]
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
     assert "quarantined" in cli("events", "list", "--state", "quarantined")
     assert [r.step for r in sink_rows(engine)] == ["charge", "notify"]
     (CRASH_DIR / "notify-down").unlink()
     assert "would replay 1" in cli("replay", "--quarantined", "--tenant", src.tenant, "--dry-run")
     out = cli("replay", public_id, "--actor", "alice")
     assert "replayed 1 of 1" in out
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
     assert [r.step for r in sink_rows(engine)] == ["charge", "notify", "notify"]  # no 2nd charge
     shown = json.loads(cli("events", "show", public_id, "--json"))
     assert shown["state"] == "completed"
@@ -102,7 +103,7 @@ def test_two_operators_replaying_at_once_run_it_once(
     public_id = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "p")).json[
         "id"
     ]
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
     barrier = threading.Barrier(2)
     moved: list[list[str]] = []
 
@@ -121,5 +122,5 @@ def test_two_operators_replaying_at_once_run_it_once(
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM audit_log")).scalar_one() == 1
         assert conn.execute(text("SELECT state FROM events")).scalar_one() == "received"
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
     assert len(sink_rows(engine)) == 2  # the first attempt and one replay

@@ -15,6 +15,7 @@ from inbox.cli import main
 from inbox.domain import ledger
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from inbox.store.reads import ledger_reads
 from inbox.store.schema import partitions
 from inbox.store.schema.tables import PARTITIONED
@@ -208,7 +209,7 @@ def test_expired_keys_go_and_their_counts_stay_on_the_event(client, make_source,
     for _ in range(3):
         resp = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "k-1"))
         assert resp.status_code == 202
-    assert drain_once(engine, settings).claimed == 1
+    assert drain_once(Runtime(settings, engine)).claimed == 1
     with engine.begin() as conn:
         assert conn.execute(text("SELECT duplicate_count FROM event_keys")).scalar() == 2
         assert conn.execute(text("SELECT duplicate_count FROM events")).scalar() == 0

@@ -144,7 +144,11 @@ def test_stored_sealed_read_in_clear_and_cached(client, make_source, engine, key
         assert conn.execute(text("SELECT count(*) FROM data_keys")).scalar_one() == 2
 
     wsettings = Settings(database_url=settings.database_url, batch_size=10)
-    wait_for(lambda: drain_once(engine, wsettings).claimed == 0 and _all_done(engine), 60, "done")
+    wait_for(
+        lambda: drain_once(Runtime(wsettings, engine)).claimed == 0 and _all_done(engine),
+        60,
+        "done",
+    )
     with engine.connect() as conn:
         stored_steps = conn.execute(text("SELECT result, key_id FROM steps ORDER BY event_id"))
         stored_steps = stored_steps.all()
@@ -174,7 +178,11 @@ def _all_done(engine: Engine) -> bool:
 def _finish(engine: Engine) -> None:
     """Every event run to its end by the worker's own drain."""
     wsettings = Settings(database_url=engine.url.render_as_string(False), batch_size=10)
-    wait_for(lambda: drain_once(engine, wsettings).claimed == 0 and _all_done(engine), 60, "done")
+    wait_for(
+        lambda: drain_once(Runtime(wsettings, engine)).claimed == 0 and _all_done(engine),
+        60,
+        "done",
+    )
 
 
 def test_subject_erasure_keeps_rows_and_evidence(

@@ -11,6 +11,7 @@ from sqlalchemy import text
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
 from inbox.services.preview import preview
+from inbox.services.runtime import Runtime
 from inbox.store.write import endpoints as estore
 from inbox.store.write import operator
 from tests.helpers import body_of, hmac_headers, wait_for
@@ -38,7 +39,7 @@ def test_the_preview_of_a_filtered_event_lists_the_deliveries_the_replay_writes(
     body = body_of({"type": "payment", "amount": 5})
     resp = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "k1"))
     public_id = resp.get_json()["id"]
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
     with engine.connect() as conn:
         state = conn.execute(
             text("SELECT state FROM events WHERE public_id = :p"), {"p": public_id}
@@ -62,7 +63,9 @@ def test_the_preview_of_a_filtered_event_lists_the_deliveries_the_replay_writes(
 
     with engine.begin() as conn:
         assert operator.replay(conn, [public_id], "alice") == [public_id]
-    wait_for(lambda: drain_once(engine, wsettings).claimed == 0 and _done(engine, public_id))
+    wait_for(
+        lambda: drain_once(Runtime(wsettings, engine)).claimed == 0 and _done(engine, public_id)
+    )
     with engine.connect() as conn:
         written = dict(
             conn.execute(

@@ -16,6 +16,7 @@ from sqlalchemy import Engine, text
 import tests.sink_playbooks  # noqa: F401  (registers the playbooks the runner resolves)
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from inbox.store.write import sources as store
 from tests.helpers import body_of, hmac_headers, sink_rows
 from tests.signers import SIGNERS, b64, dumps, hx, mac
@@ -100,13 +101,13 @@ def test_a_byte_identical_retry_without_any_id_runs_the_playbook_once(
     now = int(time.time())
     first = send(client, src, name, "meeting-1", now)
     assert first.status_code in (200, 204)
-    drain_once(engine, wsettings)  # the first delivery is processed before the retry
+    drain_once(Runtime(wsettings, engine))  # the first delivery is processed before the retry
     for delay in (1, 2):  # the provider retries, signing anew, the body unchanged
         retry = send(client, src, name, "meeting-1", now + delay)
         assert retry.headers["Idempotent-Replayed"] == "true"
         assert retry.status_code == first.status_code
     send(client, src, name, "meeting-2", now)
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
     effects = sink_rows(engine)
     assert sorted(r.step for r in effects) == ["work", "work"]
     assert len({r.event for r in effects}) == 2  # one effect per event, not per delivery
@@ -126,7 +127,7 @@ def test_a_source_keys_its_own_systems_deliveries_by_body_when_it_asks(
     for src in (plain, keyed):
         for delay in (0, 1):
             assert hmac_post(client, src, {"order": "o-1"}, ts=now + delay).status_code == 202
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
     by_source = rows(engine, "SELECT source_id, count(*) FROM events GROUP BY source_id")
     assert dict((r[0], r[1]) for r in by_source) == {plain.id: 2, keyed.id: 1}
     assert len(sink_rows(engine)) == 3  # twice for the plain source, once for the keyed

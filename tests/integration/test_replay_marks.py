@@ -13,6 +13,7 @@ from inbox.domain.playbooks import Registry
 from inbox.infra.config import Settings
 from inbox.services.courier import deliver_once
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from tests.helpers import body_of, hmac_headers
 from tests.integration.test_api import make_token
 from tests.integration.test_callbacks import endpoint
@@ -57,7 +58,7 @@ def test_a_replay_is_numbered_seen_by_the_playbook_and_marked_downstream(
     wsettings = Settings(database_url=settings.database_url)
 
     def run() -> None:
-        drain_once(engine, wsettings, reg=case.reg)
+        drain_once(Runtime(wsettings, engine), reg=case.reg)
         while deliver_once(engine, ep.id, allow_private=True).claimed:
             pass
 
@@ -99,7 +100,7 @@ def test_the_console_shows_original_and_replay(client, engine, settings, make_so
     body = body_of({"case": "c-2"})
     evt = client.post(src.path, data=body, headers=hmac_headers("s3cret", body, "k2")).json["id"]
     wsettings = Settings(database_url=settings.database_url)
-    drain_once(engine, wsettings, reg=case.reg)
+    drain_once(Runtime(wsettings, engine), reg=case.reg)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT replay FROM events")).scalar_one() == 0
     sign_in(client, new_token(engine, "bob", "operator"))
@@ -107,7 +108,7 @@ def test_the_console_shows_original_and_replay(client, engine, settings, make_so
     assert '<dd id="replay-mark">original</dd>' in original
     page = client.get(f"/ui/events/{evt}/replay").get_data(as_text=True)
     client.post(f"/ui/events/{evt}/replay", data={"csrf": grab(CSRF, page)})
-    drain_once(engine, wsettings, reg=case.reg)
+    drain_once(Runtime(wsettings, engine), reg=case.reg)
     shown = client.get(f"/ui/events/{evt}").get_data(as_text=True)
     assert "replay 1</span>" in shown and "Replay 1 by bob" in shown
     assert 'class="step-run">original</td>' in shown  # open ran in the original

@@ -52,7 +52,7 @@ def drain_all(engine, wsettings) -> None:
             ).scalar_one()
         if not left:
             return True
-        drain_once(engine, wsettings)
+        drain_once(Runtime(wsettings, engine))
         return False
 
     wait_for(drained, 60)

@@ -14,6 +14,7 @@ from inbox.domain.errors import BadRequest
 from inbox.domain.idempotency import key_digest
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from inbox.store.write.retention import prune_once
 from tests.helpers import EVENTS, body_of, hmac_headers, keyed_insert
 
@@ -202,7 +203,7 @@ def test_after_pruning_a_reused_key_is_a_new_event_through_the_app(
     first = send(client, src, {"n": 1}, "order-1")
     assert first.status_code == 202
     assert send(client, src, {"n": 1}, "order-1").headers.get("Idempotent-Replayed") == "true"
-    assert drain_once(engine, settings).claimed == 1  # order-1 completes
+    assert drain_once(Runtime(settings, engine)).claimed == 1  # order-1 completes
     assert send(client, src, {"n": 2}, "order-2").status_code == 202  # stays received
     with engine.begin() as conn:  # both keys' windows have passed
         conn.execute(text("UPDATE event_keys SET expires_at = now() - interval '1 second'"))

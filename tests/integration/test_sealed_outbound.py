@@ -63,7 +63,7 @@ def test_a_delivery_body_is_sealed_and_the_courier_sends_it_in_clear(
             conn, src.tenant, sink.script("/hook", Answer(200)), secret, retry_schedule=[0]
         )
     assert send(client, src, {"type": "fraud.alert", "account": "acct-7"}, "k1").status_code == 202
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
     [stored] = deliveries(engine)
     raw = bytes(stored.body)
     assert b"acct-7" not in raw and envelope.tagged_key(raw) is not None
@@ -86,7 +86,7 @@ def test_a_delivery_whose_key_was_erased_is_failed_not_sent(
             conn, src.tenant, sink.script("/hook", Answer(200)), callbacks.new_secret()
         )
     send(client, src, {"type": "fraud.alert", "account": "acct-9"}, "k1")
-    drain_once(engine, wsettings)  # the event is finished, its delivery still pending
+    drain_once(Runtime(wsettings, engine))  # the event is finished, its delivery still pending
     said = CliRunner().invoke(
         main,
         ["erase", "--tenant", src.tenant, "--subject", "acct-9", "--reason", "GDPR"],
@@ -111,7 +111,7 @@ def test_a_synchronous_answer_is_sealed_and_a_copy_gets_it_in_clear(
     t = threading.Thread(target=original)
     t.start()
     wait_for(lambda: _count(engine, "SELECT count(*) FROM events") > 0)
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
     t.join(15)
     resp = box["resp"]
     assert resp.status_code == 200 and resp.json["status"] == "completed"
@@ -159,7 +159,7 @@ def test_the_sealing_job_seals_old_deliveries_and_answers_too(
             conn, fwd.tenant, sink.script("/hook", Answer(200)), secret, retry_schedule=[0]
         )
     send(client, fwd, {"type": "fraud.alert", "account": "acct-3"}, "k1")
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
     [before] = deliveries(engine)
     assert b"acct-3" in bytes(before.body)  # stored in clear (sealing off in the suite)
     sync = make_source(event_type_path="type")
@@ -169,7 +169,7 @@ def test_the_sealing_job_seals_old_deliveries_and_answers_too(
     )
     t.start()
     wait_for(lambda: _count(engine, "SELECT count(*) FROM events") > 1)
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
     t.join(15)
     answer = box["r"].data
 

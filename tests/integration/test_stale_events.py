@@ -13,6 +13,7 @@ from sqlalchemy import text
 from inbox.cli import main
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from tests.helpers import body_of, hmac_headers, sink_rows, wait_for
 from tests.integration.test_api import make_token
 from tests.integration.test_ui import new_token, sign_in
@@ -47,7 +48,7 @@ def drain_all(engine, wsettings, deadline_s: float = 30.0) -> None:
             ).scalar_one()
         if not left:
             return True
-        drain_once(engine, wsettings)
+        drain_once(Runtime(wsettings, engine))
         return False
 
     wait_for(drained, deadline_s)
@@ -181,7 +182,7 @@ def test_out_of_order_deliveries_released_together_never_overwrite_the_later_dec
                     ).scalar_one()
                 if not left:
                     return True
-                drain_once(engine, wsettings)
+                drain_once(Runtime(wsettings, engine))
                 return False
 
             wait_for(drained, 60)

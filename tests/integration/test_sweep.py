@@ -27,7 +27,7 @@ def test_a_sweep_requeues_an_expired_lease_and_says_what_to_ring(engine, make_so
     job, _ = replays.start(rt, Actor("alice"), parse_request({"kind": "events"}))
     assert job.status == "queued"  # no runner was rung: the sweep hands it on
 
-    swept = sweep.run_once(engine, horizon=60, slot=1)
+    swept = sweep.run_once(Runtime(settings, engine), horizon=60, slot=1)
 
     assert (swept.requeued, swept.quarantined, swept.due) == (1, 0, 1)
     assert swept.drain_now and swept.jobs == [job.id] and swept.endpoints == set()
@@ -45,8 +45,8 @@ def test_a_sweep_requeues_an_expired_lease_and_says_what_to_ring(engine, make_so
     assert (state, fence) == ("received", 1)
 
 
-def test_a_quiet_sweep_rings_nothing(engine):
-    swept = sweep.run_once(engine, horizon=60, slot=1)
+def test_a_quiet_sweep_rings_nothing(engine, settings):
+    swept = sweep.run_once(Runtime(settings, engine), horizon=60, slot=1)
     assert not swept.drain_now
     assert (swept.jobs, swept.endpoints, swept.drain_alarms, swept.deliver_alarms) == (
         [],

@@ -22,6 +22,7 @@ from inbox.infra import tracing
 from inbox.infra.config import Settings
 from inbox.services.courier import deliver_once
 from inbox.services.drain import drain_once
+from inbox.services.runtime import Runtime
 from inbox.store.reads import events as event_reads
 from inbox.store.reads import search as search_reads
 from inbox.store.write import endpoints as estore
@@ -84,7 +85,7 @@ def _post(client, src, traceparent: str | None = TRACEPARENT):
 
 def _run_to_the_callback(engine, wsettings, ep) -> None:
     for _ in range(10):
-        drain_once(engine, wsettings)
+        drain_once(Runtime(wsettings, engine))
         with engine.connect() as conn:
             if conn.execute(text("SELECT count(*) FROM deliveries")).scalar_one():
                 break

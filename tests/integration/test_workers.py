@@ -12,6 +12,7 @@ import tests.sink_playbooks  # noqa: F401  (registers the test playbooks)
 from inbox.domain.errors import LeaseLost
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once, sweep_once
+from inbox.services.runtime import Runtime
 from inbox.store.write import queue
 from tests.helpers import (
     body_of,
@@ -49,7 +50,7 @@ def send(client, src, payload, key, **headers):
 
 def drain_all(engine, wsettings) -> None:
     def drained() -> bool:
-        if drain_once(engine, wsettings).claimed:
+        if drain_once(Runtime(wsettings, engine)).claimed:
             return False
         with engine.connect() as conn:
             pending = conn.execute(
@@ -68,7 +69,7 @@ def one(engine, sql: str):
 def test_record_playbook_completes_with_its_step_committed(client, make_source, engine, wsettings):
     src = make_source()
     assert send(client, src, {"a": 1}, "k").status_code == 202
-    result = drain_once(engine, wsettings)
+    result = drain_once(Runtime(wsettings, engine))
     assert result.claimed == 1 and result.states["completed"] == 1
     ev = one(engine, "SELECT * FROM events")
     assert ev.state == "completed" and ev.attempts == 1 and ev.outcome == "completed"
@@ -205,7 +206,7 @@ def test_one_tenants_backlog_does_not_starve_another(make_source, engine, wsetti
             ),
             {"t": small.tenant_id, "s": small.id},
         )
-    result = drain_once(engine, wsettings)
+    result = drain_once(Runtime(wsettings, engine))
     assert result.claimed == 100
     assert one(engine, "SELECT state FROM events WHERE public_id = 'lonely'").state == "completed"
 
@@ -247,7 +248,7 @@ def test_prefer_wait_returns_the_decision_and_in_flight_retry_gets_409(
     wait_for(lambda: one(engine, "SELECT count(*) AS n FROM events").n > 0)
     in_flight = send(client, src, {"a": 1}, "sync-1")
     assert in_flight.status_code == 409 and in_flight.headers["Retry-After"] == "1"
-    drain_once(engine, wsettings)
+    drain_once(Runtime(wsettings, engine))
     t.join(15)
     resp = box["resp"]
     assert resp.status_code == 200
@@ -319,7 +320,7 @@ def test_effect_free_playbooks_complete_as_a_batch(client, make_source, engine, 
 
     event.listen(engine, "commit", count)
     try:
-        result = drain_once(engine, wsettings)
+        result = drain_once(Runtime(wsettings, engine))
     finally:
         event.remove(engine, "commit", count)
     assert result.states == {"completed": 30}
@@ -343,7 +344,7 @@ def test_a_step_longer_than_the_lease_keeps_it(client, make_source, engine, sett
     t = threading.Thread(target=sweeper)
     t.start()
     try:
-        result = drain_once(engine, short)
+        result = drain_once(Runtime(short, engine))
     finally:
         done.set()
         t.join()

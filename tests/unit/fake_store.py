@@ -11,8 +11,11 @@ import copy
 from typing import Any
 
 import psycopg  # only its error classes: what the real statement raises
+from sqlalchemy import create_engine
 
 from inbox import testing
+from inbox.infra.config import Settings
+from inbox.services.runtime import Runtime
 
 
 class InMemoryStore(testing.InMemoryStore):
@@ -46,3 +49,9 @@ class InMemoryStore(testing.InMemoryStore):
                     taken.add(key)
                 inserted[public_id] = event_id
             return inserted
+
+
+def offline(settings: Settings) -> Runtime:
+    """A runtime whose engine is never connected, for a use case given an in-memory store
+    (``drain_once(..., store=...)``): a connection it opened anyway fails at once."""
+    return Runtime(settings, create_engine("postgresql+psycopg://offline@127.0.0.1:1/offline"))

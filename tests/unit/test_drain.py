@@ -15,6 +15,7 @@ from inbox.infra.config import Settings
 from inbox.services import drain
 from inbox.services.drain import drain_once, sweep_once
 from inbox.testing import InMemoryStore
+from tests.unit.fake_store import offline
 
 SETTINGS = Settings(lease_seconds=30, batch_size=10)
 
@@ -41,7 +42,7 @@ def test_pure_playbooks_complete_together_in_one_transaction() -> None:
     store = InMemoryStore()
     ids = [store.add_event(event_type="ping") for _ in range(5)]
     before = store.transactions
-    result = drain_once(store, SETTINGS, owner="w", reg=registry())
+    result = drain_once(offline(SETTINGS), owner="w", reg=registry(), store=store)
     assert result.claimed == 5
     assert result.states == {"completed": 5}
     assert store.transactions - before == 2  # claim + load, then one completion for all
@@ -60,7 +61,9 @@ def test_a_playbook_with_effects_runs_in_lockstep_beside_the_pure_batch() -> Non
     paid = [store.add_event(event_type="invoice.paid") for _ in range(3)]
     pinged = store.add_event(event_type="ping")
     before = store.transactions
-    result = drain_once(store, SETTINGS, owner="w", reg=registry((pb, "invoice.paid")))
+    result = drain_once(
+        offline(SETTINGS), owner="w", reg=registry((pb, "invoice.paid")), store=store
+    )
     assert result.states == {"completed": 4}
     assert all(store.event(i).steps == {"pay": {"paid": True}} for i in paid)
     # claim + load, the pure completion, then the effect step's points with the completions
@@ -81,7 +84,9 @@ def test_a_pure_playbook_that_sends_callbacks_is_run_step_by_step() -> None:
 
     store.add_event(event_type="x")
     rung: list[set[int]] = []
-    result = drain_once(store, SETTINGS, owner="w", notify=rung.append, reg=registry((pb, "x")))
+    result = drain_once(
+        offline(SETTINGS), owner="w", notify=rung.append, reg=registry((pb, "x")), store=store
+    )
     assert result.states == {"completed": 1}
     assert len(store.data.deliveries) == 1
     assert rung == [{7}]
@@ -99,7 +104,7 @@ def test_an_event_whose_lease_was_lost_in_memory_is_counted_lost(
         store.advance(SETTINGS.lease_seconds + 1)
 
     event_id = store.add_event(event_type="slow")
-    result = drain_once(store, SETTINGS, owner="w", reg=registry((pb, "slow")))
+    result = drain_once(offline(SETTINGS), owner="w", reg=registry((pb, "slow")), store=store)
     assert result.states == {"lost": 1}
     assert store.event(event_id).state == EventState.PROCESSING
     assert store.event(event_id).steps == {}
@@ -121,7 +126,7 @@ def test_the_rest_of_a_slow_batch_keeps_its_leases(
 
     ids = [store.add_event(event_type="slow") for _ in range(4)]
     settings = Settings(lease_seconds=30, batch_size=10, step_concurrency=concurrency)
-    result = drain_once(store, settings, owner="w", reg=registry((pb, "slow")))
+    result = drain_once(offline(settings), owner="w", reg=registry((pb, "slow")), store=store)
     # Four events at 11 s each: the last would start 33 s into a 30 s lease.
     assert result.states == {"completed": 4}
     assert store.calls.count("extend") >= 3
@@ -141,7 +146,7 @@ def test_an_unknown_named_playbook_holds_the_event_without_spending_an_attempt()
     )
     before = held_count("held-src")
     for _ in range(3):
-        result = drain_once(store, SETTINGS, owner="w", reg=registry())
+        result = drain_once(offline(SETTINGS), owner="w", reg=registry(), store=store)
         assert result.states in ({"held": 1}, {})
         store.event(event_id).available_at = store.now  # as the sweep's release would
     row = store.event(event_id)
@@ -179,7 +184,7 @@ def test_an_event_waits_for_the_earlier_one_with_its_ordering_key() -> None:
     pb = Playbook("ordered")
     pb.step("see")(lambda ctx: seen.append(ctx.event.id))
     reg = registry((pb, "a"))
-    drain_once(store, SETTINGS, owner="w", reg=reg)
+    drain_once(offline(SETTINGS), owner="w", reg=reg, store=store)
     assert seen == [first, other]
-    drain_once(store, SETTINGS, owner="w", reg=reg)
+    drain_once(offline(SETTINGS), owner="w", reg=reg, store=store)
     assert seen == [first, other, second]

@@ -15,6 +15,7 @@ from inbox.domain.states import EventState
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
 from inbox.testing import InMemoryStore
+from tests.unit.fake_store import offline
 
 SETTINGS = Settings(lease_seconds=30, batch_size=10)
 LANE = b"lane-1"
@@ -97,14 +98,14 @@ def test_completing_an_event_of_a_lane_wakes_its_next_event_after_the_commit(pat
         seen.append((store.event(first).state, store._due(store.event(second))))
 
     reg = _registry(event_type, make)
-    result = drain_once(store, SETTINGS, owner="w", reg=reg, wake=wake)
+    result = drain_once(offline(SETTINGS), owner="w", reg=reg, wake=wake, store=store)
     assert result.claimed == 4 and result.advanced == 1
     assert store.event(other).state == EventState.COMPLETED
     # Rung once, after the commit: the first is completed, the second due from then on.
     assert seen == [(EventState.COMPLETED, True)]
     assert store.event(third).state == EventState.RECEIVED and not store._due(store.event(third))
     seen.clear()
-    again = drain_once(store, SETTINGS, owner="w", reg=reg, wake=wake)
+    again = drain_once(offline(SETTINGS), owner="w", reg=reg, wake=wake, store=store)
     assert again.claimed == 1 and again.advanced == 1
     assert store.event(second).state == EventState.COMPLETED
     assert seen == []  # the batch's last work: its caller claims again, no ring needed
@@ -123,7 +124,9 @@ def test_a_retry_does_not_advance_its_lane() -> None:
     first = store.add_event(event_type="boom", ordering_key=LANE)
     second = store.add_event(event_type="boom", ordering_key=LANE)
     rung: list[int] = []
-    result = drain_once(store, SETTINGS, owner="w", reg=reg, wake=lambda: rung.append(1))
+    result = drain_once(
+        offline(SETTINGS), owner="w", reg=reg, wake=lambda: rung.append(1), store=store
+    )
     assert result.states == {"received": 1} and result.advanced == 0 and rung == []
     assert store.event(first).state == EventState.RECEIVED
     assert not store._due(store.event(second))

@@ -24,7 +24,7 @@ from inbox.domain.states import EventState
 from inbox.infra import tracing
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
-from tests.unit.fake_store import InMemoryStore
+from tests.unit.fake_store import InMemoryStore, offline
 
 STORED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -69,7 +69,7 @@ def test_a_two_step_batch_commits_once(settings: Settings) -> None:
     pb.step("apply")(outside.apply)
     ids = events(store, 5)
     before = store.transactions
-    result = drain_once(store, settings, owner="w", reg=registry(pb))
+    result = drain_once(offline(settings), owner="w", reg=registry(pb), store=store)
     assert result.states == {"completed": 5}
     assert store.transactions - before == 2  # claim + load, then every point and completion
     assert store.calls.count("complete_many") == 1 and "record_steps" not in store.calls
@@ -96,7 +96,7 @@ def test_each_recovery_point_is_durable_before_the_next_step(settings: Settings)
     looking("c", True)
     ids = events(store, 4)
     before = store.transactions
-    result = drain_once(store, settings, owner="w", reg=registry(pb))
+    result = drain_once(offline(settings), owner="w", reg=registry(pb), store=store)
     assert result.states == {"completed": 4}
     # claim + load, step a's points for all four, then b's and c's with the completions
     assert store.transactions - before == 3
@@ -124,12 +124,12 @@ def test_a_lease_stolen_mid_batch_stops_that_event_alone(settings: Settings) -> 
         return outside.apply(ctx)
 
     pb.step("b")(outside.apply)
-    result = drain_once(store, settings, owner="w", reg=registry(pb))
+    result = drain_once(offline(settings), owner="w", reg=registry(pb), store=store)
     assert result.states == {"completed": 4, "lost": 1}
     row = store.event(ids[2])
     assert row.state == EventState.RECEIVED and row.steps == {}  # nothing committed for it
     assert f"{victim}.b" not in outside.calls  # it stopped after its lost step
-    again = drain_once(store, settings, owner="thief", reg=registry(pb))
+    again = drain_once(offline(settings), owner="thief", reg=registry(pb), store=store)
     assert again.states == {"completed": 1}
     assert all(store.event(i).state == EventState.COMPLETED for i in ids)
     # every key applied once; the victim's first step called again with the same key
@@ -152,13 +152,13 @@ def test_a_crash_between_the_steps_reruns_only_the_second(settings: Settings) ->
 
     ids = events(store, 6)
     with pytest.raises(Crash):
-        drain_once(store, settings, owner="w", reg=registry(pb))
+        drain_once(offline(settings), owner="w", reg=registry(pb), store=store)
     assert all(set(store.event(i).steps) == {"a"} for i in ids)  # one commit for all six
     crashing[0] = False
     store.advance(settings.lease_seconds + 1)
     with store.begin() as tx:
         assert store.sweep_expired(tx) == (6, 0)
-    result = drain_once(store, settings, owner="w2", reg=registry(pb))
+    result = drain_once(offline(settings), owner="w2", reg=registry(pb), store=store)
     assert result.states == {"completed": 6}
     assert outside.calls == Counter({f"evt_{i:04d}.{s}": 1 for i in ids for s in "ab"})
 
@@ -176,13 +176,15 @@ def test_a_step_that_raises_retries_that_event_alone(settings: Settings) -> None
             raise RuntimeError("the outside system said no")
         return outside.apply(ctx)
 
-    result = drain_once(store, settings, owner="w", reg=registry(pb))
+    result = drain_once(offline(settings), owner="w", reg=registry(pb), store=store)
     assert result.states == {"completed": 4, "received": 1}
     assert len(result.retry_in) == 1
     row = store.event(ids[1])
     assert row.state == EventState.RECEIVED and set(row.steps) == {"a"}
     store.advance(3600)
-    assert drain_once(store, settings, owner="w", reg=registry(pb)).states == {"completed": 1}
+    assert drain_once(offline(settings), owner="w", reg=registry(pb), store=store).states == {
+        "completed": 1
+    }
     assert outside.calls == Counter({f"evt_{i:04d}.{s}": 1 for i in ids for s in "ab"})
 
 
@@ -202,7 +204,9 @@ def test_a_callback_commits_with_its_step_and_not_for_a_lost_event(settings: Set
 
     pb.step("after", effect=False)(lambda ctx: "done")
     rung: list[set[int]] = []
-    result = drain_once(store, settings, owner="w", notify=rung.append, reg=registry(pb))
+    result = drain_once(
+        offline(settings), owner="w", notify=rung.append, reg=registry(pb), store=store
+    )
     assert result.states == {"completed": 2, "lost": 1}
     assert len(store.data.deliveries) == 2 and rung == [{7}]
     assert store.calls.index("enqueue_deliveries") > store.calls.index("record_many")
@@ -230,7 +234,7 @@ def test_each_event_has_one_run_span_holding_its_steps(
     pb = Playbook("two")
     pb.step("a")(lambda ctx: 1)
     pb.step("b")(lambda ctx: 2)
-    drain_once(store, settings, owner="w", reg=registry(pb))
+    drain_once(offline(settings), owner="w", reg=registry(pb), store=store)
     finished = spans.get_finished_spans()
     runs = {s.attributes["inbox.event_id"]: s for s in finished if s.name == "inbox.run"}
     assert sorted(runs) == ["evt_0", "evt_1", "evt_2"]

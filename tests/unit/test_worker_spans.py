@@ -18,6 +18,7 @@ from inbox.infra import tracing
 from inbox.infra.config import Settings
 from inbox.services.drain import drain_once
 from inbox.testing import InMemoryStore
+from tests.unit.fake_store import offline
 
 SETTINGS = Settings(batch_size=10, lease_seconds=60)
 STORED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -60,7 +61,7 @@ def test_a_duplicate_fact_is_an_attribute_of_its_step(spans):
 
     reg = Registry()
     reg.register(pb)
-    drain_once(store, SETTINGS, reg=reg)
+    drain_once(offline(SETTINGS), reg=reg, store=store)
     assert _steps(spans, "evt_1") == [("deny", None)]
     assert _steps(spans, "evt_2") == [("deny", "duplicate_fact")]
     runs = [s for s in spans.get_finished_spans() if s.name == "inbox.run"]
@@ -86,8 +87,8 @@ def test_a_stale_step_is_an_attribute_of_its_step(spans):
 
     reg = Registry()
     reg.register(pb)
-    drain_once(store, SETTINGS, reg=reg)
+    drain_once(offline(SETTINGS), reg=reg, store=store)
     store.add_event(body=older, business_key_digest=bk, public_id="evt_old", source_options=options)
-    drain_once(store, SETTINGS, reg=reg)
+    drain_once(offline(SETTINGS), reg=reg, store=store)
     assert _steps(spans, "evt_new") == [("close", None)]
     assert _steps(spans, "evt_old") == [("close", "stale")]
