@@ -21,24 +21,24 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 
 from inbox.domain.approval import DEFAULT_APPROVAL_MIN, BulkStatus, Job, NotRun
 from inbox.domain.errors import BadRequest, InboxError
 from inbox.domain.records import BulkJobId, EndpointId, TenantId
+from inbox.services.ports import BulkItem, BulkStore
 from inbox.services.runtime import Runtime
-from inbox.store.reads import bulk as reads
+from inbox.services.wiring import bulk_store
 from inbox.store.reads import listing
-from inbox.store.write import bulk as store
-from inbox.store.write import deliveries as dstore
-from inbox.store.write import operator
+from inbox.store.write import bulk as bulk_writes
 
 log = logging.getLogger(__name__)
+Tx = TypeVar("Tx")
 
 KINDS = ("events", "deliveries")
 DEFAULT_RATE = 50
@@ -88,7 +88,7 @@ def parse_request(body: object) -> BulkRequest:
         raise BadRequest(f"unknown filter keys for {kind}: {', '.join(sorted(unknown))}")
     if not all(isinstance(v, str) and v for v in raw.values()):
         raise BadRequest("filter values must be non-empty strings")
-    dead = store.DEAD[kind]
+    dead = bulk_writes.DEAD[kind]
     if raw.get("state", dead) != dead:
         raise BadRequest(f"only {dead} {kind} can be replayed")
     if raw.get("untyped", "true") != "true" or ("untyped" in raw and "type" in raw):
@@ -134,7 +134,7 @@ def create(
 
     More than ``approval_min`` items: the job waits for a second operator's approval.
     """
-    return store.create_job(
+    return bulk_writes.create_job(
         conn,
         kind=req.kind,
         match=req.match,
@@ -165,10 +165,10 @@ class BulkRun:
 
 
 def _replay(
-    conn: Connection, job: Job, items: list[reads.Item]
+    jobs: BulkStore[Tx], tx: Tx, job: Job, items: Sequence[BulkItem]
 ) -> tuple[set[str], set[EndpointId]]:
     """Replay one batch; returns the ids actually moved and the endpoints to ring."""
-    stale = reads.replayed_since(conn, job.kind, [i.subject_id for i in items], job.created_at)
+    stale = jobs.replayed_since(tx, job.kind, [i.subject_id for i in items], job.created_at)
     todo = [i.public_id for i in items if i.subject_id not in stale]
     if not todo:
         return set(), set()
@@ -177,8 +177,8 @@ def _replay(
     if job.reviewer is not None:
         detail["approved_by"] = job.reviewer
     if job.kind == "events":
-        return set(operator.replay(conn, todo, job.actor, detail)), set()
-    pairs = dstore.replay(conn, todo, job.actor, detail)
+        return set(jobs.replay_events(tx, todo, job.actor, detail)), set()
+    pairs = jobs.replay_deliveries(tx, todo, job.actor, detail)
     return {p for p, _ in pairs}, {EndpointId(e) for _, e in pairs}
 
 
@@ -193,14 +193,16 @@ def run_bulk_once(
     ring_couriers: Callable[[set[EndpointId]], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    store: BulkStore[Any] | None = None,
 ) -> BulkRun:
-    """Run (or continue) one bulk replay; see the module docstring."""
+    """Run (or continue) one bulk replay; see the module docstring. ``store``: the jobs
+    and their items; by default the ones behind ``rt``'s engine."""
     owner = owner or f"bulk-{uuid.uuid4().hex[:12]}"
-    engine = rt.engine
-    with engine.begin() as conn:
-        job = store.claim(conn, job_id, owner, lease_seconds)
+    jobs = store if store is not None else bulk_store(rt.engine)
+    with jobs.begin() as tx:
+        job = jobs.claim(tx, job_id, owner, lease_seconds)
         if job is None:
-            now = reads.status(conn, job_id)
+            now = jobs.status(tx, job_id)
             held = now in (BulkStatus.QUEUED, BulkStatus.RUNNING)  # another runner's lease
             return BulkRun(job_id, NotRun.BUSY if held else now or NotRun.MISSING, 0, 0, 0)
     batch = max(1, math.ceil(job.rate / BATCHES_PER_SECOND))
@@ -210,22 +212,22 @@ def run_bulk_once(
         # The rate: item n may not start before n / rate seconds into the run.
         wait = started + processed / job.rate - clock()
         if budget_seconds is not None and clock() + max(wait, 0) - started >= budget_seconds:
-            with engine.begin() as conn:
-                store.release(conn, job_id, owner)
+            with jobs.begin() as tx:
+                jobs.release(tx, job_id, owner)
             break
         if wait > 0:
             sleep(wait)
-        with engine.begin() as conn:
-            current = store.renew(conn, job_id, owner, lease_seconds)
+        with jobs.begin() as tx:
+            current = jobs.renew(tx, job_id, owner, lease_seconds)
             if current is None:  # cancelled, or the lease was lost
-                status = reads.status(conn, job_id) or NotRun.MISSING
+                status = jobs.status(tx, job_id) or NotRun.MISSING
                 break
-            items = reads.next_items(conn, job_id, batch)
-            moved_ids, endpoints = _replay(conn, current, items)
+            items = jobs.next_items(tx, job_id, batch)
+            moved_ids, endpoints = _replay(jobs, tx, current, items)
             outcomes = {
                 i.subject_id: "moved" if i.public_id in moved_ids else "skipped" for i in items
             }
-            status = store.record(conn, job_id, outcomes).status
+            status = jobs.record(tx, job_id, outcomes).status
         processed += len(items)
         moved += len(moved_ids)
         _ring(ring_doorbell, ring_couriers, moved_ids, endpoints, job.kind)

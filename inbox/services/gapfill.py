@@ -25,8 +25,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine
-
 from inbox.domain import intake
 from inbox.domain.errors import BadRequest
 from inbox.domain.idempotency import key_digest
@@ -34,11 +32,9 @@ from inbox.domain.records import Source
 from inbox.domain.retention import key_window_hours
 from inbox.infra import metrics
 from inbox.outbound import providers
+from inbox.services.ports import GapfillStore
 from inbox.services.runtime import Runtime
-from inbox.store.db import sealing
-from inbox.store.reads import reconcile as rstore
-from inbox.store.reads.sources import list_sources
-from inbox.store.write import reconciled
+from inbox.services.wiring import gapfill_store
 
 log = logging.getLogger(__name__)
 
@@ -92,28 +88,32 @@ def read_credentials(path: str) -> str:
     return value[0].strip()
 
 
-def _missing(engine: Engine, source: Source, ids: list[str]) -> list[str]:
+def _missing(store: GapfillStore[Any], source: Source, ids: list[str]) -> list[str]:
     digests = {pid: key_digest(source.tenant_id, source.id, pid) for pid in dict.fromkeys(ids)}
-    with engine.begin() as conn:
-        held = rstore.known_digests(conn, source.tenant_id, source.id, list(digests.values()))
+    with store.begin() as tx:
+        held = store.known_digests(tx, source.tenant_id, source.id, list(digests.values()))
     return [pid for pid, d in digests.items() if d not in held]
 
 
 def _stripe(
-    engine: Engine, source: Source, cfg: dict[str, Any], since: datetime, ttl_hours: int
+    store: GapfillStore[Any],
+    source: Source,
+    cfg: dict[str, Any],
+    since: datetime,
+    ttl_hours: int,
 ) -> FillResult:
     key = read_credentials(cfg["credentials"])
     events = {str(e["id"]): e for e in providers.stripe_events(cfg.get("api_base"), key, since)}
-    missing = _missing(engine, source, list(events))
+    missing = _missing(store, source, list(events))
     imported = 0
     for pid in reversed(missing):  # oldest first: Stripe lists newest first
         event = events[pid]
         body = json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode()
         kind = event.get("type") if isinstance(event.get("type"), str) else None
         ev = intake.imported(source, pid, body, kind, time.time(), ttl_hours, "stripe")
-        ev = sealing.for_engine(engine).seal(source.tenant_id, ev)
-        with engine.begin() as conn:
-            imported += reconciled.import_event(conn, source, ev, "stripe")
+        ev = store.seal(source.tenant_id, ev)
+        with store.begin() as tx:
+            imported += store.import_event(tx, source, ev, "stripe")
     return _result(source, "stripe", since, len(events), missing, imported, 0)
 
 
@@ -123,12 +123,14 @@ def _failed(attempts: list[dict[str, Any]]) -> bool:
     return not (isinstance(code, int) and 200 <= code < 300)
 
 
-def _github(engine: Engine, source: Source, cfg: dict[str, Any], since: datetime) -> FillResult:
+def _github(
+    store: GapfillStore[Any], source: Source, cfg: dict[str, Any], since: datetime
+) -> FillResult:
     token = read_credentials(cfg["credentials"])
     by_guid: dict[str, list[dict[str, Any]]] = {}
     for d in providers.github_deliveries(cfg.get("api_base"), token, cfg["hook"], since):
         by_guid.setdefault(str(d["guid"]), []).append(d)
-    missing = _missing(engine, source, list(by_guid))
+    missing = _missing(store, source, list(by_guid))
     redelivered = 0
     for guid in missing:
         attempts = by_guid[guid]
@@ -152,20 +154,23 @@ def _result(
     )
 
 
-def fill(rt: Runtime, source: Source, since: datetime) -> FillResult:
+def fill(
+    rt: Runtime, source: Source, since: datetime, store: GapfillStore[Any] | None = None
+) -> FillResult:
     """One run for ``source``: fetch the provider's list since ``since``, fill the gaps,
-    record the run (audit) and its metrics. Raises ProviderError or BadRequest."""
-    engine = rt.engine
+    record the run (audit) and its metrics. Raises ProviderError or BadRequest.
+    ``store``: by default the one behind ``rt``'s engine."""
+    store = store if store is not None else gapfill_store(rt.engine)
     cfg = config(source)
     default_ttl = rt.settings.key_ttl_hours
     ttl = key_window_hours(source.scheme, source.options.key_ttl_hours, default_ttl)
     if cfg["fetcher"] == "stripe":
-        result = _stripe(engine, source, cfg, since, ttl)
+        result = _stripe(store, source, cfg, since, ttl)
     else:
-        result = _github(engine, source, cfg, since)
-    with engine.begin() as conn:
-        reconciled.record_run(
-            conn,
+        result = _github(store, source, cfg, since)
+    with store.begin() as tx:
+        store.record_run(
+            tx,
             source,
             {
                 "provider_ids": result.provider_ids,
@@ -188,24 +193,26 @@ def fill(rt: Runtime, source: Source, since: datetime) -> FillResult:
     return result
 
 
-def run_due(rt: Runtime) -> list[FillResult]:
+def run_due(rt: Runtime, store: GapfillStore[Any] | None = None) -> list[FillResult]:
     """Every enabled source with a ``reconcile`` option whose interval has passed; each
     looks back over its key window (what the inbox can still match). A source that fails
-    is logged with the reason and does not stop the others."""
-    with rt.engine.begin() as conn:
-        sources = [s for s in list_sources(conn) if s.enabled and s.options.reconcile]
-        now = rstore.window_start(conn, 0)
+    is logged with the reason and does not stop the others. ``store``: by default the one
+    behind ``rt``'s engine."""
+    store = store if store is not None else gapfill_store(rt.engine)
+    with store.begin() as tx:
+        sources = [s for s in store.sources(tx) if s.enabled and s.options.reconcile]
+        now = store.window_start(tx, 0)
         due = []
         for s in sources:
             every = timedelta(minutes=(s.options.reconcile or {}).get("every_minutes", 60))
-            last = rstore.last_run(conn, s.id)
+            last = store.last_run(tx, s.id)
             if last is None or now - last >= every:
                 due.append(s)
     results = []
     for s in due:
         hours = key_window_hours(s.scheme, s.options.key_ttl_hours, rt.settings.key_ttl_hours)
         try:
-            results.append(fill(rt, s, now - timedelta(hours=hours)))
+            results.append(fill(rt, s, now - timedelta(hours=hours), store))
         except (providers.ProviderError, BadRequest) as exc:
             log.warning(
                 "reconcile %s failed: %s",

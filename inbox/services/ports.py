@@ -1,10 +1,12 @@
 """What the services need of the store, as Protocols over the domain's types alone.
 
 The runner, drain and heartbeat call the store only through a ``WorkStore``; the courier
-only through a ``DeliveryStore``. Each is a transaction (``begin``) and operations that take
-that transaction first. ``Tx`` is the adapter's own transaction type: PostgreSQL's
-(``inbox.store.write.work.SqlWorkStore``, ``inbox.store.write.delivery_store``) is a
-SQLAlchemy ``Connection``; the in-memory stores of ``inbox.testing`` hand themselves out.
+only through a ``DeliveryStore``; the bulk replay runner through a ``BulkStore``; the
+reconcile through a ``ReconcileStore`` and the gap fill through a ``GapfillStore``. Each is
+a transaction (``begin``) and operations that take that transaction first. ``Tx`` is the
+adapter's own transaction type: PostgreSQL's (``inbox.store.write.work.SqlWorkStore``,
+``inbox.store.write.delivery_store``, ``inbox.store.write.job_stores``) is a SQLAlchemy
+``Connection``; the in-memory stores of ``inbox.testing`` hand themselves out.
 Which adapter stands behind an ``Engine`` is decided in ``inbox.services.wiring``, not here:
 this module imports the domain and nothing else (an import-linter contract says so).
 """
@@ -13,13 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
+from inbox.domain.approval import BulkStatus, Job
 from inbox.domain.callbacks import CallbackSet
 from inbox.domain.circuit import Change, Circuit
+from inbox.domain.intake import Prepared
 from inbox.domain.ordering import Judgement, Position
 from inbox.domain.outcomes import RunOutcome
 from inbox.domain.records import (
+    BulkJobId,
     Claim,
     ClaimedDelivery,
     Completion,
@@ -30,6 +36,8 @@ from inbox.domain.records import (
     EndpointId,
     EventId,
     LoadedEvent,
+    Source,
+    SourceId,
     TenantId,
 )
 
@@ -166,3 +174,108 @@ class DeliveryStore(Protocol[Tx]):
         """Expired leases back to pending (failed when out of attempts); the enabled
         endpoints with due deliveries, to ring."""
         ...
+
+
+class BulkItem(Protocol):
+    """One item a bulk replay snapshotted: the event's or delivery's row id and public id."""
+
+    @property
+    def subject_id(self) -> int: ...
+    @property
+    def public_id(self) -> str: ...
+
+
+class BulkStore(Protocol[Tx]):
+    """A bulk replay's job (leased to one runner), its snapshotted items, and the replays
+    that move them (``inbox.services.bulk.run_bulk_once``)."""
+
+    def begin(self) -> AbstractContextManager[Tx]: ...
+
+    def claim(self, tx: Tx, job_id: BulkJobId, owner: str, lease: float) -> Job | None:
+        """The job leased to ``owner``; None when another runner holds it or it is done."""
+        ...
+
+    def renew(self, tx: Tx, job_id: BulkJobId, owner: str, lease: float) -> Job | None:
+        """A longer lease; None when the job was cancelled or the lease lost."""
+        ...
+
+    def release(self, tx: Tx, job_id: BulkJobId, owner: str) -> None: ...
+
+    def status(self, tx: Tx, job_id: BulkJobId) -> BulkStatus | None: ...
+
+    def next_items(self, tx: Tx, job_id: BulkJobId, limit: int) -> Sequence[BulkItem]: ...
+
+    def record(self, tx: Tx, job_id: BulkJobId, outcomes: dict[int, str]) -> Job:
+        """Each item's outcome (by subject id), the job's counters; the job afterwards."""
+        ...
+
+    def replayed_since(self, tx: Tx, kind: str, ids: list[int], since: datetime) -> set[int]:
+        """The subject ids someone replayed after ``since`` (skipped, not replayed twice)."""
+        ...
+
+    def replay_events(
+        self, tx: Tx, public_ids: list[str], actor: str, detail: dict[str, Any]
+    ) -> list[str]:
+        """Quarantined events back to received, audited; the public ids moved."""
+        ...
+
+    def replay_deliveries(
+        self, tx: Tx, public_ids: list[str], actor: str, detail: dict[str, Any]
+    ) -> list[tuple[str, int]]:
+        """Failed deliveries back to pending, audited; (public id, endpoint id) moved."""
+        ...
+
+
+class WindowEvent(Protocol):
+    """A source's event received inside a reconcile's window."""
+
+    @property
+    def public_id(self) -> str: ...
+    @property
+    def key_digest(self) -> bytes | None: ...
+
+
+class ReconcileStore(Protocol[Tx]):
+    """What ``inbox.services.reconcile`` reads: the key digests a source holds and the
+    events of its window, by the database clock."""
+
+    def begin(self) -> AbstractContextManager[Tx]: ...
+
+    def window_start(self, tx: Tx, hours: int) -> datetime:
+        """The database clock's now, less ``hours``."""
+        ...
+
+    def known_digests(
+        self, tx: Tx, tenant_id: TenantId, source_id: SourceId, digests: Sequence[bytes]
+    ) -> set[bytes]: ...
+
+    def events_since(
+        self, tx: Tx, tenant_id: TenantId, source_id: SourceId, since: datetime
+    ) -> Sequence[WindowEvent]: ...
+
+
+class GapfillStore(Protocol[Tx]):
+    """What ``inbox.services.gapfill`` needs: the sources due a run, the key digests they
+    hold, and the import (sealed as an ingest is) and record of what it found."""
+
+    def begin(self) -> AbstractContextManager[Tx]: ...
+
+    def sources(self, tx: Tx) -> list[Source]: ...
+
+    def window_start(self, tx: Tx, hours: int) -> datetime: ...
+
+    def last_run(self, tx: Tx, source_id: SourceId) -> datetime | None: ...
+
+    def known_digests(
+        self, tx: Tx, tenant_id: TenantId, source_id: SourceId, digests: Sequence[bytes]
+    ) -> set[bytes]: ...
+
+    def seal(self, tenant_id: TenantId, ev: Prepared) -> Prepared:
+        """``ev`` sealed under its tenant's data key (unchanged while sealing is off)."""
+        ...
+
+    def import_event(self, tx: Tx, source: Source, ev: Prepared, fetcher: str) -> bool:
+        """Claim ``ev``'s key as a new event; False when the inbox holds it already."""
+        ...
+
+    def record_run(self, tx: Tx, source: Source, counts: dict[str, int]) -> None: ...

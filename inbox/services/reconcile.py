@@ -24,21 +24,21 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-
-from sqlalchemy import Connection
+from typing import Any, TypeVar
 
 from inbox.domain.errors import BadRequest
 from inbox.domain.idempotency import key_digest
 from inbox.domain.records import Source, SourceId, TenantId
+from inbox.services.ports import ReconcileStore, WindowEvent
 from inbox.services.runtime import Runtime
+from inbox.services.wiring import reconcile_store
 from inbox.store.db.errors import wrap_exceptions
-from inbox.store.reads import reconcile as store
 
 log = logging.getLogger(__name__)
+Tx = TypeVar("Tx")
 
 Fetcher = Callable[[Source, datetime | None], Iterable[str]]
 FETCHERS: dict[str, Fetcher] = {}
@@ -147,7 +147,7 @@ def compare(
     source_id: SourceId,
     provider_ids: Iterable[str],
     held: set[bytes],
-    window: list[store.WindowEvent],
+    window: Sequence[WindowEvent],
 ) -> tuple[list[str], list[str], int, int, int]:
     """(missing, extra, matched, provider count, unkeyed) for one source.
 
@@ -163,7 +163,8 @@ def compare(
 
 
 def reconcile(
-    conn: Connection,
+    store: ReconcileStore[Tx],
+    tx: Tx,
     source: Source,
     provider_ids: Iterable[str],
     since: datetime,
@@ -172,12 +173,12 @@ def reconcile(
     """Compare ``provider_ids`` with the source's events; ``since`` starts the window."""
     ids = list(dict.fromkeys(provider_ids))
     held = store.known_digests(
-        conn,
+        tx,
         source.tenant_id,
         source.id,
         [key_digest(source.tenant_id, source.id, pid) for pid in ids],
     )
-    window = store.events_since(conn, source.tenant_id, source.id, since)
+    window = store.events_since(tx, source.tenant_id, source.id, since)
     missing, extra, matched, count, unkeyed = compare(
         source.tenant_id, source.id, ids, held, window
     )
@@ -194,11 +195,14 @@ def reconcile(
     )
 
 
-def window_start(rt: Runtime, key_window_hours: int) -> datetime:
+def window_start(
+    rt: Runtime, key_window_hours: int, store: ReconcileStore[Any] | None = None
+) -> datetime:
     """Where a reconcile's window starts by default: ``key_window_hours`` before the
-    database clock's now."""
-    with wrap_exceptions(), rt.engine.connect() as conn:
-        return store.window_start(conn, key_window_hours)
+    database clock's now. ``store``: by default the one behind ``rt``'s engine."""
+    reads = store if store is not None else reconcile_store(rt.engine)
+    with wrap_exceptions(), reads.begin() as tx:
+        return reads.window_start(tx, key_window_hours)
 
 
 def check(
@@ -207,10 +211,13 @@ def check(
     provider_ids: Iterable[str],
     since: datetime,
     key_window_hours: int,
+    store: ReconcileStore[Any] | None = None,
 ) -> ReconcileResult:
-    """``reconcile`` on a connection of its own (the CLI's ``inbox reconcile``)."""
-    with wrap_exceptions(), rt.engine.connect() as conn:
-        return reconcile(conn, source, provider_ids, since, key_window_hours)
+    """``reconcile`` in a transaction of its own (the CLI's ``inbox reconcile``).
+    ``store``: by default the one behind ``rt``'s engine."""
+    reads = store if store is not None else reconcile_store(rt.engine)
+    with wrap_exceptions(), reads.begin() as tx:
+        return reconcile(reads, tx, source, provider_ids, since, key_window_hours)
 
 
 def notify(result: ReconcileResult) -> None:

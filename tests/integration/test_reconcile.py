@@ -15,7 +15,7 @@ from inbox.cli import main
 from inbox.domain.errors import BadRequest
 from inbox.domain.idempotency import key_digest
 from inbox.services import reconcile as rec
-from inbox.store.reads import reconcile as rstore
+from inbox.services.runtime import Runtime
 from tests.helpers import body_of, hmac_headers, keyed_insert
 
 
@@ -67,11 +67,11 @@ def run(*args, input=None):
     return CliRunner().invoke(main, list(args), input=input, catch_exceptions=False)
 
 
-def test_missing_and_extra_events_are_found(inbox_state, engine):
+def test_missing_and_extra_events_are_found(inbox_state, engine, settings):
     src, ids = inbox_state
-    with engine.begin() as conn:
-        start = rstore.window_start(conn, 24)
-        result = rec.reconcile(conn, src, ["p1", "p2", "p4", "p0", "p1"], start, 24)
+    rt = Runtime(settings, engine)
+    start = rec.window_start(rt, 24)
+    result = rec.check(rt, src, ["p1", "p2", "p4", "p0", "p1"], start, 24)
     # p4 is another tenant's: it does not match here; p0 is older than the window but
     # its key is still held, so it matches.
     assert result.missing == ("p4",)
@@ -80,11 +80,11 @@ def test_missing_and_extra_events_are_found(inbox_state, engine):
     assert not result.consistent
 
 
-def test_the_window_bounds_extra_events(inbox_state, engine):
+def test_the_window_bounds_extra_events(inbox_state, engine, settings):
     src, ids = inbox_state
-    with engine.begin() as conn:
-        start = rstore.window_start(conn, 24 * 4)
-        result = rec.reconcile(conn, src, ["p1", "p2", "p3"], start, 24)
+    rt = Runtime(settings, engine)
+    start = rec.window_start(rt, 24 * 4)
+    result = rec.check(rt, src, ["p1", "p2", "p3"], start, 24)
     assert result.extra == (ids["p0"],) and result.missing == ()
 
 
