@@ -124,3 +124,18 @@ def test_the_api_reads_and_sets_fairness_and_refuses_bad_values(client, engine, 
     resp = client.patch("/api/v1/tenants/light", json={"weight": 9}, headers=tenant_h)
     assert resp.status_code == 403
     assert client.get("/api/v1/tenants/light", headers=admin_h).json["weight"] == 1
+
+
+def test_a_bad_fairness_body_is_a_400_naming_every_field_and_changes_nothing(client, engine, two):
+    admin_h = make_token(engine, "ops", "operator")
+    before = client.get("/api/v1/tenants/heavy", headers=admin_h).json
+    body = {"max_in_flight": True, "weight": 101, "share": 1}
+    resp = client.patch("/api/v1/tenants/heavy", json=body, headers=admin_h)
+    assert resp.status_code == 400 and resp.mimetype == "application/json"
+    error = resp.json["error"]
+    assert set(error["fields"]) == set(body)
+    assert all(name in error["message"] for name in body), error["message"]
+    for not_an_object in ([1], "weight", None):
+        resp = client.patch("/api/v1/tenants/heavy", json=not_an_object, headers=admin_h)
+        assert resp.status_code == 400 and "error" in resp.json, not_an_object
+    assert client.get("/api/v1/tenants/heavy", headers=admin_h).json == before

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from flask import request
-from marshmallow import RAISE, Schema, ValidationError, fields, validate
+from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
+from inbox.domain import fairness
 from inbox.domain.errors import BadRequest
 from inbox.services.endpoint_state import MAX_IN_FLIGHT, MAX_RATE
 
@@ -86,6 +87,42 @@ class _Flag(fields.Field[bool]):
         if not isinstance(value, bool):
             raise ValidationError("must be true or false")
         return value
+
+
+class _Whole(fields.Field[int]):
+    """A JSON whole number (not 2.0, not a string of digits, not true/false)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValidationError("must be a whole number")
+        return value
+
+
+class Fairness(_Body):
+    """``PATCH /tenants/<name>``: either or both; a field left out keeps what is set, a
+    null ``max_in_flight`` removes the cap."""
+
+    max_in_flight = _Whole(
+        allow_none=True,
+        validate=validate.Range(
+            min=1,
+            max=fairness.MAX_IN_FLIGHT,
+            error=f"must be a whole number from 1 to {fairness.MAX_IN_FLIGHT}, or null (no cap)",
+        ),
+    )
+    weight = _Whole(
+        validate=validate.Range(
+            min=1,
+            max=fairness.MAX_WEIGHT,
+            error=f"must be a whole number from 1 to {fairness.MAX_WEIGHT}",
+        ),
+        error_messages={"null": f"must be a whole number from 1 to {fairness.MAX_WEIGHT}"},
+    )
+
+    @validates_schema
+    def _either(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if not data:
+            raise ValidationError("must name max_in_flight or weight (or both)", "body")
 
 
 class Discard(_Body):

@@ -7,17 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import request
-
-from inbox.domain import fairness
-from inbox.domain.errors import BadRequest, Forbidden, NotFound
+from inbox.domain.errors import Forbidden, NotFound
 from inbox.domain.records import Tenant
 from inbox.services import admin
 from web import actions
-from web.api import auth
+from web.api import auth, bodies
 from web.api.blueprint import api
-
-_FIELDS = {"max_in_flight", "weight"}
 
 
 def _public(t: Tenant) -> dict[str, Any]:
@@ -51,20 +46,9 @@ def set_tenant_fairness(name: str) -> dict[str, Any]:
     _visible(name)
     if auth.scope() is not None:
         raise Forbidden("Only an all-tenants token may change a tenant's share of the workers.")
-    body = request.get_json(silent=True)
-    if not isinstance(body, dict) or not body:
-        raise BadRequest('The body must be a JSON object: {"max_in_flight": N, "weight": W}.')
-    unknown = set(body) - _FIELDS
-    if unknown:
-        raise BadRequest(f"Unknown field(s): {', '.join(sorted(unknown))}.")
+    body = bodies.load(bodies.Fairness)
     cap = body.get("max_in_flight")
     weight = body.get("weight")
-    if "weight" in body and weight is None:
-        raise BadRequest("weight is a whole number from 1 to 100.")
-    if cap is not None:
-        fairness.check_cap(cap)
-    if weight is not None:
-        fairness.check_weight(weight)
     no_cap = "max_in_flight" in body and cap is None
     t = admin.set_fairness(actions.runtime(), name, cap, weight, no_cap=no_cap)
     return _public(t)
