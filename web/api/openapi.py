@@ -40,6 +40,11 @@ def _errors(*codes: int) -> dict[str, Any]:
     return {str(c): _ERR for c in (401, *codes)}
 
 
+def _json_body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    """A JSON request body of ``schema``."""
+    return {"required": required, "content": {"application/json": {"schema": schema}}}
+
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
@@ -463,19 +468,14 @@ _PATHS: dict[str, Any] = {
             " (operator). 409 while a legal hold covers the event (event_held, naming the"
             " holds) or it is received/processing (event_unfinished). Idempotent.",
             "parameters": [_PATH_ID],
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "required": ["reason"],
-                            "properties": {"reason": {"type": "string", "maxLength": 2000}},
-                            "additionalProperties": False,
-                        }
-                    }
-                },
-            },
+            "requestBody": _json_body(
+                {
+                    "type": "object",
+                    "required": ["reason"],
+                    "properties": {"reason": {"type": "string", "maxLength": 2000}},
+                    "additionalProperties": False,
+                }
+            ),
             "responses": {**_ok(_REDACTED), **_errors(400, 403, 404, 409)},
         }
     },
@@ -487,18 +487,13 @@ _PATHS: dict[str, Any] = {
             " second operator's confirms (403 for the one who asked). 409 (lane_not_blocked)"
             " unless the event blocks a lane.",
             "parameters": [_PATH_ID],
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "properties": {"reason": {"type": "string", "maxLength": 2000}},
-                            "additionalProperties": False,
-                        }
-                    }
-                },
-            },
+            "requestBody": _json_body(
+                {
+                    "type": "object",
+                    "properties": {"reason": {"type": "string", "maxLength": 2000}},
+                    "additionalProperties": False,
+                }
+            ),
             "responses": {**_ok(_SKIPPED), **_errors(400, 403, 404, 409)},
         }
     },
@@ -511,32 +506,27 @@ _PATHS: dict[str, Any] = {
         "patch": {
             "summary": "Set a tenant's in-flight cap and claim weight (all-tenants operator).",
             "parameters": [_PATH_NAME],
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "additionalProperties": False,
-                            "properties": {
-                                "max_in_flight": {
-                                    "type": ["integer", "null"],
-                                    "minimum": 1,
-                                    "description": "At most this many of its events run at"
-                                    " once; null removes the cap.",
-                                },
-                                "weight": {
-                                    "type": "integer",
-                                    "minimum": 1,
-                                    "maximum": 100,
-                                    "description": "Its share of each claim against the"
-                                    " other tenants' weights.",
-                                },
-                            },
-                        }
-                    }
-                },
-            },
+            "requestBody": _json_body(
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "max_in_flight": {
+                            "type": ["integer", "null"],
+                            "minimum": 1,
+                            "description": "At most this many of its events run at"
+                            " once; null removes the cap.",
+                        },
+                        "weight": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": 100,
+                            "description": "Its share of each claim against the"
+                            " other tenants' weights.",
+                        },
+                    },
+                }
+            ),
             "responses": {**_ok(_TENANT), **_errors(400, 403, 404)},
         },
     },
@@ -577,10 +567,7 @@ _PATHS: dict[str, Any] = {
                     "schema": {"type": "string", "minLength": 1, "maxLength": 255},
                 }
             ],
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": _ref("BulkReplayRequest")}},
-            },
+            "requestBody": _json_body(_ref("BulkReplayRequest")),
             "responses": {
                 **_ok(_ref("BulkReplayAccepted"), "202", "Accepted"),
                 **_ok(_ref("ReplayPreview"), "200", "The preview (dry_run)"),
@@ -622,10 +609,7 @@ _PATHS: dict[str, Any] = {
         },
         "post": {
             "summary": "Place a legal hold: retention keeps what it covers (operator).",
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": _ref("LegalHoldRequest")}},
-            },
+            "requestBody": _json_body(_ref("LegalHoldRequest")),
             "responses": {**_ok(_ref("LegalHold"), "201", "Created"), **_errors(400, 403, 404)},
         },
     },
@@ -666,21 +650,17 @@ _PATHS: dict[str, Any] = {
                 _q("held", "What becomes of its held and waiting deliveries: discard."),
                 _q("reason", "With held=discard: why (audited)."),
             ],
-            "requestBody": {
-                "required": False,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "additionalProperties": False,
-                            "properties": {
-                                "held": {"type": "string", "enum": ["discard"]},
-                                "reason": {"type": "string"},
-                            },
-                        }
-                    }
+            "requestBody": _json_body(
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "held": {"type": "string", "enum": ["discard"]},
+                        "reason": {"type": "string"},
+                    },
                 },
-            },
+                required=False,
+            ),
             "responses": {
                 **_ok(_ref("EndpointDeleted")),
                 **_ok(_ref("EndpointDeleted"), "202", "Accepted: the discard awaits approval"),
@@ -694,19 +674,14 @@ _PATHS: dict[str, Any] = {
             " flight, the next once the previous is delivered or dead, in the order made,"
             " across every courier process.",
             "parameters": [_PATH_ID],
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "required": ["ordered"],
-                            "additionalProperties": False,
-                            "properties": {"ordered": {"type": "boolean"}},
-                        }
-                    }
-                },
-            },
+            "requestBody": _json_body(
+                {
+                    "type": "object",
+                    "required": ["ordered"],
+                    "additionalProperties": False,
+                    "properties": {"ordered": {"type": "boolean"}},
+                }
+            ),
             "responses": {**_ok(_ref("EndpointState")), **_errors(400, 403, 404)},
         }
     },
@@ -724,32 +699,27 @@ _PATHS: dict[str, Any] = {
             "summary": "Set its rate (messages a second, null: none) and in-flight limit"
             " (operator); they hold across every courier process, the backlog waits.",
             "parameters": [_PATH_ID],
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "additionalProperties": False,
-                            "minProperties": 1,
-                            "description": "A field left out (or a null max_in_flight) keeps"
-                            " what is set; a null rate_per_second removes the rate.",
-                            "properties": {
-                                "rate_per_second": {
-                                    "type": ["number", "null"],
-                                    "exclusiveMinimum": 0,
-                                    "maximum": 10_000,
-                                },
-                                "max_in_flight": {
-                                    "type": ["integer", "null"],
-                                    "minimum": 1,
-                                    "maximum": 64,
-                                },
-                            },
-                        }
-                    }
-                },
-            },
+            "requestBody": _json_body(
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "minProperties": 1,
+                    "description": "A field left out (or a null max_in_flight) keeps"
+                    " what is set; a null rate_per_second removes the rate.",
+                    "properties": {
+                        "rate_per_second": {
+                            "type": ["number", "null"],
+                            "exclusiveMinimum": 0,
+                            "maximum": 10_000,
+                        },
+                        "max_in_flight": {
+                            "type": ["integer", "null"],
+                            "minimum": 1,
+                            "maximum": 64,
+                        },
+                    },
+                }
+            ),
             "responses": {**_ok(_ref("EndpointState")), **_errors(400, 403, 404)},
         }
     },
@@ -759,19 +729,14 @@ _PATHS: dict[str, Any] = {
             " dead letter, audited; past INBOX_HELD_DISCARD_APPROVAL_MIN it awaits a second"
             " operator.",
             "parameters": [_PATH_ID],
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "required": ["reason"],
-                            "additionalProperties": False,
-                            "properties": {"reason": {"type": "string"}},
-                        }
-                    }
-                },
-            },
+            "requestBody": _json_body(
+                {
+                    "type": "object",
+                    "required": ["reason"],
+                    "additionalProperties": False,
+                    "properties": {"reason": {"type": "string"}},
+                }
+            ),
             "responses": {**_ok(_ref("HeldDiscard")), **_errors(400, 403, 404, 409)},
         }
     },
@@ -801,10 +766,7 @@ _PATHS: dict[str, Any] = {
             " the legal holds that cover them; 409 erasure_unfinished while events under the"
             " keys still run; 503 (cause keystore) while the key store does not answer (the"
             " erasure stays destroying and is finished later).",
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": _ref("ErasureRequest")}},
-            },
+            "requestBody": _json_body(_ref("ErasureRequest")),
             "responses": {
                 **_ok(_ref("Erasure"), "201", "Erased"),
                 **_ok(_ref("Erasure"), "202", "Awaiting a second operator"),
