@@ -8,30 +8,33 @@ goes on where a failed walk stopped."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 
 from inbox.cli import main
 from inbox.domain import ledger
 from inbox.domain.errors import BadRequest, Forbidden
 from inbox.domain.invariants import Invariant
+from inbox.domain.records import Endpoint
 from inbox.services import audit
 from inbox.services.drain import drain_once
 from inbox.services.runtime import Runtime
 from inbox.store.reads import invariants as checks
 from tests.helpers import body_of, hmac_headers
 from tests.integration.ledger_support import put_event
-from tests.integration.test_invariants import (  # noqa: F401  (fixtures)
+from tests.integration.test_invariants import (  # noqa: F401  (wsettings: a fixture)
     corrupt,
-    decided,
     endpoint,
-    forward,
     found,
     one,
+    send,
     wsettings,
 )
 from tests.integration.test_partitions import add_day, cover_open_days, today
@@ -62,34 +65,81 @@ def repair_actions(engine) -> list[tuple[str, str]]:
     return [(r.actor, r.action) for r in rows]
 
 
-def open_one(engine, wsettings, invariant: Invariant):  # noqa: F811
-    audit.run(Runtime(wsettings, engine), [invariant], full=True)
-    with engine.connect() as conn:
-        [v] = checks.open_violations(conn, invariant.value)
-    return v
+@dataclass
+class Repairs:
+    """What every test here starts from: the app's client, the database, a runtime of the
+    worker's settings, and the sources it makes on demand."""
+
+    client: Any
+    engine: Engine
+    rt: Runtime
+    make_source: Any
+
+    @functools.cached_property
+    def forward(self) -> Any:
+        """A source whose playbook forwards each event as a callback."""
+        return self.make_source(playbook="forward", event_type_path="type")
+
+    def lanes(self) -> Any:
+        """A source that runs one event of a business key at a time."""
+        return self.make_source(
+            playbook="forward", business_key_paths=["account"], serialize_by_business_key=True
+        )
+
+    def decided(self, *idempotency_keys: str) -> None:
+        """Events of ``forward`` with these keys, sent and run to their end."""
+        for key in idempotency_keys:
+            send(self.client, self.forward, key)
+        drain_once(self.rt)
+
+    def lose_a_delivery(self) -> tuple[Endpoint, Any]:
+        """An endpoint whose one delivery (returned as it was) is deleted as no code path
+        would: the break every repair of a missing delivery starts from."""
+        ep = endpoint(self.engine, self.forward.tenant)
+        self.decided("k1")
+        [before] = deliveries_of(self.engine, ep.id)
+        corrupt(self.engine, "DELETE FROM deliveries WHERE endpoint_id = :e", e=ep.id)
+        return ep, before
+
+    def found(self, invariant: Invariant) -> list[Any]:
+        return found(self.engine, self.rt.settings, invariant)[invariant.value]
+
+    def open_one(self, invariant: Invariant) -> checks.Violation:
+        """The one open violation of ``invariant`` a full pass records."""
+        audit.run(self.rt, [invariant], full=True)
+        with self.engine.connect() as conn:
+            [v] = checks.open_violations(conn, invariant.value)
+        return v
+
+    def propose(self, actor: str, v: checks.Violation) -> Any:
+        return audit.propose(self.rt, actor, v.id)
+
+    def approve(self, actor: str, repair: Any) -> Any:
+        return audit.review(self.rt, actor, repair.public_id, approve=True)
+
+    def run(self, *invariants: Invariant, **how: bool) -> Any:
+        return audit.run(self.rt, list(invariants), **how)
+
+
+@pytest.fixture
+def repairs(client, engine, wsettings, make_source) -> Repairs:  # noqa: F811
+    return Repairs(client, engine, Runtime(wsettings, engine), make_source)
 
 
 def test_a_deleted_delivery_is_written_held_once_a_second_operator_approves(
-    client,
-    engine,
-    wsettings,  # noqa: F811
-    forward,  # noqa: F811
-    database_url,
+    repairs, engine, database_url
 ):
-    kept = endpoint(engine, forward.tenant)
-    lost = endpoint(engine, forward.tenant)
-    decided(client, engine, wsettings, forward, "k1")
-    [before] = deliveries_of(engine, lost.id)
-    corrupt(engine, "DELETE FROM deliveries WHERE id = :d", d=before.id)
+    kept = endpoint(engine, repairs.forward.tenant)
+    lost, before = repairs.lose_a_delivery()
 
     # Reported with the right rows: the intent of the endpoint that lost its delivery.
-    [v] = found(engine, wsettings, I.DELIVERY_PER_ENDPOINT)["delivery_per_endpoint"]
+    [v] = repairs.found(I.DELIVERY_PER_ENDPOINT)
     assert v.subject == f"intent:{before.public_id}"
     intent = one(v.rows, table="callback_intents")
     assert intent["endpoint_id"] == lost.id and intent["problem"] == "no delivery for this endpoint"
-    violation = open_one(engine, wsettings, I.DELIVERY_PER_ENDPOINT)
+    violation = repairs.open_one(I.DELIVERY_PER_ENDPOINT)
 
-    proposed = audit.propose(Runtime(wsettings, engine), "alice", violation.id)
+    proposed = repairs.propose("alice", violation)
     assert proposed.kind == "write_held_delivery" and proposed.status == "awaiting_approval"
     [plan] = proposed.preview["deliveries"]
     assert plan["endpoint"]["id"] == lost.id and plan["endpoint"]["enabled"] is True
@@ -100,7 +150,7 @@ def test_a_deleted_delivery_is_written_held_once_a_second_operator_approves(
     assert deliveries_of(engine, lost.id) == []  # proposed, nothing written
 
     with pytest.raises(Forbidden):  # the proposer cannot approve their own repair
-        audit.review(Runtime(wsettings, engine), "alice", proposed.public_id, approve=True)
+        repairs.approve("alice", proposed)
     assert deliveries_of(engine, lost.id) == []
 
     env = {"DATABASE_URL": database_url}
@@ -129,7 +179,7 @@ def test_a_deleted_delivery_is_written_held_once_a_second_operator_approves(
         ("bob", "repair_applied"),
         ("bob", "repair_checked"),
     ]
-    assert found(engine, wsettings, I.OPERATOR_AUDITED)["operator_audited"] == []
+    assert repairs.found(I.OPERATOR_AUDITED) == []
 
     # An operator releases it as any held delivery: it is then due, once.
     out = CliRunner().invoke(
@@ -139,16 +189,9 @@ def test_a_deleted_delivery_is_written_held_once_a_second_operator_approves(
     assert [d.state for d in deliveries_of(engine, lost.id)] == ["pending"]
 
 
-def test_the_intent_keeps_the_envelope_sealed_and_the_repair_writes_it_in_clear(
-    client,
-    engine,
-    wsettings,  # noqa: F811
-    forward,  # noqa: F811
-    keys,  # noqa: F811
-):
-    ep = endpoint(engine, forward.tenant)
-    decided(client, engine, wsettings, forward, "k1")
-    [before] = deliveries_of(engine, ep.id)
+@pytest.mark.usefixtures("keys")
+def test_the_intent_keeps_the_envelope_sealed_and_the_repair_writes_it_in_clear(repairs, engine):
+    ep, before = repairs.lose_a_delivery()
     with engine.connect() as conn:
         intent = conn.execute(text("SELECT body, key_id FROM callback_intents")).one()
         event_key = conn.execute(text("SELECT key_id FROM events")).scalar_one()
@@ -156,51 +199,39 @@ def test_the_intent_keeps_the_envelope_sealed_and_the_repair_writes_it_in_clear(
     assert b"order.paid" not in bytes(intent.body)
     assert bytes(intent.body) != bytes(before.body)
 
-    corrupt(engine, "DELETE FROM deliveries")
-    v = open_one(engine, wsettings, I.DELIVERY_PER_ENDPOINT)
-    proposed = audit.propose(Runtime(wsettings, engine), "alice", v.id)
-    done = audit.review(Runtime(wsettings, engine), "bob", proposed.public_id, approve=True)
+    v = repairs.open_one(I.DELIVERY_PER_ENDPOINT)
+    done = repairs.approve("bob", repairs.propose("alice", v))
     assert done.result is not None and done.result["holds_after"] is True
     [after] = deliveries_of(engine, ep.id)
     assert after.state == "held" and bytes(after.body) == bytes(before.body)
 
 
 def test_a_missing_delivery_with_nothing_to_write_it_from_is_refused_at_the_proposal(
-    client,
-    engine,
-    wsettings,  # noqa: F811
-    forward,  # noqa: F811
+    repairs, engine
 ):
     """An intent recorded before intents kept the envelope: refused when proposed, never
     accepted and then failing on a second operator's approval."""
-    ep = endpoint(engine, forward.tenant)
-    decided(client, engine, wsettings, forward, "k1")
-    corrupt(engine, "DELETE FROM deliveries WHERE endpoint_id = :e", e=ep.id)
+    repairs.lose_a_delivery()
     corrupt(engine, "UPDATE callback_intents SET body = NULL")
-    v = open_one(engine, wsettings, I.DELIVERY_PER_ENDPOINT)
+    v = repairs.open_one(I.DELIVERY_PER_ENDPOINT)
     with pytest.raises(BadRequest, match="before intents kept"):
-        audit.propose(Runtime(wsettings, engine), "alice", v.id)
+        repairs.propose("alice", v)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM invariant_repairs")).scalar() == 0
         assert conn.execute(text("SELECT count(*) FROM deliveries")).scalar() == 0
 
 
-def test_two_deliveries_for_one_intent_have_no_repair(
-    client,
-    engine,
-    wsettings,  # noqa: F811
-    forward,  # noqa: F811
-):
-    endpoint(engine, forward.tenant)
-    decided(client, engine, wsettings, forward, "k1")
+def test_two_deliveries_for_one_intent_have_no_repair(repairs, client, engine):
+    endpoint(engine, repairs.forward.tenant)
+    repairs.decided("k1")
     corrupt(
         engine,
         "INSERT INTO deliveries (public_id, tenant_id, endpoint_id, event_id, event_type, body)"
         " SELECT public_id, tenant_id, endpoint_id, event_id, event_type, body FROM deliveries",
     )
-    v = open_one(engine, wsettings, I.DELIVERY_PER_ENDPOINT)
+    v = repairs.open_one(I.DELIVERY_PER_ENDPOINT)
     with pytest.raises(BadRequest, match="no safe repair"):
-        audit.propose(Runtime(wsettings, engine), "alice", v.id)
+        repairs.propose("alice", v)
     # The console offers no repair for it either; for a missing delivery it does.
     from tests.integration.ui_support import new_token, sign_in
 
@@ -208,15 +239,9 @@ def test_two_deliveries_for_one_intent_have_no_repair(
     page = client.get("/ui/invariants").get_data(as_text=True)
     assert f'data-violation="{v.id}"' in page and 'data-action="propose"' not in page
     corrupt(engine, "DELETE FROM deliveries")
-    missing = open_one(engine, wsettings, I.DELIVERY_PER_ENDPOINT)
+    missing = repairs.open_one(I.DELIVERY_PER_ENDPOINT)
     page = client.get("/ui/invariants").get_data(as_text=True)
     assert f'data-violation="{missing.id}"' in page and 'data-action="propose"' in page
-
-
-def lane_source(make_source):
-    return make_source(
-        playbook="forward", business_key_paths=["account"], serialize_by_business_key=True
-    )
 
 
 def post(client, src, key: str) -> None:
@@ -234,15 +259,10 @@ def states(engine) -> list[tuple[str, str]]:
         ]
 
 
-def test_a_lane_held_by_a_stale_block_is_released_by_a_second_operator(
-    client,
-    engine,
-    wsettings,  # noqa: F811
-    make_source,
-):
-    src = lane_source(make_source)
+def test_a_lane_held_by_a_stale_block_is_released_by_a_second_operator(repairs, client, engine):
+    src = repairs.lanes()
     post(client, src, "first")
-    drain_once(Runtime(wsettings, engine))
+    drain_once(repairs.rt)
     [(first, state)] = states(engine)
     assert state == "completed"
     # Its block outlived its quarantine (the trigger that removes it did not run, as on a
@@ -255,11 +275,11 @@ def test_a_lane_held_by_a_stale_block_is_released_by_a_second_operator(
     )
     post(client, src, "second")
     for _ in range(2):
-        drain_once(Runtime(wsettings, engine))
+        drain_once(repairs.rt)
     second = states(engine)[1][0]
     assert states(engine) == [(first, "completed"), (second, "received")]  # stuck behind it
 
-    v = open_one(engine, wsettings, I.LANE_ORDER)
+    v = repairs.open_one(I.LANE_ORDER)
     assert v.subject == f"lane_block:{first}"
     block = one(v.rows, table="lane_blocks")
     assert (
@@ -267,34 +287,31 @@ def test_a_lane_held_by_a_stale_block_is_released_by_a_second_operator(
     )
     assert one(v.rows, table="events")["public_id"] == first
 
-    proposed = audit.propose(Runtime(wsettings, engine), "alice", v.id)
+    proposed = repairs.propose("alice", v)
     assert proposed.kind == "release_lane"
     assert proposed.preview["blocks"][0]["waiting"] == 1
     with pytest.raises(Forbidden):
-        audit.review(Runtime(wsettings, engine), "alice", proposed.public_id, approve=True)
+        repairs.approve("alice", proposed)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM lane_blocks")).scalar() == 1
-    done = audit.review(Runtime(wsettings, engine), "bob", proposed.public_id, approve=True)
+    done = repairs.approve("bob", proposed)
     assert done.result is not None and done.result["holds_after"] is True
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM lane_blocks")).scalar() == 0
         assert checks.open_violations(conn) == []
     assert repair_actions(engine)[-2:] == [("bob", "repair_applied"), ("bob", "repair_checked")]
-    drain_once(Runtime(wsettings, engine))
+    drain_once(repairs.rt)
     assert states(engine) == [(first, "completed"), (second, "completed")]
 
 
 def test_a_quarantined_blocker_is_no_violation_and_an_early_run_has_no_repair(
-    client,
-    engine,
-    wsettings,  # noqa: F811
-    make_source,
+    repairs, client, engine
 ):
-    src = lane_source(make_source)
+    src = repairs.lanes()
     post(client, src, "first")
     post(client, src, "second")
     for _ in range(3):
-        drain_once(Runtime(wsettings, engine))
+        drain_once(repairs.rt)
     first, second = (p for p, _ in states(engine))
     corrupt(
         engine,
@@ -310,10 +327,10 @@ def test_a_quarantined_blocker_is_no_violation_and_an_early_run_has_no_repair(
     )
     # Rightly blocked (its event is quarantined): no stale block. The second ran behind it:
     # that is a violation, and nothing can undo a run.
-    v = open_one(engine, wsettings, I.LANE_ORDER)
+    v = repairs.open_one(I.LANE_ORDER)
     assert v.subject == f"lane:{second}"
     with pytest.raises(BadRequest, match="no safe repair"):
-        audit.propose(Runtime(wsettings, engine), "alice", v.id)
+        repairs.propose("alice", v)
 
 
 # The full pass, a day at a time -------------------------------------------------------
@@ -351,17 +368,12 @@ class Spy:
 
 
 def test_the_full_pass_walks_a_day_at_a_time_and_finds_an_old_days_break(
-    client,
-    engine,
-    wsettings,  # noqa: F811
-    forward,  # noqa: F811
-    made_days,
-    monkeypatch,
+    repairs, engine, made_days, monkeypatch
 ):
-    decided(client, engine, wsettings, forward, "today")
-    old = old_event_unaudited(engine, made_days, forward, days_ago=20)
+    repairs.decided("today")
+    old = old_event_unaudited(engine, made_days, repairs.forward, days_ago=20)
     spy = Spy(monkeypatch)
-    report = audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED], full=True)
+    report = repairs.run(I.OPERATOR_AUDITED, full=True)
     [checked] = report.checked
     assert [f.subject for f in checked.found] == [f"event:{old}"]
     # One statement a day, each bounded to its day (the old one, then today's).
@@ -375,25 +387,17 @@ def test_the_full_pass_walks_a_day_at_a_time_and_finds_an_old_days_break(
     assert v.subject == f"event:{old}"
     # Fixed: the next full walk no longer sees it, and resolves it at its end.
     corrupt(engine, "UPDATE events SET replay = 0")
-    assert (
-        audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED], full=True).checked[0].resolved
-        == 1
-    )
+    assert repairs.run(I.OPERATOR_AUDITED, full=True).checked[0].resolved == 1
 
 
 def test_beats_full_pass_goes_on_where_a_failed_walk_stopped(
-    client,
-    engine,
-    wsettings,  # noqa: F811
-    forward,  # noqa: F811
-    made_days,
-    monkeypatch,
+    repairs, engine, made_days, monkeypatch
 ):
-    decided(client, engine, wsettings, forward, "today")
-    old = old_event_unaudited(engine, made_days, forward, days_ago=30)
+    repairs.decided("today")
+    old = old_event_unaudited(engine, made_days, repairs.forward, days_ago=30)
     failing = Spy(monkeypatch, fail_at=2)  # the old day is checked; today's fails
     with pytest.raises(RuntimeError):
-        audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED], full=True, resume=True)
+        repairs.run(I.OPERATOR_AUDITED, full=True, resume=True)
     with engine.connect() as conn:
         mark = conn.execute(
             text("SELECT full_next FROM invariant_watermarks WHERE invariant = 'operator_audited'")
@@ -403,7 +407,7 @@ def test_beats_full_pass_goes_on_where_a_failed_walk_stopped(
     assert mark == failing.sliced[0].until  # past the old day
     monkeypatch.undo()
     again = Spy(monkeypatch)
-    audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED], full=True, resume=True)
+    repairs.run(I.OPERATOR_AUDITED, full=True, resume=True)
     assert [s.since for s in again.sliced] == [failing.sliced[1].since]  # today's alone
     with engine.connect() as conn:
         assert conn.execute(
@@ -419,43 +423,30 @@ def test_beats_full_pass_goes_on_where_a_failed_walk_stopped(
         ]
     # The next walk starts from the first day again.
     third = Spy(monkeypatch)
-    audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED], full=True, resume=True)
+    repairs.run(I.OPERATOR_AUDITED, full=True, resume=True)
     assert len(third.sliced) == 2
 
 
-def test_a_repair_approved_after_the_break_healed_writes_nothing(
-    client,
-    engine,
-    wsettings,  # noqa: F811
-    forward,  # noqa: F811
-):
+def test_a_repair_approved_after_the_break_healed_writes_nothing(repairs, engine):
     """The write is checked in its own statement: a delivery that reappeared between the
     proposal and the approval is not written twice."""
-    ep = endpoint(engine, forward.tenant)
-    decided(client, engine, wsettings, forward, "k1")
-    corrupt(engine, "DELETE FROM deliveries")
-    v = open_one(engine, wsettings, I.DELIVERY_PER_ENDPOINT)
-    proposed = audit.propose(Runtime(wsettings, engine), "alice", v.id)
+    ep, _ = repairs.lose_a_delivery()
+    proposed = repairs.propose("alice", repairs.open_one(I.DELIVERY_PER_ENDPOINT))
     corrupt(
         engine,
         "INSERT INTO deliveries (public_id, tenant_id, endpoint_id, event_id, event_type, body)"
         " SELECT public_id, tenant_id, endpoint_id, event_id, event_type, body"
         " FROM callback_intents",
     )
-    done = audit.review(Runtime(wsettings, engine), "bob", proposed.public_id, approve=True)
+    done = repairs.approve("bob", proposed)
     assert done.result is not None and done.result["done"]["written_held"] == []
     assert [d.state for d in deliveries_of(engine, ep.id)] == ["pending"]
 
 
-def test_a_lane_blocked_again_before_the_approval_stays_blocked(
-    client,
-    engine,
-    wsettings,  # noqa: F811
-    make_source,
-):
-    src = lane_source(make_source)
+def test_a_lane_blocked_again_before_the_approval_stays_blocked(repairs, client, engine):
+    src = repairs.lanes()
     post(client, src, "first")
-    drain_once(Runtime(wsettings, engine))
+    drain_once(repairs.rt)
     [(first, _)] = states(engine)
     corrupt(
         engine,
@@ -463,10 +454,9 @@ def test_a_lane_blocked_again_before_the_approval_stays_blocked(
         " SELECT tenant_id, ordering_key, id FROM events WHERE public_id = :p",
         p=first,
     )
-    v = open_one(engine, wsettings, I.LANE_ORDER)
-    proposed = audit.propose(Runtime(wsettings, engine), "alice", v.id)
+    proposed = repairs.propose("alice", repairs.open_one(I.LANE_ORDER))
     corrupt(engine, "UPDATE events SET state = 'quarantined', outcome = NULL")  # rightly now
-    done = audit.review(Runtime(wsettings, engine), "bob", proposed.public_id, approve=True)
+    done = repairs.approve("bob", proposed)
     assert done.result is not None and done.result["done"]["released"] == []
     assert done.result["holds_after"] is True  # a quarantined blocker is no violation
     with engine.connect() as conn:
@@ -474,16 +464,12 @@ def test_a_lane_blocked_again_before_the_approval_stays_blocked(
 
 
 def test_an_erased_payload_or_a_deleted_endpoint_is_refused_at_the_proposal(
-    client,
+    repairs,
     engine,
-    wsettings,  # noqa: F811
-    forward,  # noqa: F811
     keys,  # noqa: F811
 ):
-    ep = endpoint(engine, forward.tenant)
-    decided(client, engine, wsettings, forward, "k1")
-    corrupt(engine, "DELETE FROM deliveries")
-    v = open_one(engine, wsettings, I.DELIVERY_PER_ENDPOINT)
+    ep, _ = repairs.lose_a_delivery()
+    v = repairs.open_one(I.DELIVERY_PER_ENDPOINT)
     from inbox.store.db import keystore
 
     corrupt(engine, "UPDATE data_keys SET destroyed_at = now()")
@@ -492,26 +478,22 @@ def test_an_erased_payload_or_a_deleted_endpoint_is_refused_at_the_proposal(
     keystore.current().destroy(ids)
     keys.clear()
     with pytest.raises(BadRequest, match="was erased"):
-        audit.propose(Runtime(wsettings, engine), "alice", v.id)
+        repairs.propose("alice", v)
     corrupt(engine, "UPDATE callback_intents SET key_id = NULL, body = 'x'")
     corrupt(engine, "DELETE FROM endpoints WHERE id = :e", e=ep.id)
     with pytest.raises(BadRequest, match="was deleted"):
-        audit.propose(Runtime(wsettings, engine), "alice", v.id)
+        repairs.propose("alice", v)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM invariant_repairs")).scalar() == 0
 
 
-def test_a_steps_callbacks_are_two_statements_intents_and_deliveries_in_one(
-    client,
-    engine,
-    wsettings,  # noqa: F811
-    forward,  # noqa: F811
-):
+def test_a_steps_callbacks_are_two_statements_intents_and_deliveries_in_one(repairs, engine):
     from sqlalchemy import event
 
     from inbox.domain.callbacks import CallbackSet, Outgoing
     from inbox.store.write import intents
 
+    forward = repairs.forward
     endpoint(engine, forward.tenant)
     endpoint(engine, forward.tenant)
     seen: list[str] = []
@@ -526,18 +508,13 @@ def test_a_steps_callbacks_are_two_statements_intents_and_deliveries_in_one(
         assert conn.execute(text("SELECT count(*) FROM deliveries")).scalar() == 2
 
 
-def test_two_walkers_take_turns_on_the_walks_row(
-    client,
-    engine,
-    wsettings,  # noqa: F811
-    forward,  # noqa: F811
-):
+def test_two_walkers_take_turns_on_the_walks_row(repairs, engine):
     """A second full pass while the first holds the walk's row waits for it (then finds
     the walk done, or goes on with it), never walking beside it."""
     import threading
 
-    decided(client, engine, wsettings, forward, "today")
-    audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED])  # the row exists
+    repairs.decided("today")
+    repairs.run(I.OPERATOR_AUDITED)  # the row exists
     done = threading.Event()
     with engine.begin() as holder:
         holder.execute(
@@ -547,7 +524,7 @@ def test_two_walkers_take_turns_on_the_walks_row(
         )
 
         def walk() -> None:
-            audit.run(Runtime(wsettings, engine), [I.OPERATOR_AUDITED], full=True, resume=True)
+            repairs.run(I.OPERATOR_AUDITED, full=True, resume=True)
             done.set()
 
         walker = threading.Thread(target=walk)
