@@ -59,6 +59,7 @@ def judged(
         "statuses": {str(k): v for k, v in sorted(sender.statuses.items())},
         "5xx": fivexx,
         "without_retry_after": sender.without_retry_after,
+        "errors": dict(sender.errors),
         "sink_posts": posts,
         "cpu_ms_per_event": cpu_ms,
         "elapsed_s": round(elapsed, 1),

@@ -61,6 +61,7 @@ class Sender:
         # 429s and 503s that came without Retry-After: a refusal a provider cannot pace
         # itself by (every one the receiver sheds must say when to come back).
         self.without_retry_after = 0
+        self.errors: Counter[str] = Counter()  # requests with no answer (status 0), by cause
         self.accepted: set[int] = set()  # seqs with a 2xx
 
     def _post(self, port: int, body: bytes, key: str) -> int:
@@ -75,7 +76,9 @@ class Sender:
                 with self.lock:
                     self.without_retry_after += 1
             return resp.status
-        except (OSError, http.client.HTTPException):
+        except (OSError, http.client.HTTPException) as exc:
+            with self.lock:
+                self.errors[type(exc).__name__] += 1
             conn.close()
             conns.pop(port, None)
             return 0

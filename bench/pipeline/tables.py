@@ -44,10 +44,15 @@ def levels_table(runs: list[dict[str, Any]]) -> str:
 def _overload_cells(o: dict[str, Any] | None) -> str:
     if o is None:
         return "| not run | | | | | | |"
-    ra = "all with Retry-After" if o["every_503_retry_after"] else "SOME WITHOUT Retry-After"
+    shed = f"{o['shed_503']}"
+    if o["shed_503"]:
+        ra = "all with Retry-After" if o["every_503_retry_after"] else "SOME WITHOUT Retry-After"
+        shed += f" ({ra})"
+    errors = ", ".join(f"{n} {cause}" for cause, n in o.get("errors", {}).items())
+    failures = f"{o['failures']}" + (f" ({errors})" if errors else "")
     return (
-        f"| {o['rate']:g} ({o['offered_per_s']:g}) | {o['admitted']} | {o['shed_503']} ({ra})"
-        f" | {o['failures']} | {fmt(o['recovered_s'], '.1f')} | {o['lost']} / "
+        f"| {o['rate']:g} ({o['offered_per_s']:g}) | {o['admitted']} | {shed}"
+        f" | {failures} | {fmt(o['recovered_s'], '.1f')} | {o['lost']} / "
         f"{o['doubled_events']} | {'yes' if o['graceful'] else 'no'} |"
     )
 
@@ -62,7 +67,8 @@ def runs_table(runs: list[dict[str, Any]]) -> str:
     ]
     for run in runs:
         rounds = len(run.get("rounds") or [])
-        held = f"{'yes' if run.get('rounds_held') else 'no'} ({rounds} rounds)"
+        held = f"{'yes' if run.get('rounds_held') else 'no'} ({rounds} round{'s' * (rounds != 1)})"
+        # "-": every rate held, so the overload was 1.5x the last rate, not past saturation
         lines.append(
             f"{_scale(run)} | {run['sustained_per_s']:g} | {fmt(run.get('first_failed_per_s'))}"
             f" | {held} {_overload_cells(run.get('overload'))}"
