@@ -48,6 +48,7 @@ class Stack:
     couriers: list[procs.Proc] = field(default_factory=list)
     beat: procs.Proc | None = None
     ctl: Celery | None = None
+    keys_url: str = ""  # the key store's database (INBOX_KEYSTORE_URL)
 
     def env(self, kind: str = "") -> dict[str, str]:
         """The Procfile's environment; ``kind`` (with ``roles``): its own database role."""
@@ -58,6 +59,8 @@ class Stack:
             "BENCH_EFFECTS_URL": self.role_url("playbook") if self.roles else self.url,
             "INBOX_PLAYBOOKS": "bench.pipeline.playbook",
             "INBOX_ALLOW_PRIVATE_TARGETS": "1",
+            # Payloads sealed at rest, as docs/how-to/deploy.md has every deployment do.
+            "INBOX_KEYSTORE_URL": self.keys_url,
             "PYTHONPATH": str(procs.ROOT),
         }
         if self.max_backlog:
@@ -71,6 +74,7 @@ class Stack:
         self.cluster = PrivatePostgres(settings=self.cluster_settings)
         self.redis = procs.PrivateRedis("pipeline-redis")
         self.db_name, self.url = procs.create_database(self.cluster.url, "inbox_pipeline")
+        _, self.keys_url = procs.empty_database(self.cluster.url, "inbox_pipeline_keys")
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute("CREATE TABLE pipeline_effects (step_key text PRIMARY KEY)")
             for kind in (*KINDS, "playbook") if self.roles else ():
