@@ -106,7 +106,7 @@ class Bench:
         self.args = args
         # The payloads' key store beside the run's database, as deployed (INBOX_KEYSTORE_URL):
         # without one, `inbox payloads seal` (--sealed) has nowhere to keep keys.
-        self.keys_name, self.keys_url = procs._empty_database(args.pg_url, "inbox_bench_keys")
+        self.keys_name, self.keys_url = procs.empty_database(args.pg_url, "inbox_bench_keys")
         self.dbname, self.url = procs.create_database(args.pg_url)
         engine = create_engine(sqlalchemy_url(self.url))
         options = SourceOptions.from_dict({"playbook": noop.name})

@@ -49,11 +49,20 @@ def _read_body(limit: int) -> bytes:
         if length > limit:
             raise PayloadTooLarge(limit_bytes=limit)
         return validate.read_exactly(environ, length)
+    environ[validate.BODY_READ] = True
     body = request.stream.read(limit + 1)
     if len(body) > limit:
         raise PayloadTooLarge(limit_bytes=limit)
     validate.check_whole_body(body, length)
     return body
+
+
+@hooks.after_request
+def _settle_unread(response: Response) -> Response:
+    """An answer given before the body was read keeps the sender's connection usable
+    (``validate.settle_unread``): the backlog bound's 503 comes before the body."""
+    validate.settle_unread(request.environ, response.headers)
+    return response
 
 
 def _headers() -> dict[str, str]:

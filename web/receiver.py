@@ -64,6 +64,7 @@ class Receiver:
             response = self._error(environ, exc)
         if response is None:
             return self.next(environ, start_response)
+        validate.settle_unread(environ, response.headers)  # a 503 before the body, a 404
         if self.close_chance and random.random() < self.close_chance:
             response.headers["Connection"] = "close"
         return response(environ, start_response)

@@ -51,16 +51,60 @@ def check_request() -> None:
             check_text(value, f"The form field {name[:50]!r}", MAX_ARGUMENT)
 
 
+BODY_READ = "inbox.body_read"  # the environ key: the receiver began reading the body
+# An answer given before the body was read (a 503 of the backlog bound, a 404, a 413) reads
+# and drops a body up to this size, so the sender's keep-alive connection carries its next
+# request; past it, the answer closes the connection.
+DISCARD_MAX_BYTES = 256 * 1024
+_DISCARD_CHUNK = 64 * 1024
+
+
 def read_exactly(environ: dict[str, Any], length: int) -> bytes:
     """``length`` bytes of the body from the server's input (PEP 3333: no more than the
     Content-Length may be read); a sender gone before the end is werkzeug's
     ``ClientDisconnected``, a body shorter than it said a 400."""
+    environ[BODY_READ] = True
     try:
         body: bytes = environ["wsgi.input"].read(length) if length else b""
     except (OSError, ValueError):  # as werkzeug's stream: the sender went away
         raise ClientDisconnected() from None
     check_whole_body(body, length)
     return body
+
+
+def settle_unread(environ: dict[str, Any], headers: Any) -> None:
+    """Keep the connection usable after an answer given before the body was read.
+
+    A server that answers without reading the body must close the connection (the unread
+    bytes would be taken for the next request), and one that closes it without saying so
+    breaks the sender's next request on it: under a backlog bound's 503s every kept-alive
+    sender saw a broken pipe. So a body within ``DISCARD_MAX_BYTES`` is read and dropped,
+    and the connection goes on; a larger one, or one of unknown length, is answered with
+    ``Connection: close``. ``headers``: the answer's, to add that to."""
+    if environ.get(BODY_READ) or environ.get("REQUEST_METHOD") in ("GET", "HEAD", "OPTIONS"):
+        return
+    raw = environ.get("CONTENT_LENGTH") or ""
+    chunked = "HTTP_TRANSFER_ENCODING" in environ
+    if not chunked and raw.isascii() and raw.isdigit():
+        left = int(raw)
+        if left == 0:
+            return
+        if left <= DISCARD_MAX_BYTES:
+            environ[BODY_READ] = True
+            try:
+                stream = environ["wsgi.input"]
+                while left > 0:
+                    got = stream.read(min(left, _DISCARD_CHUNK))
+                    if not got:
+                        break
+                    left -= len(got)
+            except (OSError, ValueError):
+                pass  # the sender went away: nothing is left to keep
+            if left <= 0:
+                return
+    elif not chunked:
+        return  # no body announced
+    headers["Connection"] = "close"
 
 
 def check_whole_body(body: bytes, content_length: int | None) -> None:

@@ -30,7 +30,7 @@ class WorkerState:
     settings: Settings
     app: Celery
     engine_: Engine | None = None
-    flag: broker.FlagClearer = field(default_factory=broker.FlagClearer)
+    flag: broker.Flag = field(default_factory=broker.Flag)
     outages: Outages = field(default_factory=Outages)
     alarms: broker.Alarms = field(init=False)
     bell_: Callable[[], None] | None = None

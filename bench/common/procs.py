@@ -37,7 +37,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _empty_database(pg_url: str, prefix: str) -> tuple[str, str]:
+def empty_database(pg_url: str, prefix: str) -> tuple[str, str]:
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
@@ -49,7 +49,7 @@ def create_database(pg_url: str, prefix: str = "inbox_bench") -> tuple[str, str]
     """A fresh database, migrated to head: (name, url)."""
     from inbox.store.schema import migrate
 
-    name, url = _empty_database(pg_url, prefix)
+    name, url = empty_database(pg_url, prefix)
     migrate.upgrade(url)
     return name, url
 
@@ -74,7 +74,7 @@ def source_database(
     try:
         # The payloads' key store, a database of its own beside it (INBOX_KEYSTORE_URL),
         # as in production; every process this run starts inherits it.
-        keys_name, keys_url = _empty_database(pg_url, prefix + "_keys")
+        keys_name, keys_url = empty_database(pg_url, prefix + "_keys")
         kept = os.environ.get("INBOX_KEYSTORE_URL")
         os.environ["INBOX_KEYSTORE_URL"] = keys_url
         name, db_url = create_database(pg_url, prefix)

@@ -58,6 +58,10 @@ class Sender:
         self.lock = threading.Lock()
         self.statuses: Counter[int] = Counter()  # final answers
         self.refused = 0  # answers that were retried
+        # 429s and 503s that came without Retry-After: a refusal a provider cannot pace
+        # itself by (every one the receiver sheds must say when to come back).
+        self.without_retry_after = 0
+        self.errors: Counter[str] = Counter()  # requests with no answer (status 0), by cause
         self.accepted: set[int] = set()  # seqs with a 2xx
 
     def _post(self, port: int, body: bytes, key: str) -> int:
@@ -68,13 +72,19 @@ class Sender:
             resp = conn.getresponse()
             resp.read()
             conns[port] = conn
+            if resp.status in (429, 503) and resp.getheader("Retry-After") is None:
+                with self.lock:
+                    self.without_retry_after += 1
             return resp.status
-        except (OSError, http.client.HTTPException):
+        except (OSError, http.client.HTTPException) as exc:
+            with self.lock:
+                self.errors[type(exc).__name__] += 1
             conn.close()
             conns.pop(port, None)
             return 0
 
-    def send(self, level: str, i: int) -> None:
+    def send(self, level: str, i: int) -> int:
+        """Request ``i`` of ``level``; its final status (0: no answer)."""
         seq = i - 5 if i % COPY_EVERY == COPY_EVERY - 1 and i >= 5 else i
         body, key = body_of(level, seq), f"{level}-{seq}"
         with self.lock:
@@ -92,6 +102,7 @@ class Sender:
             self.statuses[status] += 1
             if 200 <= status < 300:
                 self.accepted.add(seq)
+        return status
 
     def run(
         self, level: str, rate: float, seconds: float, stop: threading.Event | None = None
@@ -180,6 +191,31 @@ def outcome(stack: Stack, level: str, sender: Sender, deadline_s: float = 120) -
         "completed_ms": completed,
         "callback_ms": callback,
     }
+
+
+# Work not yet done, whatever its level: events received or being run, deliveries waiting
+# (due now or at a retry's time) or being sent.
+BACKLOG = (
+    "SELECT (SELECT count(*) FROM events WHERE state IN ('received', 'processing')),"
+    " (SELECT count(*) FROM deliveries WHERE state IN ('pending', 'sending'))"
+)
+
+
+def settle(stack: Stack, deadline_s: float, since: float | None = None) -> float | None:
+    """Waits until nothing is pending or running and no delivery is waiting, so the next
+    level starts on an empty pipeline, not on the backlog of the one before; the seconds
+    from ``since`` (default: now) until then, or None if ``deadline_s`` passed first."""
+    start = time.monotonic() if since is None else since
+    deadline = time.monotonic() + deadline_s
+    with psycopg.connect(stack.url, autocommit=True) as conn:
+        while True:
+            row = conn.execute(BACKLOG).fetchone()
+            assert row is not None
+            if row[0] == 0 and row[1] == 0:
+                return round(time.monotonic() - start, 1)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.25)
 
 
 def sink_posts(stack: Stack) -> int:

@@ -127,22 +127,27 @@ DELIVERED = (
 )
 
 
+def _procs(stack: Stack, kind: str) -> list[procs.Proc]:
+    if kind == "worker":
+        return [stack.worker] if stack.worker is not None else []
+    return stack.couriers
+
+
 def start(stack: Stack, kind: str) -> None:
     """Start the worker or the courier and wait until it is ready."""
     (stack.start_worker if kind == "worker" else stack.start_courier)()
-    proc = stack.worker if kind == "worker" else stack.courier
-    assert stack.ctl is not None and proc is not None
-    procs.wait_celery(stack.ctl, proc)
+    assert stack.ctl is not None
+    for proc in _procs(stack, kind):
+        procs.wait_celery(stack.ctl, proc)
 
 
 def stop(stack: Stack, kind: str) -> None:
-    proc = stack.worker if kind == "worker" else stack.courier
-    assert proc is not None
-    proc.stop()
+    for proc in _procs(stack, kind):
+        proc.stop()
     if kind == "worker":
         stack.worker = None
     else:
-        stack.courier = None
+        stack.couriers = []
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

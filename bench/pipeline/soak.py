@@ -16,7 +16,7 @@ import psycopg
 from bench.common import procs
 from bench.pipeline.measure import LEVEL, Sender, outcome, quantiles, sink_posts, window
 from bench.pipeline.stack import Stack, pss_mb
-from bench.pipeline.sweep import fmt
+from bench.pipeline.tables import fmt
 
 
 def _restart_postgres(stack: Stack) -> None:

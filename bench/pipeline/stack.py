@@ -26,6 +26,13 @@ class Stack:
     """The run's cluster, Redis, database, sink and the Procfile's processes."""
 
     webs: int
+    # The Procfile's worker line runs ``--concurrency`` processes (WORKER_CONCURRENCY, 2 by
+    # default); the courier is scaled as a user scales a Procfile line: more courier
+    # processes, each with the line's 16 threads (COURIER_THREADS).
+    worker_procs: int = 2
+    courier_procs: int = 1
+    # INBOX_MAX_BACKLOG for the web processes (0: off, the setting's default).
+    max_backlog: int = 0
     # Each process kind connects as a role of its own (``bench_web``, ``bench_worker``, …),
     # so that ``pg_stat_statements`` counts its statements apart (bench.pipeline.profile).
     roles: bool = False
@@ -38,21 +45,27 @@ class Stack:
     sink_port: int = 0
     web_procs: list[tuple[procs.Proc, int]] = field(default_factory=list)
     worker: procs.Proc | None = None
-    courier: procs.Proc | None = None
+    couriers: list[procs.Proc] = field(default_factory=list)
     beat: procs.Proc | None = None
     ctl: Celery | None = None
+    keys_url: str = ""  # the key store's database (INBOX_KEYSTORE_URL)
 
     def env(self, kind: str = "") -> dict[str, str]:
         """The Procfile's environment; ``kind`` (with ``roles``): its own database role."""
         assert self.redis is not None
-        return {
+        env = {
             "DATABASE_URL": self.role_url(kind) if self.roles and kind else self.url,
             "REDIS_URL": self.redis.url,
             "BENCH_EFFECTS_URL": self.role_url("playbook") if self.roles else self.url,
             "INBOX_PLAYBOOKS": "bench.pipeline.playbook",
             "INBOX_ALLOW_PRIVATE_TARGETS": "1",
+            # Payloads sealed at rest, as docs/how-to/deploy.md has every deployment do.
+            "INBOX_KEYSTORE_URL": self.keys_url,
             "PYTHONPATH": str(procs.ROOT),
         }
+        if self.max_backlog:
+            env["INBOX_MAX_BACKLOG"] = str(self.max_backlog)
+        return env
 
     def start(self) -> None:
         from dev.embedded import PrivatePostgres
@@ -61,6 +74,7 @@ class Stack:
         self.cluster = PrivatePostgres(settings=self.cluster_settings)
         self.redis = procs.PrivateRedis("pipeline-redis")
         self.db_name, self.url = procs.create_database(self.cluster.url, "inbox_pipeline")
+        _, self.keys_url = procs.empty_database(self.cluster.url, "inbox_pipeline_keys")
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute("CREATE TABLE pipeline_effects (step_key text PRIMARY KEY)")
             for kind in (*KINDS, "playbook") if self.roles else ():
@@ -91,8 +105,8 @@ class Stack:
         self.beat = procs.celery_beat("workers.app", self.env("beat"), "pipeline-beat")
         for proc, port in self.web_procs:
             procs.wait_http(proc, port, timeout=60)
-        for p in (self.worker, self.courier):
-            assert p is not None
+        assert self.worker is not None
+        for p in (self.worker, *self.couriers):
             procs.wait_celery(self.ctl, p)
 
     def _celery(self, queue: str, concurrency: int, tag: str, *extra: str) -> procs.Proc:
@@ -106,12 +120,18 @@ class Stack:
         return f"{scheme}://bench_{kind}@{rest.partition('@')[2]}"
 
     def start_worker(self) -> None:
-        self.worker = self._celery("inbox", 2, "pipeline-worker", "--loglevel", "INFO")
+        self.worker = self._celery(
+            "inbox", self.worker_procs, "pipeline-worker", "--loglevel", "INFO"
+        )
 
     def start_courier(self) -> None:
-        self.courier = self._celery(
-            "deliveries", 16, "pipeline-courier", "--pool", "threads", "--loglevel", "INFO"
-        )
+        """Every courier process (``courier_procs``), each a node of its own."""
+        self.couriers = [
+            self._celery(
+                "deliveries", 16, f"pipeline-courier{i}", "--pool", "threads", "--loglevel", "INFO"
+            )
+            for i in range(self.courier_procs)
+        ]
 
     def cli(self, *args: str) -> str:
         env = {**os.environ, **self.env()}
@@ -131,14 +151,15 @@ class Stack:
         """Process kind -> root pids."""
         assert self.redis is not None and self.sink is not None
         out = {"web": [p.pid for p, _ in self.web_procs]}
-        for kind, p in (("worker", self.worker), ("courier", self.courier), ("beat", self.beat)):
+        for kind, p in (("worker", self.worker), ("beat", self.beat)):
             out[kind] = [p.pid] if p is not None else []
+        out["courier"] = [p.pid for p in self.couriers]
         out["redis"] = [self.redis.proc.pid]
         out["sink"] = [self.sink.pid]
         return out
 
     def stop(self) -> None:
-        for p in [self.beat, self.courier, self.worker, *(p for p, _ in self.web_procs)]:
+        for p in [self.beat, *self.couriers, self.worker, *(p for p, _ in self.web_procs)]:
             if p is not None:
                 p.stop()
         if self.sink is not None:

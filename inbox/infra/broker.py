@@ -5,9 +5,10 @@ app or the CLI) imports the worker shell. The sweeper re-rings for anything a lo
 missed, so every ring here is best effort.
 
 The doorbell after a commit: a Redis flag (SET NX) coalesces rings, so while a drain is
-pending further rings send nothing. The drain task clears the flag *before* it claims, so an
-event committed before a suppressed ring is always seen by that drain's claim; one committed
-after the clear rings anew. The flag expires, and the sweeper re-rings, so a lost message delays
+pending or running further rings send nothing. The drain task holds the flag while its claims
+find events and clears it only before a last claim, so an event committed before a
+suppressed ring is always seen by a claim of that drain; one committed after the clear rings
+anew (``Flag``). The flag expires, and the sweeper re-rings, so a lost message delays
 events by at most one sweep.
 """
 
@@ -213,8 +214,15 @@ class Ringer:
             time.sleep(self._gap)
 
 
-class FlagClearer:
-    """Clears the doorbell flag at the start of a drain (one Redis client, made on first use)."""
+class Flag:
+    """A drain task's side of the doorbell flag (one Redis client, made on first use).
+
+    A drain holds the flag while it runs (``hold``), so the rings of events committed
+    meanwhile send nothing: its next claim takes them. It lets go (``clear``) only when a
+    claim finds nothing, and claims once more after that; should that claim find events, it
+    takes the flag again (``take``) or, if a ring took it first, leaves them to the drain
+    that ring sent. Redis unreachable: ``take`` answers True (ringing twice costs a task,
+    holding back a ring strands events until the sweep)."""
 
     def __init__(self) -> None:
         self._client: redis.Redis | None = None
@@ -222,13 +230,35 @@ class FlagClearer:
     def reset(self) -> None:
         self._client = None  # a forked process must not share its parent's socket
 
+    def _redis(self, redis_url: str) -> redis.Redis:
+        if self._client is None:
+            self._client = redis_client.client(redis_url, socket_timeout=1)
+        return self._client
+
+    def hold(self, redis_url: str) -> None:
+        """Set the flag, or renew its TTL: the drain that holds it runs for a while."""
+        if not redis_url:
+            return
+        try:
+            self._redis(redis_url).set(FLAG, b"1", px=FLAG_TTL_MS)
+        except redis.RedisError:
+            log.warning("could not hold the doorbell flag")
+
+    def take(self, redis_url: str) -> bool:
+        """Set the flag if no ring has: whether this drain holds it now."""
+        if not redis_url:
+            return True
+        try:
+            return bool(self._redis(redis_url).set(FLAG, b"1", nx=True, px=FLAG_TTL_MS))
+        except redis.RedisError:
+            log.warning("could not take the doorbell flag")
+            return True
+
     def clear(self, redis_url: str) -> None:
         if not redis_url:
             return
         try:
-            if self._client is None:
-                self._client = redis_client.client(redis_url, socket_timeout=1)
-            self._client.delete(FLAG)
+            self._redis(redis_url).delete(FLAG)
         except redis.RedisError:
             log.warning("could not clear the doorbell flag")
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import pytest
 from sqlalchemy import text
 
-from tests.helpers import EVENTS, body_of, hmac_headers
+from tests.helpers import EVENTS, body_of, hmac_headers, insert_pending
 from tests.procs import Web
 
 pytestmark = pytest.mark.e2e
@@ -214,3 +214,41 @@ def test_the_web_server_removes_the_metrics_directory_it_made(web_env, make_sour
         server.stop()
     assert server.popen.returncode == 0
     assert not list(tmp_path.glob("inbox-metrics-*"))
+
+
+def test_a_503_before_the_body_keeps_the_senders_connection_usable(web_env, make_source, engine):
+    """Past the backlog bound the receiver answers 503 before it reads the body. A body it
+    did not read would be taken for the next request, so it reads and drops a small one
+    and the kept-alive connection carries the next request; a large one is answered with
+    ``Connection: close``, which the sender sees, instead of a connection dropped under
+    its next request (every kept-alive sender saw a broken pipe that way)."""
+    src = make_source()
+    insert_pending(engine, src, 3, {"type": "waiting"})
+    # No random close (WEB_KEEPALIVE_REQUESTS): every close here is the rule's.
+    server = Web({**web_env, "INBOX_MAX_BACKLOG": "2", "WEB_KEEPALIVE_REQUESTS": "0"}, workers=1)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        conn.connect()
+        sock = conn.sock
+        for i in range(5):
+            body = body_of({"n": i, "pad": "x" * 4000})
+            conn.request("POST", src.path, body=body, headers=hmac_headers("s3cret", body, f"b{i}"))
+            resp = conn.getresponse()
+            answer = json.loads(resp.read())
+            assert resp.status == 503 and answer["error"]["code"] == "backlog_full"
+            assert int(resp.getheader("Retry-After")) > 0
+            assert resp.getheader("Connection", "").lower() != "close"
+        conn.request("GET", "/healthz")  # the same connection, still in step
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == 200 and conn.sock is sock
+        big = body_of({"pad": "y" * 300_000})
+        conn.request("POST", src.path, body=big, headers=hmac_headers("s3cret", big, "big"))
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == 503 and resp.getheader("Connection", "").lower() == "close"
+        assert conn.sock is None  # the sender knows to open a new one
+        conn.close()
+        assert count(engine) == 3  # nothing stored past the bound
+    finally:
+        server.stop()

@@ -56,7 +56,44 @@ def test_the_drain_task_runs_what_the_doorbell_rang_for(
         client.post(src.path, data=body, headers=hmac_headers("s3cret", body, f"k{i}"))
     celery_env.drain.delay()
     wait(lambda: events_by_state(engine) == {"completed": 3})
-    assert redis.Redis.from_url(redis_url).get(FLAG) is None  # the drain cleared the flag
+    # The drain holds the flag while it finds events, and lets it go when it ends: a
+    # flag left behind would hold back every ring for its TTL.
+    wait(lambda: redis.Redis.from_url(redis_url).get(FLAG) is None)
+
+
+def test_a_drain_that_finds_events_holds_the_doorbell_for_the_next_ones(
+    celery_env, client, make_source, engine, redis_url, monkeypatch
+):
+    """Events that arrive while a drain runs are claimed by it: their rings send no task
+    (one task a stream, not one a ring), and the task ends with the flag let go."""
+    from celery.signals import task_prerun
+
+    from inbox.infra.broker import FLAG, make_doorbell
+
+    # The drain waits this long after a claim that found events: long beside the test's
+    # steps, so the second event surely arrives while the first's drain still runs.
+    monkeypatch.setattr(celery_env, "LINGER_SECONDS", 1.0)
+    runs: list[str] = []
+
+    def counted(sender=None, **_: object) -> None:
+        if sender is not None and sender.name == "inbox.drain":
+            runs.append(sender.name)
+
+    task_prerun.connect(counted, weak=False)
+    try:
+        ring = make_doorbell(redis_url, lambda: celery_env.drain.delay())
+        src = make_source()
+        for i in range(2):
+            body = body_of({"n": i})
+            client.post(src.path, data=body, headers=hmac_headers("s3cret", body, f"h{i}"))
+            ring()
+            wait(lambda i=i: events_by_state(engine) == {"completed": i + 1})
+        assert runs == ["inbox.drain"]  # the second ring found the flag held
+        wait(lambda: redis.Redis.from_url(redis_url).get(FLAG) is None)
+        ring()  # after the drain let go, a ring sends a task again
+        wait(lambda: len(runs) == 2)
+    finally:
+        task_prerun.disconnect(counted)
 
 
 def test_the_sweep_task_requeues_an_expired_lease_and_rings(celery_env, make_source, engine):
