@@ -66,13 +66,17 @@ def test_a_drain_that_finds_events_holds_the_doorbell_for_the_next_ones(
 ):
     """Events that arrive while a drain runs are claimed by it: their rings send no task
     (one task a stream, not one a ring), and the task ends with the flag let go."""
+    from dataclasses import replace
+
     from celery.signals import task_prerun
 
     from inbox.infra.broker import FLAG, make_doorbell
+    from workers import state
 
     # The drain waits this long after a claim that found events: long beside the test's
     # steps, so the second event surely arrives while the first's drain still runs.
-    monkeypatch.setattr(celery_env, "LINGER_SECONDS", 1.0)
+    current = state.current()
+    monkeypatch.setattr(current, "settings", replace(current.settings, drain_linger_ms=1000))
     runs: list[str] = []
 
     def counted(sender=None, **_: object) -> None:
