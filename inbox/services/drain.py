@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from inbox.domain.outcomes import RunInterrupted
 from inbox.domain.playbooks import Playbook, Registry, registry
 from inbox.domain.records import Claim, Completion, EndpointId, EventId, LoadedEvent
 from inbox.domain.states import EventState
@@ -98,7 +99,7 @@ def drain_once(
     for idx, c in enumerate(claims):
         ev = loaded.get(c.id)
         if ev is None:
-            result.states["lost"] += 1
+            result.states[RunInterrupted.LOST] += 1
             continue
         try:
             pb = reg.resolve(ev.tenant, ev.source, ev.event_type, ev.source_options.get("playbook"))
@@ -189,7 +190,7 @@ def _finish(
             latency = ev.age_seconds + since_load
             metrics.record_completed(ev.tenant, ev.source, latency, EventState.COMPLETED)
         else:
-            result.states["lost"] += 1
+            result.states[RunInterrupted.LOST] += 1
     done.clear()
     return lanes
 

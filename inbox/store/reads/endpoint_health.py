@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from inbox.domain.endpoint_health import WINDOW_MINUTES, Recent, state_of
+from inbox.domain.endpoint_health import WINDOW_MINUTES, EndpointState, Recent, state_of
 from inbox.store.reads.scope import Scope, as_rows, scoped
 
 # Attempts of the endpoint ``ep`` in the window, and those that got no 2xx: a LATERAL
@@ -50,7 +50,7 @@ class EndpointStatus:
     id: int
     public_id: str
     tenant: str
-    state: str  # an EndpointState (inbox.domain.endpoint_health)
+    state: EndpointState
     circuit: str
     circuit_changed_at: datetime | None
     disabled_reason: str | None
@@ -101,7 +101,7 @@ def statuses(
                 id=r.id,
                 public_id=r.public_id,
                 tenant=r.tenant,
-                state=str(state_of(r.enabled, r.paused, r.circuit, recent)),
+                state=state_of(r.enabled, r.paused, r.circuit, recent),
                 circuit=r.circuit,
                 circuit_changed_at=r.circuit_changed_at,
                 disabled_reason=r.disabled_reason,

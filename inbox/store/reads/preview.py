@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from inbox.domain.records import BulkJobId, EventId, TenantId
+from inbox.domain.states import EventState
 from inbox.store.db import sealing
 from inbox.store.reads import ledger_reads
 
@@ -43,9 +44,12 @@ class PlannedEvent:
     business_key_digest: bytes | None
     content_type: str
     body: bytes | None
-    state: str
+    state: EventState
     replay: int
     steps: dict[str, Any]
+
+    def __post_init__(self) -> None:  # the column's text, as the enum it is
+        object.__setattr__(self, "state", EventState(self.state))
 
 
 @dataclass(frozen=True, slots=True)

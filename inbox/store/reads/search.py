@@ -9,6 +9,7 @@ from datetime import datetime
 from sqlalchemy import Connection, text
 
 from inbox.domain.idempotency import key_digest
+from inbox.domain.states import DeliveryState, EventState
 from inbox.store.reads.ledger_reads import bounds_params, by_public_id
 from inbox.store.reads.scope import Scope, scoped
 
@@ -19,10 +20,14 @@ class Hit:
     public_id: str
     tenant: str
     where: str  # the source (events) or the endpoint's URL (deliveries)
-    state: str
+    state: EventState | DeliveryState
     event_type: str | None
     at: datetime
     matched: str  # what matched: "event id", "delivery id", "key"
+
+    def __post_init__(self) -> None:  # the column's text, as the enum of its kind
+        kind = EventState if self.kind == "event" else DeliveryState
+        object.__setattr__(self, "state", kind(self.state))
 
 
 _BY_ID = f"""
