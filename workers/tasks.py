@@ -16,6 +16,7 @@ from typing import ParamSpec, TypeVar
 from celery import shared_task
 from sqlalchemy import Engine
 
+from inbox.domain.approval import BulkStatus
 from inbox.domain.records import BulkJobId, EndpointId
 from inbox.infra import broker
 from inbox.services import audit as auditor
@@ -266,7 +267,7 @@ def bulk_replay(job_id: int) -> dict[str, object]:
         ring_doorbell=drain.delay,
         ring_couriers=ring_couriers,
     )
-    if r.status == "running":
+    if r.status == BulkStatus.RUNNING:
         bulk_replay.delay(job_id)
     result: dict[str, object] = r.to_dict()
     return result
