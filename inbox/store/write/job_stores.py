@@ -20,12 +20,17 @@ from inbox.store.reads.sources import list_sources
 from inbox.store.write import bulk, deliveries, operator, reconciled
 
 
-class SqlBulkStore:
+class _OnEngine:
+    """A store over an engine: each ``begin`` a transaction of its own."""
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     def begin(self) -> AbstractContextManager[Connection]:
         return self.engine.begin()
+
+
+class SqlBulkStore(_OnEngine):
 
     claim = staticmethod(bulk.claim)
     renew = staticmethod(bulk.renew)
@@ -38,10 +43,7 @@ class SqlBulkStore:
     replay_deliveries = staticmethod(deliveries.replay)
 
 
-class SqlReconcileStore:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
+class SqlReconcileStore(_OnEngine):
     def begin(self) -> AbstractContextManager[Connection]:
         return self.engine.connect()  # reads only: nothing to commit
 
@@ -50,13 +52,7 @@ class SqlReconcileStore:
     events_since = staticmethod(reconcile_reads.events_since)
 
 
-class SqlGapfillStore:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
-    def begin(self) -> AbstractContextManager[Connection]:
-        return self.engine.begin()
-
+class SqlGapfillStore(_OnEngine):
     def seal(self, tenant_id: TenantId, ev: Prepared) -> Prepared:
         return sealing.for_engine(self.engine).seal(tenant_id, ev)
 
