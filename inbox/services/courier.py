@@ -137,7 +137,10 @@ def deliver_once(
     def lease_for(ep: Endpoint) -> float:
         # A lease outlives at least one attempt: a slow endpoint's delivery is never
         # handed to another courier while its answer is still on the way.
-        return max(float(lease_seconds), ep.timeout_ms / 1000 + LEASE_SPARE)
+        # And it leaves a round room for more than one: were the lease only the timeout
+        # and its spare, the round's last start would be its first, and a short
+        # INBOX_LEASE_SECONDS beside a long timeout sent one delivery a round.
+        return max(float(lease_seconds), 2 * ep.timeout_ms / 1000 + LEASE_SPARE)
 
     with store.begin() as tx:
         found = store.claim_round(tx, endpoint_id, owner, BATCH, lease_for)

@@ -173,6 +173,17 @@ def test_a_kept_client_still_checks_every_new_connection(engine, sink, tenant):
     clients.close()
 
 
+def test_a_lease_short_beside_the_timeout_still_sends_the_whole_round(engine, sink, tenant):
+    """INBOX_LEASE_SECONDS of 3 s beside the endpoint's 5 s timeout: the round's lease
+    leaves room for more than one attempt, so an endpoint that answers at once gets the
+    whole round, not one delivery a round with the rest handed back."""
+    ep = endpoint(engine, tenant, sink.url("/short"))
+    ids = enqueue(engine, tenant, 5)
+    got = deliver_once(engine, ep.id, allow_private=True, lease_seconds=3)
+    assert (got.claimed, got.delivered, got.released) == (5, 5, 0)
+    assert [r.headers["webhook-id"] for r in sink.at("/short")] == ids
+
+
 def test_a_missing_endpoint_is_not_found_not_busy(engine):
     with pytest.raises(NotFound):
         deliver_once(engine, EndpointId(10**9), allow_private=True)

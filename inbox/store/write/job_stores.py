@@ -31,7 +31,6 @@ class _OnEngine:
 
 
 class SqlBulkStore(_OnEngine):
-
     claim = staticmethod(bulk.claim)
     renew = staticmethod(bulk.renew)
     release = staticmethod(bulk.release)
