@@ -92,24 +92,34 @@ def test_two_couriers_racing_deliver_each_once_and_neither_waits(impatient, sink
     # loaded machine); the second would wait past its 100 ms lock timeout if it queued.
     opening = "FOR UPDATE OF e"
 
+    # Its first claim holds the row until the second courier has tried once, so the race
+    # happens however a loaded machine schedules the two threads.
+    holding, tried = threading.Event(), threading.Event()
+
     @event.listens_for(engine, "after_cursor_execute")
     def _slow(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
         if opening in statement and threading.current_thread().name == "slow":
+            if not holding.is_set():
+                holding.set()
+                tried.wait(30)  # the row stays locked meanwhile
             conn.exec_driver_sql("SELECT pg_sleep(0.3)")  # the row stays locked meanwhile
 
     results: dict[str, list[Any]] = {"slow": [], "quick": []}
     errors: list[BaseException] = []
-    start = threading.Barrier(2)
 
     def courier() -> None:
         name = threading.current_thread().name
-        start.wait()
+        if name == "quick":
+            holding.wait(30)
         deadline = time.monotonic() + 60
         try:
             while unfinished(engine) and time.monotonic() < deadline:
                 results[name].append(deliver_once(engine, ep.id, allow_private=True))
+                tried.set()
         except BaseException as exc:
             errors.append(exc)
+        finally:
+            tried.set()
 
     threads = [threading.Thread(target=courier, name=n) for n in results]
     for t in threads:
