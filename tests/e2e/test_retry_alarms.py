@@ -125,7 +125,10 @@ def test_retries_run_when_due_with_the_default_sweep(
             f"\n{broker.kind}: event retries late by p50 {statistics.median(events):.3f} s,"
             f" p90 {p90(events):.3f} s, max {max(events):.3f} s; deliveries {deliveries}"
         )
-        assert p90(events) <= 1.0, sorted(events)
-        assert max(deliveries) <= 1.0, deliveries
+        # A retry that waited for the sweep would be up to 30 s late; the alarms' are under
+        # a second on a quiet machine. 5 s tells the two apart on a loaded one too (the p90
+        # was 1.65 s at a load average of 20).
+        assert p90(events) <= 5.0, sorted(events)
+        assert max(deliveries) <= 5.0, deliveries
     finally:
         sink.close()
