@@ -71,7 +71,10 @@ class Stack:
         from dev.embedded import PrivatePostgres
 
         procs.use_own_kek()
-        self.cluster = PrivatePostgres(settings=self.cluster_settings)
+        # 400 connections, as bench.drain_peers: 4 worker and 4 courier processes (16
+        # threads each) pass PostgreSQL's default 100, as they would in a deployment.
+        settings = {"max_connections": "400", **(self.cluster_settings or {})}
+        self.cluster = PrivatePostgres(settings=settings)
         self.redis = procs.PrivateRedis("pipeline-redis")
         self.db_name, self.url = procs.create_database(self.cluster.url, "inbox_pipeline")
         _, self.keys_url = procs.empty_database(self.cluster.url, "inbox_pipeline_keys")
