@@ -40,12 +40,11 @@ docs-serve: setup
 ## make test: lint, type-check, import contracts and the docs beside the whole suite, which
 ## runs on every core (pytest-xdist; each worker has its own database cloned from a migrated
 ## template); each part's output is printed when it ends, and any failure fails the target.
-## Three test processes per core, at most 8: the process tests (tests/e2e, 85 % of the
-## suite's time) spend most of it waiting on the servers they started (their own CPU was
-## 15 % of their wall time), and more tests on a core fill that wait (on 2 cores the suite
-## took 269 s with 4, 327 s with 2). Each worker holds its own Redis and a few dozen
+## Two test processes per core, at most 8: a process test spends about half its time waiting
+## on the servers it started, and a second test on the core fills that time (on 2 cores the
+## suite took 269 s with 4, 327 s with 2). Each worker holds its own Redis and a few dozen
 ## PostgreSQL connections, hence the cap.
-TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min(8, 3 * (os.cpu_count() or 1)))')
+TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min(8, 2 * (os.cpu_count() or 1)))')
 test: setup
 	$(MAKE) --no-print-directory -j 3 --output-sync=target lint docs suite
 
