@@ -74,6 +74,10 @@ class Peer:
     done_sql: str
     last_sql: str
     config: str
+    # Flags of ``prepare`` alone: ``--enqueue-each 32`` enqueues a job per transaction from
+    # 32 connections, as a web handler enqueues one per request (ours-web's 32 senders), so
+    # the rows drained were committed one by one, as ours-web's and ours-deployed's are.
+    prepare_flags: tuple[str, ...] = ()
 
 
 PGQ_DONE = "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
@@ -88,6 +92,15 @@ PEERS = {
             PGQ_DONE,
             PGQ_LAST,
             "pgqueuer 1.6, asyncpg, batch 100",
+        ),
+        Peer(
+            "pgqueuer-asyncpg-each",
+            "bench.peers.pgq",
+            ("--driver", "asyncpg", "--batch-size", "100", "--concurrency", "10"),
+            PGQ_DONE,
+            PGQ_LAST,
+            "pgqueuer 1.6, asyncpg, batch 100; jobs enqueued one per transaction",
+            ("--enqueue-each", "32"),
         ),
         Peer(
             "pgqueuer-psycopg",
@@ -443,7 +456,7 @@ def run_peer(run: Run, peer: Peer, workload: str, name: str) -> dict[str, Any]:
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("CREATE TABLE bench_effects (step_key text PRIMARY KEY)")
-        prepare = [*base, "prepare", *common, "--events", str(run.args.events)]
+        prepare = [*base, "prepare", *common, *peer.prepare_flags, "--events", str(run.args.events)]
         done = subprocess.run(
             prepare, cwd=procs.ROOT, env={**os.environ, **env}, text=True, capture_output=True
         )

@@ -19,6 +19,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--url", required=True, help="the run's database")
     p.add_argument("--workload", choices=("noop", "2step"), required=True)
     p.add_argument("--events", type=int, default=0, help="prepare: jobs to enqueue")
+    each = "prepare: enqueue one job per transaction over this many connections (0: in chunks)"
+    p.add_argument("--enqueue-each", type=int, default=0, help=each)
     p.add_argument("--index", type=int, default=0, help="work: this worker's number")
     p.add_argument("--ready", type=Path, help="work: touched once set up")
     p.add_argument("--go", type=Path, help="work: start consuming once it exists")

@@ -63,9 +63,25 @@ async def prepare(args: Any) -> None:
     queries = Queries(driver)
     await queries.install()
     entry, keys = ENTRY[args.workload], _common.keys(args.events)
+    if args.enqueue_each:
+        await _enqueue_each(args, entry, keys)
+        return
     for i in range(0, len(keys), _common.ENQUEUE_CHUNK):
         chunk = keys[i : i + _common.ENQUEUE_CHUNK]
         await queries.enqueue([entry] * len(chunk), [k.encode() for k in chunk], [0] * len(chunk))
+
+
+async def _enqueue_each(args: Any, entry: str, keys: list[str]) -> None:
+    """One job per transaction, as a web handler enqueues one per request, from
+    ``--enqueue-each`` connections at once (the receiver's senders, for ours)."""
+
+    async def sender(share: list[str]) -> None:
+        queries = Queries(await _driver(args.url, args.driver))
+        for key in share:
+            await queries.enqueue(entry, key.encode(), 0)
+
+    n = args.enqueue_each
+    await asyncio.gather(*(sender(keys[i::n]) for i in range(n)))
 
 
 async def work(args: Any) -> None:
