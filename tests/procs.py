@@ -119,6 +119,8 @@ class CeleryProc(Proc):
         (ROOT / ".data").mkdir(exist_ok=True)
         tag = f"celery-{kind}-{time.monotonic_ns()}"
         args = [str(BIN / "celery"), "-A", "workers.app", "worker", "--loglevel", "INFO"]
+        if kind != "beat":  # as the Procfile's worker and courier lines
+            args += ["--without-mingle", "--without-gossip"]
         if kind == "worker":
             args += ["-Q", "inbox", "--concurrency", str(concurrency), "-n", f"{tag}@%h"]
         elif kind == "courier":

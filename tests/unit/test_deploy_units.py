@@ -59,3 +59,11 @@ def test_a_wrong_setting_is_not_restarted_forever():
         assert unit(f"inbox-{name}.service")["Service"]["RestartPreventExitStatus"] == str(
             EX_CONFIG
         ), name
+
+
+def test_the_worker_and_courier_neither_mingle_nor_gossip():
+    """docs/how-to/deploy.md: no task is revoked and no worker event is read, so neither
+    waits a second at start for its peers nor consumes their heartbeats."""
+    for name in ("worker", "courier"):
+        for cmd in (procfile()[name], unit(f"inbox-{name}.service")["Service"]["ExecStart"]):
+            assert {"--without-mingle", "--without-gossip"} <= set(cmd.split()), (name, cmd)
