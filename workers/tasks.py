@@ -11,6 +11,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Collection
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
 from celery import shared_task
@@ -24,7 +25,7 @@ from inbox.services import erasure, gapfill, upkeep
 from inbox.services import sweep as sweeper
 from inbox.services.bulk import run_bulk_once
 from inbox.services.courier import BATCH, deliver_once, policy_of
-from inbox.services.drain import drain_once
+from inbox.services.drain import Claimed, drain_once
 from inbox.services.outages import timed_out
 from inbox.services.runner import DEFERRED
 from inbox.services.runtime import Runtime
@@ -99,9 +100,18 @@ def drain() -> int:
     holding = True
     deadline = time.monotonic() + DRAIN_BUDGET_SECONDS
     done, helped = 0, False
+    ahead: Future[Claimed] | None = None  # the next batch, claimed while one ran
     try:
-        while time.monotonic() < deadline:
-            batch = drain_once(runtime(), notify=ring_couriers, wake=current.lane_bell)
+        while time.monotonic() < deadline or ahead is not None:
+            claimed, ahead = (ahead.result() if ahead is not None else None), None
+            batch = drain_once(
+                runtime(),
+                notify=ring_couriers,
+                wake=current.lane_bell,
+                claimed=claimed,
+                prefetch=_prefetcher() if time.monotonic() < deadline else None,
+            )
+            ahead = batch.next
             set_alarms(broker.DRAIN, [], batch.retry_in)
             done += batch.claimed
             if batch.states.get(DEFERRED):
@@ -111,7 +121,7 @@ def drain() -> int:
                 # Events came after the flag went: hold it again, unless a ring took it
                 # first (a drain is on its way for them).
                 holding = current.flag.take(url)
-                if not holding:
+                if not holding and ahead is None:
                     return done
             if batch.claimed >= settings.batch_size:
                 if not helped:
@@ -136,6 +146,20 @@ def drain() -> int:
     finally:
         if holding:
             current.flag.clear(url)  # an ending task holds back no ring
+        if ahead is not None:  # a failure between batches: the sweep takes it back
+            ahead.cancel()
+
+
+_prefetch_pool: ThreadPoolExecutor | None = None
+
+
+def _prefetcher() -> ThreadPoolExecutor:
+    """This process's one thread that claims the next batch while a batch runs (made in
+    the process that uses it: after the prefork pool's fork)."""
+    global _prefetch_pool
+    if _prefetch_pool is None:
+        _prefetch_pool = ThreadPoolExecutor(1, thread_name_prefix="inbox-claim")
+    return _prefetch_pool
 
 
 def ring_couriers(endpoint_ids: Collection[int]) -> None:

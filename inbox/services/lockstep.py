@@ -89,9 +89,15 @@ class _Renewal:
     """Extends the batch's leases when a third of the lease passed since the last commit,
     checked as each step starts and ends (a heartbeat covers one long step)."""
 
-    def __init__(self, store: WorkStore[Any], lease: float, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        store: WorkStore[Any],
+        lease: float,
+        clock: Callable[[], float],
+        since: float | None = None,
+    ) -> None:
         self.store, self.lease, self.clock = store, lease, clock
-        self.at = clock()
+        self.at = clock() if since is None else since
         self.lock = threading.Lock()
 
     def renewed(self) -> None:
@@ -116,12 +122,15 @@ def run_batch(
     on_retry: Callable[[float], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     advanced: Callable[[int, bool], None] | None = None,
+    since: float | None = None,
 ) -> None:
     """Run every event of ``batch`` to its end; counts each one's resulting state.
     ``advanced`` hears, after each commit, how many events of lanes it completed and
-    whether runs of the batch go on."""
+    whether runs of the batch go on. ``since``: when the leases were last set (on
+    ``clock``), if before now (a batch claimed ahead); they are renewed a third of a lease
+    after it."""
     started = clock()
-    renewal = _Renewal(store, cfg.lease_seconds, clock)
+    renewal = _Renewal(store, cfg.lease_seconds, clock, since)
     runs: list[_Run] = []
     for c, ev, pb in batch:
         run = _Run(c, ev, pb, start_run_span(ev), dict(ev.steps))

@@ -6,6 +6,7 @@ the step key), written on its own connection."""
 from __future__ import annotations
 
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -15,7 +16,7 @@ from sqlalchemy import Engine, event, text
 from inbox import Playbook, StepContext
 from inbox.domain.playbooks import Registry
 from inbox.infra.config import Settings
-from inbox.services.drain import drain_once, sweep_once
+from inbox.services.drain import claim_batch, drain_once, sweep_once
 from inbox.services.runtime import Runtime
 from tests.helpers import (
     body_of,
@@ -240,3 +241,78 @@ def test_a_batch_writes_every_callback_in_one_statement(
     assert states == {(live.id, "pending"): 60, (paused.id, "held"): 60}
     assert skip.id not in {r.endpoint_id for r in rows}
     assert calls(engine) == keys(ids, "a")
+
+
+class Counting:
+    """The PostgreSQL work store, counting its claims and lease extensions."""
+
+    def __init__(self, engine: Engine) -> None:
+        from inbox.services.wiring import work_store
+
+        self.store = work_store(engine)
+        self.claims = 0
+        self.extends = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def claim(self, *args: Any) -> Any:
+        self.claims += 1
+        return self.store.claim(*args)
+
+    def extend(self, *args: Any) -> Any:
+        self.extends += 1
+        return self.store.extend(*args)
+
+
+def test_a_full_batch_claims_the_next_while_its_steps_run(
+    client, make_source, engine, lsettings
+) -> None:
+    """``prefetch``: the next batch is claimed while a full one runs (its step waits for
+    that claim), handed on as ``claimed``, and every event runs once; a batch that is not
+    full claims none ahead."""
+    ids = send(client, make_source, engine, 25)
+    store = Counting(engine)
+    pb = Playbook("two")
+    pb.step("check", effect=False)(lambda ctx: {"checked": True})
+
+    @pb.step("a")
+    def a(ctx: StepContext) -> dict[str, Any]:
+        wait_for(lambda: store.claims >= 2, 30, "the next batch claimed while this one runs")
+        sink(ctx)
+        return {"applied": True}
+
+    small = replace(lsettings, batch_size=10)
+    rt, reg = Runtime(small, engine), registry(pb)
+    with ThreadPoolExecutor(1) as ahead:
+        first = drain_once(rt, reg=reg, store=store, prefetch=ahead)  # type: ignore[arg-type]
+        assert first.claimed == 10 and first.next is not None
+        second = drain_once(rt, reg=reg, store=store, claimed=first.next.result(), prefetch=ahead)  # type: ignore[arg-type]
+        assert second.claimed == 10 and second.next is not None
+        third = drain_once(rt, reg=reg, store=store, claimed=second.next.result(), prefetch=ahead)  # type: ignore[arg-type]
+        assert third.claimed == 5 and third.next is None  # not full: nothing claimed ahead
+    assert store.claims == 3
+    assert events_by_state(engine) == {"completed": 25}
+    assert calls(engine) == keys(ids, "a")
+
+
+def test_a_batch_claimed_ahead_renews_its_leases_from_its_claim(
+    client, make_source, engine, lsettings
+) -> None:
+    """A batch that waited behind a long one renews its leases a third of a lease after
+    its claim, not after its start: it cannot run out of lease unseen."""
+    send(client, make_source, engine, 12)
+    pb = Playbook("one")
+    pb.step("a")(lambda ctx: {"applied": True})
+    small = replace(lsettings, batch_size=6)
+    rt, reg = Runtime(small, engine), registry(pb)
+    aged = Counting(engine)
+    claimed = claim_batch(aged, "w", small)  # type: ignore[arg-type]
+    waited = replace(claimed, at=claimed.at - small.lease_seconds / 2)
+    assert drain_once(rt, reg=reg, store=aged, claimed=waited).claimed == 6  # type: ignore[arg-type]
+    assert aged.extends >= 1
+    # A batch just claimed is not renewed before a third of its lease.
+    fresh = Counting(engine)
+    assert drain_once(rt, reg=reg, store=fresh).claimed == 6  # type: ignore[arg-type]
+    assert fresh.extends == 0
+    assert events_by_state(engine) == {"completed": 12}

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -121,3 +122,44 @@ def test_the_sweep_task_requeues_an_expired_lease_and_rings(celery_env, make_sou
     with engine.connect() as conn:
         assert conn.execute(text("SELECT fence, attempts FROM events")).one() == (2, 2)
     assert result.id
+
+
+def test_a_drain_over_a_backlog_runs_the_batch_it_claimed_ahead_before_it_ends(
+    celery_env, client, make_source, engine, monkeypatch
+):
+    """A full batch claims the next while it runs; when the task's budget runs out with a
+    batch claimed ahead, the task runs that batch before it ends (no lease is left to
+    lapse), and the next task drains the rest: every event once, none left claimed."""
+    from dataclasses import replace
+
+    from workers import state, tasks
+
+    current = state.current()
+    monkeypatch.setattr(current, "settings", replace(current.settings, batch_size=5))
+    calls: list[tuple[bool, bool]] = []
+    drain_once = tasks.drain_once
+
+    def counted(*args, **kwargs):
+        calls.append((kwargs["claimed"] is not None, kwargs["prefetch"] is not None))
+        return drain_once(*args, **kwargs)
+
+    class Clock:
+        """The task's clock: its budget is spent once the first batch has run."""
+
+        sleep = staticmethod(time.sleep)
+
+        @staticmethod
+        def monotonic() -> float:
+            return time.monotonic() + (1000.0 if calls else 0.0)
+
+    monkeypatch.setattr(tasks, "drain_once", counted)
+    monkeypatch.setattr(tasks, "time", Clock)
+    src = make_source()
+    for i in range(23):
+        body = body_of({"n": i})
+        client.post(src.path, data=body, headers=hmac_headers("s3cret", body, f"b{i}"))
+    celery_env.drain.delay()
+    wait(lambda: events_by_state(engine) == {"completed": 23})
+    # The first batch claimed the second ahead; the budget ran out, the second ran (handed
+    # on, claiming none ahead) in the same task, which ended; the next task claimed anew.
+    assert calls[:3] == [(False, True), (True, False), (False, True)]
