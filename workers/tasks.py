@@ -33,6 +33,11 @@ from workers import state
 
 log = logging.getLogger(__name__)
 DRAIN_BUDGET_SECONDS = 5.0
+# A drain claims the next batch while a full one runs only after a batch that took less
+# than this: then the claim is a large share of a batch's time, and the events claimed
+# ahead wait about that long at most. After a slow batch (steps that wait on the outside
+# world) they would wait out the next one while another worker process is free to run them.
+AHEAD_BELOW_SECONDS = 0.5
 BUSY_RETRY_SECONDS = 0.5  # a courier that found its endpoint busy rings again after this
 BUSY_TRIES = 2  # a held endpoint is looked at again this often in the task, then an alarm
 BUSY_PAUSE_SECONDS = 0.02  # ... about this far apart
@@ -101,17 +106,20 @@ def drain() -> int:
     deadline = time.monotonic() + DRAIN_BUDGET_SECONDS
     done, helped = 0, False
     ahead: Future[Claimed] | None = None  # the next batch, claimed while one ran
+    took = AHEAD_BELOW_SECONDS  # how long the last batch ran: none yet, so none claimed ahead
     try:
         while time.monotonic() < deadline or ahead is not None:
             claimed, ahead = (ahead.result() if ahead is not None else None), None
+            started = time.monotonic()
+            quick = started < deadline and took < AHEAD_BELOW_SECONDS
             batch = drain_once(
                 runtime(),
                 notify=ring_couriers,
                 wake=current.lane_bell,
                 claimed=claimed,
-                prefetch=_prefetcher() if time.monotonic() < deadline else None,
+                prefetch=_prefetcher() if quick else None,
             )
-            ahead = batch.next
+            took, ahead = time.monotonic() - started, batch.next
             set_alarms(broker.DRAIN, [], batch.retry_in)
             done += batch.claimed
             if batch.states.get(DEFERRED):

@@ -124,12 +124,32 @@ def test_the_sweep_task_requeues_an_expired_lease_and_rings(celery_env, make_sou
     assert result.id
 
 
+def _count_batches(monkeypatch, tasks, calls: list[tuple[bool, bool]]) -> None:
+    """Record, for each drain_once the task runs, whether it was handed a batch claimed
+    ahead and whether it may claim one."""
+    drain_once = tasks.drain_once
+
+    def counted(*args, **kwargs):
+        calls.append((kwargs["claimed"] is not None, kwargs["prefetch"] is not None))
+        return drain_once(*args, **kwargs)
+
+    monkeypatch.setattr(tasks, "drain_once", counted)
+
+
+def _backlog(client, make_source, n: int) -> None:
+    src = make_source()
+    for i in range(n):
+        body = body_of({"n": i})
+        client.post(src.path, data=body, headers=hmac_headers("s3cret", body, f"b{i}"))
+
+
 def test_a_drain_over_a_backlog_runs_the_batch_it_claimed_ahead_before_it_ends(
     celery_env, client, make_source, engine, monkeypatch
 ):
-    """A full batch claims the next while it runs; when the task's budget runs out with a
-    batch claimed ahead, the task runs that batch before it ends (no lease is left to
-    lapse), and the next task drains the rest: every event once, none left claimed."""
+    """After a quick full batch, the next full one claims the one after while it runs;
+    when the task's budget runs out with a batch claimed ahead, the task runs that batch
+    before it ends (no lease is left to lapse), and the next task drains the rest: every
+    event once, none left claimed."""
     from dataclasses import replace
 
     from workers import state, tasks
@@ -137,29 +157,52 @@ def test_a_drain_over_a_backlog_runs_the_batch_it_claimed_ahead_before_it_ends(
     current = state.current()
     monkeypatch.setattr(current, "settings", replace(current.settings, batch_size=5))
     calls: list[tuple[bool, bool]] = []
-    drain_once = tasks.drain_once
-
-    def counted(*args, **kwargs):
-        calls.append((kwargs["claimed"] is not None, kwargs["prefetch"] is not None))
-        return drain_once(*args, **kwargs)
+    _count_batches(monkeypatch, tasks, calls)
 
     class Clock:
-        """The task's clock: its budget is spent once the first batch has run."""
+        """The task's clock: its budget is spent once two batches have run."""
 
         sleep = staticmethod(time.sleep)
 
         @staticmethod
         def monotonic() -> float:
-            return time.monotonic() + (1000.0 if calls else 0.0)
+            return time.monotonic() + (1000.0 if len(calls) >= 2 else 0.0)
 
-    monkeypatch.setattr(tasks, "drain_once", counted)
     monkeypatch.setattr(tasks, "time", Clock)
-    src = make_source()
-    for i in range(23):
-        body = body_of({"n": i})
-        client.post(src.path, data=body, headers=hmac_headers("s3cret", body, f"b{i}"))
+    _backlog(client, make_source, 23)
     celery_env.drain.delay()
     wait(lambda: events_by_state(engine) == {"completed": 23})
-    # The first batch claimed the second ahead; the budget ran out, the second ran (handed
-    # on, claiming none ahead) in the same task, which ended; the next task claimed anew.
-    assert calls[:3] == [(False, True), (True, False), (False, True)]
+    # The first batch claims none ahead (no batch has shown how long one takes); the
+    # second, after a quick first, claims the third; the budget runs out, the third runs
+    # (handed on, claiming none) in the same task, which ends; the next task claims anew.
+    assert calls[:4] == [(False, False), (False, True), (True, False), (False, False)]
+
+
+def test_after_a_slow_batch_a_drain_claims_nothing_ahead(
+    celery_env, client, make_source, engine, monkeypatch
+):
+    """Batches that take longer than AHEAD_BELOW_SECONDS (by the task's clock) claim
+    nothing ahead: the events stay free for another worker process."""
+    from dataclasses import replace
+
+    from workers import state, tasks
+
+    current = state.current()
+    monkeypatch.setattr(current, "settings", replace(current.settings, batch_size=5))
+    calls: list[tuple[bool, bool]] = []
+    _count_batches(monkeypatch, tasks, calls)
+
+    class Clock:
+        """The task's clock: each batch takes a second by it (still within the budget)."""
+
+        sleep = staticmethod(time.sleep)
+
+        @staticmethod
+        def monotonic() -> float:
+            return time.monotonic() + 1.0 * len(calls)
+
+    monkeypatch.setattr(tasks, "time", Clock)
+    _backlog(client, make_source, 23)
+    celery_env.drain.delay()
+    wait(lambda: events_by_state(engine) == {"completed": 23})
+    assert len(calls) >= 5 and not any(prefetch for _, prefetch in calls)
