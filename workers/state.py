@@ -9,6 +9,7 @@ process drops its parent's (``reset``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from celery import Celery, current_app
@@ -36,6 +37,7 @@ class WorkerState:
     bell_: Callable[[], None] | None = None
     # The courier's HTTP clients, one per thread, kept across tasks (keep-alive).
     clients: PerThread = field(init=False)
+    claimer_: ThreadPoolExecutor | None = None
 
     def __post_init__(self) -> None:
         horizon = broker.alarm_horizon(self.settings.sweep_seconds)
@@ -58,6 +60,13 @@ class WorkerState:
     def _send_drain(self) -> None:
         self.app.send_task(broker.DRAIN)
 
+    def claimer(self) -> ThreadPoolExecutor:
+        """The one thread that claims a drain's next batch while a batch runs
+        (``drain_once``'s ``prefetch``)."""
+        if self.claimer_ is None:
+            self.claimer_ = ThreadPoolExecutor(1, thread_name_prefix="inbox-claim")
+        return self.claimer_
+
     def engine(self) -> Engine:
         if self.engine_ is None:
             self.engine_ = runtime.engine(self.settings)
@@ -69,6 +78,7 @@ class WorkerState:
             self.engine_.dispose(close=False)
         self.engine_ = None
         self.bell_ = None
+        self.claimer_ = None  # its thread was the parent's
         self.clients.close()
         self.flag.reset()
         self.alarms.reset()

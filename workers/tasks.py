@@ -11,7 +11,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Collection
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import ParamSpec, TypeVar
 
 from celery import shared_task
@@ -117,7 +117,7 @@ def drain() -> int:
                 notify=ring_couriers,
                 wake=current.lane_bell,
                 claimed=claimed,
-                prefetch=_prefetcher() if quick else None,
+                prefetch=current.claimer() if quick else None,
             )
             took, ahead = time.monotonic() - started, batch.next
             set_alarms(broker.DRAIN, [], batch.retry_in)
@@ -156,18 +156,6 @@ def drain() -> int:
             current.flag.clear(url)  # an ending task holds back no ring
         if ahead is not None:  # a failure between batches: the sweep takes it back
             ahead.cancel()
-
-
-_prefetch_pool: ThreadPoolExecutor | None = None
-
-
-def _prefetcher() -> ThreadPoolExecutor:
-    """This process's one thread that claims the next batch while a batch runs (made in
-    the process that uses it: after the prefork pool's fork)."""
-    global _prefetch_pool
-    if _prefetch_pool is None:
-        _prefetch_pool = ThreadPoolExecutor(1, thread_name_prefix="inbox-claim")
-    return _prefetch_pool
 
 
 def ring_couriers(endpoint_ids: Collection[int]) -> None:
