@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
@@ -46,17 +46,22 @@ def wait(cond, timeout: float = 60) -> None:
     wait_for(cond, timeout)
 
 
+def send_and_drain(celery_env, client, make_source, engine, n: int) -> None:
+    """``n`` signed events to a new source, one drain task rung, all of them completed."""
+    src = make_source()
+    for i in range(n):
+        body = body_of({"n": i})
+        client.post(src.path, data=body, headers=hmac_headers("s3cret", body, f"k{i}"))
+    celery_env.drain.delay()
+    wait(lambda: events_by_state(engine) == {"completed": n})
+
+
 def test_the_drain_task_runs_what_the_doorbell_rang_for(
     celery_env, client, make_source, engine, redis_url
 ):
     from inbox.infra.broker import FLAG
 
-    src = make_source()
-    for i in range(3):
-        body = body_of({"n": i})
-        client.post(src.path, data=body, headers=hmac_headers("s3cret", body, f"k{i}"))
-    celery_env.drain.delay()
-    wait(lambda: events_by_state(engine) == {"completed": 3})
+    send_and_drain(celery_env, client, make_source, engine, 3)
     # The drain holds the flag while it finds events, and lets it go when it ends: a
     # flag left behind would hold back every ring for its TTL.
     wait(lambda: redis.Redis.from_url(redis_url).get(FLAG) is None)
@@ -124,23 +129,36 @@ def test_the_sweep_task_requeues_an_expired_lease_and_rings(celery_env, make_sou
     assert result.id
 
 
-def _count_batches(monkeypatch, tasks, calls: list[tuple[bool, bool]]) -> None:
-    """Record, for each drain_once the task runs, whether it was handed a batch claimed
-    ahead and whether it may claim one."""
+def _drain_backlog(
+    celery_env, client, make_source, engine, monkeypatch, ahead_of: Callable[[int], float]
+) -> list[tuple[bool, bool]]:
+    """A backlog of 23 events drained by tasks in batches of 5, the task's clock ahead of
+    the real one by ``ahead_of(batches run so far)`` seconds; for each drain_once the tasks
+    ran, whether it was handed a batch claimed ahead and whether it might claim one."""
+    from dataclasses import replace
+
+    from workers import state, tasks
+
+    current = state.current()
+    monkeypatch.setattr(current, "settings", replace(current.settings, batch_size=5))
+    calls: list[tuple[bool, bool]] = []
     drain_once = tasks.drain_once
 
     def counted(*args, **kwargs):
         calls.append((kwargs["claimed"] is not None, kwargs["prefetch"] is not None))
         return drain_once(*args, **kwargs)
 
+    class Clock:
+        sleep = staticmethod(time.sleep)
+
+        @staticmethod
+        def monotonic() -> float:
+            return time.monotonic() + ahead_of(len(calls))
+
     monkeypatch.setattr(tasks, "drain_once", counted)
-
-
-def _backlog(client, make_source, n: int) -> None:
-    src = make_source()
-    for i in range(n):
-        body = body_of({"n": i})
-        client.post(src.path, data=body, headers=hmac_headers("s3cret", body, f"b{i}"))
+    monkeypatch.setattr(tasks, "time", Clock)
+    send_and_drain(celery_env, client, make_source, engine, 23)
+    return calls
 
 
 def test_a_drain_over_a_backlog_runs_the_batch_it_claimed_ahead_before_it_ends(
@@ -150,28 +168,10 @@ def test_a_drain_over_a_backlog_runs_the_batch_it_claimed_ahead_before_it_ends(
     when the task's budget runs out with a batch claimed ahead, the task runs that batch
     before it ends (no lease is left to lapse), and the next task drains the rest: every
     event once, none left claimed."""
-    from dataclasses import replace
-
-    from workers import state, tasks
-
-    current = state.current()
-    monkeypatch.setattr(current, "settings", replace(current.settings, batch_size=5))
-    calls: list[tuple[bool, bool]] = []
-    _count_batches(monkeypatch, tasks, calls)
-
-    class Clock:
-        """The task's clock: its budget is spent once two batches have run."""
-
-        sleep = staticmethod(time.sleep)
-
-        @staticmethod
-        def monotonic() -> float:
-            return time.monotonic() + (1000.0 if len(calls) >= 2 else 0.0)
-
-    monkeypatch.setattr(tasks, "time", Clock)
-    _backlog(client, make_source, 23)
-    celery_env.drain.delay()
-    wait(lambda: events_by_state(engine) == {"completed": 23})
+    # The task's budget is spent once two batches have run.
+    calls = _drain_backlog(
+        celery_env, client, make_source, engine, monkeypatch, lambda n: 1000.0 if n >= 2 else 0.0
+    )
     # The first batch claims none ahead (no batch has shown how long one takes); the
     # second, after a quick first, claims the third; the budget runs out, the third runs
     # (handed on, claiming none) in the same task, which ends; the next task claims anew.
@@ -183,26 +183,6 @@ def test_after_a_slow_batch_a_drain_claims_nothing_ahead(
 ):
     """Batches that take longer than AHEAD_BELOW_SECONDS (by the task's clock) claim
     nothing ahead: the events stay free for another worker process."""
-    from dataclasses import replace
-
-    from workers import state, tasks
-
-    current = state.current()
-    monkeypatch.setattr(current, "settings", replace(current.settings, batch_size=5))
-    calls: list[tuple[bool, bool]] = []
-    _count_batches(monkeypatch, tasks, calls)
-
-    class Clock:
-        """The task's clock: each batch takes a second by it (still within the budget)."""
-
-        sleep = staticmethod(time.sleep)
-
-        @staticmethod
-        def monotonic() -> float:
-            return time.monotonic() + 1.0 * len(calls)
-
-    monkeypatch.setattr(tasks, "time", Clock)
-    _backlog(client, make_source, 23)
-    celery_env.drain.delay()
-    wait(lambda: events_by_state(engine) == {"completed": 23})
+    # Each batch takes a second by the task's clock (still within the budget).
+    calls = _drain_backlog(celery_env, client, make_source, engine, monkeypatch, lambda n: 1.0 * n)
     assert len(calls) >= 5 and not any(prefetch for _, prefetch in calls)
