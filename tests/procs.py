@@ -44,6 +44,20 @@ class Proc:
                 self.popen.wait(5)
         self.log.close()
 
+    def freeze(self, timeout: float = 10) -> None:
+        """SIGSTOP its process group, and return once every thread of it has stopped.
+
+        A stop signal wakes one thread of a process, and that thread stops the others when
+        it runs: until then another thread (one woken by an answer on its socket) runs on.
+        On a loaded machine that took long enough for a courier to read an answer sent
+        after ``killpg`` returned, and commit it. Hence the wait on ``/proc``."""
+        os.killpg(self.popen.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + timeout
+        while not all(state in "TtZX" for state in _thread_states(self.popen.pid)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name} did not stop in {timeout} s")
+            time.sleep(0.001)
+
     def output(self) -> str:
         self.log.flush()
         return (ROOT / ".data" / f"{self.name}-{os.getpid()}.log").read_text(errors="replace")
@@ -138,3 +152,19 @@ class CeleryProc(Proc):
             args[3] = "beat"
             args += ["--schedule", str(ROOT / ".data" / f"{tag}.schedule")]
         super().__init__(args, env, tag)
+
+
+def _thread_states(pgid: int) -> list[str]:
+    """The scheduler state (``R``, ``S``, ``T``, ...) of every thread in a process group."""
+    states = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2]) != pgid:
+                continue
+            for task in (proc / "task").iterdir():
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # it ended meanwhile
+    return states
