@@ -154,17 +154,28 @@ class CeleryProc(Proc):
         super().__init__(args, env, tag)
 
 
-def _thread_states(pgid: int) -> list[str]:
-    """The scheduler state (``R``, ``S``, ``T``, ...) of every thread in a process group."""
-    states = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+def in_group(pgid: int) -> dict[int, str]:
+    """The processes of a process group: pid -> scheduler state (``R``, ``S``, ``T``, ``Z``...)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
             continue
         try:
-            if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2]) != pgid:
-                continue
-            for task in (proc / "task").iterdir():
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it ended meanwhile
+        if int(fields[2]) == pgid:
+            found[int(entry.name)] = fields[0]
+    return found
+
+
+def _thread_states(pgid: int) -> list[str]:
+    """The scheduler state of every thread of every process in a process group."""
+    states = []
+    for pid in in_group(pgid):
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
                 states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
-        except (OSError, ValueError, IndexError):
+        except OSError:
             continue  # it ended meanwhile
     return states

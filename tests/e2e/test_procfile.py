@@ -22,6 +22,7 @@ from dev.embedded import free_port
 from inbox.infra import keyring
 from tests.brokers import PrivateRedis
 from tests.helpers import body_of, eventually, hmac_headers
+from tests.procs import in_group
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 BIN = Path(sys.executable).parent
@@ -197,18 +198,7 @@ def test_every_procfile_process_runs_under_honcho_from_elsewhere(
 
 
 def _alive_in_group(pgid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
+    return [pid for pid, state in in_group(pgid).items() if state != "Z"]
 
 
 def _kill_group(pgid: int) -> None:
