@@ -117,6 +117,14 @@ class Stack:
         env = self.env(kind)
         return procs.celery_worker("workers.app", queue, concurrency, env, tag, *extra)
 
+    def analyze(self) -> None:
+        """Statistics for every table, as a running system's autovacuum keeps them. A fresh
+        database has none until autovacuum's first pass (a minute or more), and the
+        planner's guesses meanwhile cost some statements ten times their planned cost
+        (bench/README.md): measured levels start after the warm-up and this."""
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute("ANALYZE")
+
     def role_url(self, kind: str) -> str:
         """The run's database as ``bench_<kind>`` (a role made with ``roles``)."""
         scheme, _, rest = self.url.partition("://")

@@ -47,6 +47,7 @@ def sweep(args: argparse.Namespace, webs: int, workers: int, couriers: int) -> d
         stack.start()
         # warm-up: every process has run the path once
         level(stack, f"{tag}-warm", 50, 5, args.settle_deadline)
+        stack.analyze()
         best, failed = 0.0, None
         for rate in args.rates:
             r = level(stack, f"{tag}-r{rate:g}", rate, args.seconds, args.settle_deadline)
