@@ -315,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             Sender(stack).run("profile-warm", 50, 5)  # every process has run the path once
             time.sleep(2)
+            stack.analyze()  # planned on statistics, as a running system is
             for rate in args.rates:
                 r = level(stack, conn, rate, args)
                 levels.append(r)
