@@ -26,14 +26,13 @@ import os
 import statistics
 import sys
 import time
-import traceback
 from typing import Any
 
 import psycopg
 
 from bench.common import procs
 from bench.pipeline.measure import Sender, window
-from bench.pipeline.stack import Stack, cpu_seconds
+from bench.pipeline.stack import Stack, cpu_seconds, run_on
 
 KINDS = ("web", "worker", "courier", "beat", "redis", "postgres")
 BAR_MS_PER_S = 10.0  # 1 % of a core
@@ -104,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     procs.RESULTS.mkdir(exist_ok=True)
     load0 = os.getloadavg()
     stack = Stack(1)
-    try:
-        stack.start()
+
+    def measure() -> None:
         Sender(stack).run("idle-warm", 50, 5)
         time.sleep(args.settle)
         load_idle = os.getloadavg()
@@ -153,12 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                 "met": met,
             },
         )
-        return 0
-    except Exception:
-        traceback.print_exc()
-        return 1
-    finally:
-        stack.stop()
+
+    return run_on(stack, measure)
 
 
 if __name__ == "__main__":

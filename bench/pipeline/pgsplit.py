@@ -4,7 +4,9 @@ The pipeline of ``bench.pipeline`` (every process as the Procfile starts it, one
 the 2-step playbook with one callback per event), each process kind connecting as a role of
 its own and ``pg_stat_statements`` loaded with its planning tracked, as in
 ``bench.pipeline.profile``. Here the levels run one after another on the same stack, as the
-sweep's do, so that what changes between them (the tables' dead rows, their vacuums) shows.
+sweep's do, so that what changes between them (the tables' dead rows, their vacuums) shows;
+and on a fresh database, with no ``ANALYZE`` after the warm-up (the sweep and the profile run
+one), so that the statements planned before autovacuum's first pass show too.
 For each level (``--rates``, each for ``--seconds``, then drained):
 
 - PostgreSQL's CPU per event, split by what spent it: the backends of each process kind (a
@@ -29,7 +31,6 @@ import argparse
 import os
 import re
 import sys
-import traceback
 from typing import Any
 
 import psycopg
@@ -37,7 +38,7 @@ import psycopg
 from bench.common import procs
 from bench.pipeline.levels import level
 from bench.pipeline.profile import PSS
-from bench.pipeline.stack import Stack
+from bench.pipeline.stack import Stack, run_on
 
 EAGER = {
     "autovacuum_naptime": "5s",
@@ -109,11 +110,11 @@ def cpu_by_spender(stack: Stack, conn: psycopg.Connection[Any]) -> dict[str, flo
 
 
 def one(
-    stack: Stack, conn: psycopg.Connection[Any], rate: float, args: argparse.Namespace
+    stack: Stack, conn: psycopg.Connection[Any], name: str, rate: float, args: argparse.Namespace
 ) -> dict[str, Any]:
     conn.execute("SELECT pg_stat_statements_reset()")
     before = cpu_by_spender(stack, conn)
-    r = level(stack, f"pgsplit-r{rate:g}-{len(args.done)}", rate, args.seconds, 600.0)
+    r = level(stack, name, rate, args.seconds, 600.0)
     after = cpu_by_spender(stack, conn)
     events = max(r["completed"], 1)
     spent = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in set(before) | set(after)}
@@ -160,36 +161,32 @@ def show(r: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    args.done = []
+    levels: list[dict[str, Any]] = []
     procs.RESULTS.mkdir(exist_ok=True)
     load0 = os.getloadavg()
     settings = {**PSS, "pg_stat_statements.track_planning": "on"}
     stack = Stack(
         1, roles=True, cluster_settings=settings | (EAGER if args.eager_autovacuum else {})
     )
-    try:
-        stack.start()
+
+    def measure() -> None:
         with psycopg.connect(stack.url, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             level(stack, "pgsplit-warm", 50, 5, 600.0)  # every process has run the path once
-            for rate in args.rates:
-                args.done.append(one(stack, conn, rate, args))
-                print(show(args.done[-1]), flush=True)
+            for i, rate in enumerate(args.rates):
+                levels.append(one(stack, conn, f"pgsplit-{i}-r{rate:g}", rate, args))
+                print(show(levels[-1]), flush=True)
         procs.write_report(
             procs.RESULTS / "pipeline-pgsplit.json",
             {
                 "load_before": load0,
                 "load_after": os.getloadavg(),
                 "eager_autovacuum": args.eager_autovacuum,
-                "levels": args.done,
+                "levels": levels,
             },
         )
-        return 0
-    except Exception:
-        traceback.print_exc()
-        return 1
-    finally:
-        stack.stop()
+
+    return run_on(stack, measure)
 
 
 if __name__ == "__main__":

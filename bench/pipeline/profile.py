@@ -34,7 +34,6 @@ import shutil
 import subprocess
 import sys
 import time
-import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,7 @@ import psycopg
 
 from bench.common import procs
 from bench.pipeline.measure import Sender, outcome
-from bench.pipeline.stack import KINDS, Stack, cpu_seconds
+from bench.pipeline.stack import KINDS, Stack, cpu_seconds, run_on
 
 SPIED = ("web", "worker", "courier")
 PSS = {"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.max": "10000"}
@@ -309,8 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     load0 = os.getloadavg()
     stack = Stack(1, roles=True, cluster_settings=PSS)
     levels = []
-    try:
-        stack.start()
+
+    def measure() -> None:
         with psycopg.connect(stack.url, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             Sender(stack).run("profile-warm", 50, 5)  # every process has run the path once
@@ -324,12 +323,8 @@ def main(argv: list[str] | None = None) -> int:
             procs.RESULTS / "pipeline-profile.json",
             {"load_before": load0, "load_after": os.getloadavg(), "kinds": KINDS, "levels": levels},
         )
-        return 0
-    except Exception:
-        traceback.print_exc()
-        return 1
-    finally:
-        stack.stop()
+
+    return run_on(stack, measure)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,6 +184,20 @@ class Stack:
             self.redis.stop()
         if self.cluster is not None:
             self.cluster.stop()
+
+
+def run_on(stack: Stack, measure: Callable[[], None]) -> int:
+    """A tool's run: start ``stack``, ``measure`` on it, stop it whatever happens; the exit
+    code, 1 (the traceback printed) if anything failed."""
+    try:
+        stack.start()
+        measure()
+        return 0
+    except Exception:
+        traceback.print_exc()
+        return 1
+    finally:
+        stack.stop()
 
 
 # -- CPU and memory by process kind --------------------------------------------------------
