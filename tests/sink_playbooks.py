@@ -5,6 +5,7 @@ Loaded by workers through ``INBOX_PLAYBOOKS=tests.sink_playbooks``.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from pathlib import Path
@@ -221,3 +222,19 @@ def lane_work(ctx: StepContext) -> dict[str, Any]:
         raise RuntimeError("not yet")
     _lane_row(ctx, "end")
     return {"n": p.get("n")}
+
+
+collector = register(Playbook("gc-state"), event_type="gc.state")
+
+
+@collector.step("report")
+def report(ctx: StepContext) -> None:
+    """The collector as the process a step runs in has it (test_collector_processes.py)."""
+    on = "on" if gc.isenabled() else "off"
+    frozen = "start frozen" if gc.get_freeze_count() > 0 else "nothing frozen"
+    url = os.environ["DATABASE_URL"]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO test_sink (step_key, step, event, pid) VALUES (%s, %s, %s, %s)",
+            (ctx.step_key, f"collector {on}, {frozen}", ctx.event.public_id, os.getpid()),
+        )

@@ -29,7 +29,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, replace
 
-from inbox.infra import config
+from inbox.infra import config, gc_start
 from inbox.infra.config import Settings
 
 
@@ -197,4 +197,5 @@ def main(argv: list[str] | None = None) -> None:
     )
     if owned:
         server.on_shutdown(lambda: shutil.rmtree(owned, ignore_errors=True))
+    gc_start.resume()  # paused by web/__main__.py for the start
     server.serve()

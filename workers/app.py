@@ -31,7 +31,7 @@ from celery.signals import (
 )
 
 from inbox.domain import invariants
-from inbox.infra import broker, config, tracing
+from inbox.infra import broker, config, gc_start, tracing
 from inbox.infra.config import Settings
 from inbox.infra.logs import configure_logging
 from inbox.services import playbooks, startup
@@ -149,6 +149,15 @@ def _check_start(**_: object) -> None:
     state.start()  # the engine and alarms connect on first use
     if settings.metrics_dir:  # prometheus_client opens its per-process files there
         os.makedirs(settings.metrics_dir, exist_ok=True)
+
+
+@worker_init.connect  # type: ignore[untyped-decorator]
+@beat_init.connect  # type: ignore[untyped-decorator]
+def _started(**_: object) -> None:
+    # The collector, paused as the celery command loaded this app (workers/__init__.py),
+    # runs again; what the start made is frozen first. After the checks and the playbook
+    # modules, and before a worker forks its pool processes, which inherit both.
+    gc_start.resume()
 
 
 @worker_ready.connect  # type: ignore[untyped-decorator]
