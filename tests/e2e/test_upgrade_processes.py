@@ -79,7 +79,11 @@ def test_the_pages_order_loses_nothing_and_runs_each_event_once(env, procs, make
 
     send(0)
     helpers.wait_for(lambda: len(sink_rows(engine)) == 1, 60, "the first step", interval=0.1)
-    # 1. stop the beat, the worker (warm: the running step finishes)
+    # 1. stop the beat, the worker (warm: the running step finishes). The beat first
+    # says it started: until its service starts it has no SIGTERM handler of its own
+    # (celery's beat installs it just before), and the worker can finish the first step
+    # before a loaded machine gets the beat that far.
+    helpers.wait_for(lambda: "beat: Starting" in beat.output(), 60, "the beat", interval=0.1)
     stop_main(beat)
     stop_main(worker)
     assert events_by_state(engine) == {"completed": 1}
