@@ -231,7 +231,7 @@ def web(
     return Proc(web_args(app, port, workers, threads), env, tag), port
 
 
-def _wait_ready(proc: Proc, what: str, timeout: float, ready: Callable[[], bool]) -> None:
+def wait_ready(proc: Proc, what: str, timeout: float, ready: Callable[[], bool]) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not proc.alive():
@@ -255,7 +255,7 @@ def wait_http(proc: Proc, port: int, timeout: float = 30, any_answer: bool = Fal
         finally:
             conn.close()
 
-    _wait_ready(proc, "web server", timeout, ready)
+    wait_ready(proc, "web server", timeout, ready)
 
 
 def wait_celery(control_app: Any, proc: Proc, timeout: float = 60) -> None:
@@ -274,7 +274,7 @@ def wait_celery(control_app: Any, proc: Proc, timeout: float = 60) -> None:
                 return False
         return any(proc.node in r for r in replies)
 
-    _wait_ready(proc, "celery worker", timeout, ready)
+    wait_ready(proc, "celery worker", timeout, ready)
 
 
 def wait_progress(
