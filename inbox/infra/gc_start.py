@@ -1,10 +1,10 @@
 """The garbage collector paused while a long-lived process starts, then its start frozen.
 
-A worker, courier, beat or web process makes some 130,000 tracked objects as it imports and
-starts (the ORM's tables and statements, the driver, Celery, Flask), and the collector's
-passes over them, as they pile up and for as long as the process lives, cost a sixth to
-two fifths of a start's CPU, and more of its work after (bench/README.md, "What does a
-process cost to start?"). None of it is garbage: it is the process's code and
+A worker, courier, beat or web process makes 130,000-180,000 tracked objects as it imports
+and starts (the ORM's tables and statements, the driver, Celery, Flask), and the
+collector's passes over them as they pile up cost a sixth to two fifths of a start's CPU,
+and nearly half of an ``inbox`` command's (bench/README.md, "What does a process cost to
+start?"). None of it is garbage: it is the process's code and
 configuration, kept until it exits. So the process pauses the collector as it starts,
 then freezes what it made (``gc.freeze``: later full passes skip those objects, and a
 forked pool process shares their pages instead of copying each one a pass touches) and
