@@ -54,13 +54,14 @@ def through_outages(task: Callable[P, R]) -> Callable[P, R | None]:
     @functools.wraps(task)
     def run(*args: P.args, **kwargs: P.kwargs) -> R | None:
         outages = state.current().outages
+        started = time.monotonic()
         try:
             result = task(*args, **kwargs)
         except Exception as exc:
             if not outages.absorb(exc):
                 raise
             return None
-        outages.answered()
+        outages.answered(started)
         return result
 
     return run

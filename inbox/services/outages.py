@@ -5,7 +5,7 @@ seconds. ``Outages.absorb`` takes such an error (``inbox.store.db.availability.u
 says which errors are an outage): the first of an outage is logged as one WARNING,
 ``database unavailable: <cause>; retrying``, and counted
 (``inbox_database_outages_total``); the rest of that outage are silent. The first task
-that gets through afterwards ends the outage with one INFO line. Nothing is lost by
+started after the outage began that gets through ends it with one INFO line. Nothing is lost by
 dropping the task: leases lapse and the sweeper re-rings for everything still due.
 """
 
@@ -52,13 +52,19 @@ class Outages:
         metrics.record_database_outage()
         return True
 
-    def answered(self) -> None:
-        """A task got through: an outage in progress is over."""
+    def answered(self, started: float) -> None:
+        """A task that ``started`` (``time.monotonic()``) got through: an outage that began
+        before it did is over. One that began while it ran is not: the task may have done
+        its last statement before the outage, and with several tasks at once (a courier's
+        threads) its success ended the outage a moment after another task's failure began
+        it, so one failover read as two."""
         if self._since is None:
             return
         with self._lock:
+            if self._since is None or started < self._since:
+                return
             since, self._since = self._since, None
-            if since is None or self._pid != os.getpid():
+            if self._pid != os.getpid():
                 self._pid = os.getpid()
                 return
         took = time.monotonic() - since

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import psycopg
 import pytest
@@ -70,8 +71,8 @@ def test_one_warning_and_one_count_per_outage(caplog):
     down = wrapped(pgerrors.AdminShutdown("terminating connection due to administrator command"))
     assert all(watch.absorb(down) for _ in range(5))
     assert watch.absorb(ValueError("a bug")) is False  # not ours to swallow
-    watch.answered()
-    watch.answered()
+    watch.answered(time.monotonic())
+    watch.answered(time.monotonic())
     assert watch.absorb(psycopg.OperationalError("connection refused"))
     lines = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert lines[0] == (
@@ -87,6 +88,20 @@ def test_one_warning_and_one_count_per_outage(caplog):
     assert len(lines) == 3
     assert not any(r.exc_info for r in caplog.records)  # no traceback
     assert outages_counted() - before == 2
+
+
+def test_a_task_that_began_before_the_outage_does_not_end_it(caplog):
+    """A courier's threads: one task fails as the primary goes, while another, begun
+    before, finishes its last statement's answer. One failover, one WARNING, one INFO."""
+    caplog.set_level(logging.INFO, logger="inbox.services.outages")
+    watch = Outages()
+    earlier = time.monotonic()
+    assert watch.absorb(wrapped(pgerrors.AdminShutdown("unexpected postmaster exit")))
+    watch.answered(earlier)  # began before the outage: says nothing of it
+    assert watch.absorb(psycopg.OperationalError("server closed the connection"))
+    watch.answered(time.monotonic())  # begun after: the database answers again
+    levels = [r.levelname for r in caplog.records]
+    assert levels == ["WARNING", "INFO"]
 
 
 @pytest.mark.parametrize(
