@@ -190,8 +190,7 @@ def database_url(pg_server_url: str, template_db: str) -> Iterator[str]:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """What a test process has made by now (the project, its libraries, every test module)
     lives as long as the process: frozen, the collector's full passes skip it, as in the
-    processes the suite starts (``inbox.infra.gc_start``). Those passes were a third of the
-    test processes' CPU (bench/README.md, "What does a process cost to start?")."""
+    processes the suite starts (``inbox.infra.gc_start``)."""
     gc.freeze()
 
 
