@@ -25,6 +25,7 @@ Prints a table of medians (and the spread), writes bench/results/starts.json.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import resource
 import signal
@@ -77,13 +78,13 @@ def start_once(kind: str, env: dict[str, str], cwd: Path = procs.ROOT) -> float:
         return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     celery = [str(procs.BIN / "celery"), "-A"]
     info = ["--loglevel", "INFO", "--without-gossip", "--without-mingle"]
-    ready: Callable[[], bool] | None = None
+    until_ready: Callable[[], None]
     if kind in ("web", "web floor"):
         app = "web.wsgi:app" if kind == "web" else "bench.common.baselines:handwritten"
         port = procs.free_port()
         web_env = {"WEB_GRACEFUL_TIMEOUT": "5", **env}
         proc = procs.Proc(procs.web_args(app, port, 1, 24), web_env, "start-web", cwd=cwd)
-        procs.wait_http(proc, port, timeout=120, any_answer=kind == "web floor")
+        until_ready = functools.partial(procs.wait_http, proc, port, 120, kind == "web floor")
     elif kind in ("worker", "courier", "worker floor"):
         app, queue, pool = {
             "worker": ("workers.app", "inbox", ["--concurrency", "2"]),
@@ -97,17 +98,18 @@ def start_once(kind: str, env: dict[str, str], cwd: Path = procs.ROOT) -> float:
         node = f"start-{time.monotonic_ns()}@%h"
         args = [*celery, app, "worker", "-Q", queue, *pool, "-n", node, *info]
         proc = procs.Proc(args, env, "start-" + kind.replace(" ", "-"), cwd=cwd)
-        ready = _logged(proc, " ready.")
+        until_ready = functools.partial(procs.wait_ready, proc, kind, 120, _logged(proc, " ready."))
     elif kind == "beat":
         schedule = procs.LOGS / f"bench-start-beat-{os.getpid()}.schedule"
         args = [*celery, "workers.app", "beat", "--loglevel", "INFO", "--schedule", str(schedule)]
         proc = procs.Proc(args, env, "start-beat", cwd=cwd)
-        ready = _logged(proc, "Starting")
+        until_ready = functools.partial(
+            procs.wait_ready, proc, kind, 120, _logged(proc, "Starting")
+        )
     else:
         raise ValueError(kind)
-    try:
-        if ready is not None:
-            procs.wait_ready(proc, kind, 120, ready)
+    try:  # whatever happens, the process is stopped
+        until_ready()
         # A pool process forks as the worker logs ready: let it finish its own start.
         time.sleep(0.3)
         return group_seconds(proc.pid)
